@@ -1,0 +1,152 @@
+"""The cost of one ``step()`` in nanoseconds, measured beside a bare loop in one process.
+
+Variants, interleaved round by round so that machine noise hits each alike:
+
+- ``bare``: the loop body is ``pass`` (subtracted from every other variant);
+- ``disabled``: ``with step(name):`` while instrumentation is off;
+- ``enabled, no NVTX``: timing and registry only;
+- ``enabled, NVTX``: plus an NVTX push/pop (the ``nvtx`` package if installed);
+- ``enabled, nested``: a step inside an open step (the usual case inside a layer);
+- ``decorated fn, disabled`` / ``enabled``: ``@step(name)`` on a function, minus the call.
+
+Usage: ``python benchmarks/step_cost.py [--n 200000] [--rounds 7] [--json FILE]``.
+Prints the median over rounds of the per-step cost; with ``--json`` also writes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs import _config, step
+
+
+def _loop_bare(n: int) -> None:
+    for _ in range(n):
+        pass
+
+
+def _loop_step(n: int) -> None:
+    for _ in range(n):
+        with step("bench"):
+            pass
+
+
+def _loop_nested(n: int) -> None:
+    with step("outer"):
+        for _ in range(n):
+            with step("bench"):
+                pass
+
+
+def _plain() -> None:
+    return None
+
+
+_decorated = step("bench_fn")(_plain)
+
+
+def _loop_call_plain(n: int) -> None:
+    f = _plain
+    for _ in range(n):
+        f()
+
+
+def _loop_call_decorated(n: int) -> None:
+    f = _decorated
+    for _ in range(n):
+        f()
+
+
+def _variants() -> Dict[str, Callable[[int], None]]:
+    def disabled(n: int) -> None:
+        _config.enabled = False
+        try:
+            _loop_step(n)
+        finally:
+            _config.enabled = True
+
+    def enabled_plain(n: int) -> None:
+        _config.nvtx = False
+        try:
+            _loop_step(n)
+        finally:
+            _config.nvtx = True
+
+    def fn_disabled(n: int) -> None:
+        _config.enabled = False
+        try:
+            _loop_call_decorated(n)
+        finally:
+            _config.enabled = True
+
+    return {
+        "bare": _loop_bare,
+        "disabled": disabled,
+        "enabled, no NVTX": enabled_plain,
+        "enabled, NVTX": _loop_step,
+        "enabled, nested": _loop_nested,
+        "call, plain": _loop_call_plain,
+        "decorated fn, disabled": fn_disabled,
+        "decorated fn, enabled": _loop_call_decorated,
+    }
+
+
+def measure(n: int, rounds: int) -> Dict[str, float]:
+    """Median ns per iteration of each variant, bare loop and plain call subtracted."""
+    variants = _variants()
+    samples: Dict[str, List[float]] = {k: [] for k in variants}
+    for fn in variants.values():  # warm-up: create registry entries, caches
+        fn(min(n, 1000))
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.perf_counter_ns()
+            fn(n)
+            samples[name].append((time.perf_counter_ns() - t0) / n)
+        ic.registry.reset()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    out = {}
+    for k, v in med.items():
+        if k in ("bare", "call, plain"):
+            continue
+        base = med["call, plain"] if k.startswith("decorated") else med["bare"]
+        out[k] = v - base
+    out["bare loop (absolute)"] = med["bare"]
+    return out
+
+
+def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
+    """Run the benchmark and print (and optionally write) the table."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=200_000, help="steps per variant per round")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median taken)")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    res = measure(args.n, args.rounds)
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "nvtx_backend": ic.nvtx_backend(),
+        "n": args.n,
+        "rounds": args.rounds,
+    }
+    print(f"step() cost, ns per step (median of {args.rounds} rounds of {args.n}); "
+          f"NVTX backend: {info['nvtx_backend']}; torch {info['torch']}")
+    for k, v in res.items():
+        print(f"  {k:28s} {v:9.1f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"info": info, "ns_per_step": res}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

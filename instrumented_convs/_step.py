@@ -1,0 +1,243 @@
+"""``step(name)``: one context manager that is a clock, an NVTX range, a profiler label
+and a node of the nesting tree.
+
+The start of a step lives on a per-thread stack, never on the step object, so one object
+can be entered recursively and from many threads at once. Entering a step:
+
+1. finds its registry entry under the enclosing step (a dict lookup once the path exists);
+2. pushes an NVTX range (domain ``instrumented_convs``) if NVTX is on;
+3. opens a ``record_function`` label only while a torch profiler is recording;
+4. starts the clock last, so the step's own bookkeeping is outside its time: the CPU clock,
+   or a CUDA event recorded on the current stream when the step runs on a CUDA device.
+
+Leaving it stops the clock first, then closes the label and the range in ``finally``
+blocks, and records the duration (a CUDA pair is queued and resolved later). Exceptions
+propagate unchanged and leave both stacks balanced.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
+
+import torch
+
+from . import _config, _ranges
+from ._clock import cpu_now as _initial_clock
+from ._registry import Entry, registry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_cpu_now: Callable[[], int] = _initial_clock  # replaced by _clock.set_cpu_clock in tests
+
+# The NVTX backend; chosen at import, replaceable with set_nvtx_backend().
+_nvtx: _ranges.NvtxBackend = _ranges.make_backend()
+_profiler_recording = _ranges.profiler_recording
+_open_rf = _ranges.open_record_function
+
+# Frame: (entry, start, record_function handle or None, nvtx pushed, on CUDA, timed)
+Frame = Tuple[Entry, Any, Any, bool, bool, bool]
+
+
+class _ThreadState(threading.local):
+    """Per-thread nesting stack of open steps."""
+
+    def __init__(self) -> None:
+        self.stack: List[Frame] = []
+
+
+_tls = _ThreadState()
+_cuda_seen = False  # becomes True once CUDA is initialised in this process
+
+
+def _auto_cuda() -> bool:
+    """Whether a top-level step with no device should use the CUDA clock."""
+    global _cuda_seen
+    if not _cuda_seen:
+        _cuda_seen = torch.cuda.is_initialized()
+    return _cuda_seen
+
+
+def _device_is_cuda(device: Any) -> Optional[bool]:
+    if device is None:
+        return None
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return torch.device(device).type == "cuda"
+
+
+def set_nvtx_backend(name: Optional[str] = None) -> str:
+    """Choose the NVTX backend (``nvtx``, ``torch``, ``none``, or ``None`` for the default)."""
+    global _nvtx
+    _nvtx = _ranges.make_backend(name)
+    return _nvtx.name
+
+
+def nvtx_backend() -> str:
+    """The name of the NVTX backend in use (``nvtx``, ``torch.cuda.nvtx`` or ``none``)."""
+    return _nvtx.name
+
+
+def current_path() -> str:
+    """The ``/``-separated path of the innermost open step on this thread (``""`` if none)."""
+    stack = _tls.stack
+    return stack[-1][0].path if stack else ""
+
+
+def depth() -> int:
+    """How many steps are open on this thread."""
+    return len(_tls.stack)
+
+
+class Step:
+    """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``."""
+
+    __slots__ = ("name", "scope", "cuda", "kind")
+
+    def __init__(
+        self, name: str, scope: Optional[str] = None, device: Any = None, kind: str = "step"
+    ) -> None:
+        """A step called ``name``; ``scope`` names a layer instance, ``device`` its device."""
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
+        self.name = name
+        self.scope = scope
+        self.cuda = _device_is_cuda(device)
+        self.kind = kind
+
+    def __enter__(self) -> "Step":
+        stack = _tls.stack
+        name = self.name
+        if stack:
+            top = stack[-1]
+            parent = top[0]
+            cuda = top[4] if self.cuda is None else self.cuda
+        else:
+            parent = registry._root
+            cuda = _auto_cuda() if self.cuda is None else self.cuda
+        scope = parent.scope if self.scope is None else self.scope
+        entry = parent.children.get((name, scope))
+        if entry is None:
+            entry = registry.child(parent, name, scope, self.kind)
+        pushed = False
+        rf = None
+        try:
+            if _config.nvtx:
+                _nvtx.push(name)
+                pushed = True
+            if _config.record_function and _profiler_recording():
+                rf = _open_rf(name)
+            if cuda:
+                if torch.cuda.is_current_stream_capturing():
+                    stack.append((entry, None, rf, pushed, True, False))
+                    return self
+                start = registry.pending.pool.get()
+                start.record()
+                stack.append((entry, start, rf, pushed, True, True))
+            else:
+                stack.append((entry, _cpu_now(), rf, pushed, False, True))
+        except BaseException:
+            if rf is not None:
+                rf.__exit__(None, None, None)
+            if pushed:
+                _nvtx.pop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        frame = _tls.stack[-1]
+        if frame[4]:  # CUDA
+            end = None
+            if frame[5]:
+                end = registry.pending.pool.get()
+                end.record()
+        else:
+            t1 = _cpu_now()
+        _tls.stack.pop()
+        entry, start, rf, pushed, cuda, timed = frame
+        try:
+            if rf is not None:
+                rf.__exit__(None, None, None)
+        finally:
+            if pushed:
+                _nvtx.pop()
+            if not timed:
+                registry.record_untimed(entry)
+            elif cuda:
+                registry.record_pending(entry, start, end, exc_type is not None)
+            else:
+                registry.record(entry, t1 - start, exc_type is not None)
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""
+        name, scope, kind, cuda = self.name, self.scope, self.kind, self.cuda
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _config.enabled:
+                return fn(*args, **kwargs)
+            s = Step.__new__(Step)
+            s.name, s.scope, s.cuda, s.kind = name, scope, cuda, kind
+            with s:
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, scope={self.scope!r})"
+
+
+class _NullStep:
+    """What ``step()`` returns while instrumentation is disabled: does nothing."""
+
+    __slots__ = ("name", "scope", "device", "kind")
+
+    def __init__(self, name: str, scope: Optional[str], device: Any, kind: str) -> None:
+        self.name, self.scope, self.device, self.kind = name, scope, device, kind
+
+    def __enter__(self) -> "_NullStep":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        return None
+
+    def __call__(self, fn: F) -> F:
+        """Decorate ``fn``; the switch is read at each call, so enabling later works."""
+        return Step(self.name, self.scope, self.device, self.kind)(fn)
+
+
+_NULL_CACHE: dict = {}
+_STEP_CACHE: dict = {}
+
+
+def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union[Step, _NullStep]:
+    """A step named ``name``: a context manager and a decorator (see :class:`Step`).
+
+    ``scope`` names the layer instance the step belongs to (children inherit it) and
+    ``device`` the device its work runs on (children inherit it; ``None`` at the top level
+    means "CUDA events once CUDA is initialised, else the CPU clock").
+    """
+    if not _config.enabled:
+        if scope is None and device is None:
+            null = _NULL_CACHE.get(name)
+            if null is None:
+                if len(_NULL_CACHE) > 4096:
+                    _NULL_CACHE.clear()
+                null = _NULL_CACHE[name] = _NullStep(name, None, None, "step")
+            return null
+        return _NullStep(name, scope, device, "step")
+    if scope is None and device is None:
+        s = _STEP_CACHE.get(name)
+        if s is None:
+            if len(_STEP_CACHE) > 4096:
+                _STEP_CACHE.clear()
+            s = _STEP_CACHE[name] = Step(name)
+        return s
+    return Step(name, scope, device)
+
+
+def region(name: str, *, device: Any = None) -> Union[Step, _NullStep]:
+    """A step meant for user code (an epoch phase such as ``forward`` or ``loss``)."""
+    if not _config.enabled:
+        return _NullStep(name, None, device, "region")
+    return Step(name, None, device, "region")

@@ -1,0 +1,326 @@
+"""step(), region(), the registry and the switches, timed with an exact fake clock."""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import instrumented_convs as ic
+from instrumented_convs import _step, disabled, region, registry, step
+
+SEC = 1e-9  # one nanosecond in seconds
+
+
+def _run_model(clock, epochs=2):
+    """forward{GCNConv{gcn_norm{add_remaining_self_loops}, lin}} and backward, exact times."""
+    for _ in range(epochs):
+        with region("forward"):
+            clock.advance(5)
+            with step("GCNConv", scope="conv0"):
+                with step("gcn_norm"):
+                    clock.advance(10)
+                    with step("add_remaining_self_loops"):
+                        clock.advance(40)
+                with step("lin"):
+                    clock.advance(30)
+                clock.advance(15)
+        with region("backward"):
+            clock.advance(100)
+
+
+def test_paths_totals_self_and_means_are_exact(clock):
+    _run_model(clock)
+    s = registry.summary()
+    assert [r.name for r in s] == [
+        "forward",
+        "forward/GCNConv",
+        "forward/GCNConv/gcn_norm",
+        "forward/GCNConv/gcn_norm/add_remaining_self_loops",
+        "forward/GCNConv/lin",
+        "backward",
+    ]
+    assert s["forward"].count == 2 and s["forward"].kind == "region"
+    assert s["forward/GCNConv"].kind == "step"
+    assert s["forward"].total == pytest.approx(200 * SEC)
+    assert s["forward"].self_time == pytest.approx(10 * SEC)
+    assert s["forward/GCNConv"].total == pytest.approx(190 * SEC)
+    assert s["forward/GCNConv"].self_time == pytest.approx(30 * SEC)
+    assert s["forward/GCNConv/gcn_norm"].total == pytest.approx(100 * SEC)
+    assert s["forward/GCNConv/gcn_norm"].self_time == pytest.approx(20 * SEC)
+    leaf = s["forward/GCNConv/gcn_norm/add_remaining_self_loops"]
+    assert (leaf.count, leaf.mean, leaf.self_time) == (2, pytest.approx(40 * SEC), pytest.approx(80 * SEC))
+    assert leaf.depth == 3 and leaf.step == "add_remaining_self_loops"
+    assert leaf.parent == "forward/GCNConv/gcn_norm"
+    assert s["backward"].mean == pytest.approx(100 * SEC)
+    assert s.total == pytest.approx(400 * SEC)
+
+
+def test_min_max_std_are_exact(clock):
+    for ns in (10, 20, 60):
+        with step("x"):
+            clock.advance(ns)
+    r = registry.summary()["x"]
+    assert r.min == pytest.approx(10 * SEC) and r.max == pytest.approx(60 * SEC)
+    mean = 30.0
+    std = math.sqrt(((10 - mean) ** 2 + (20 - mean) ** 2 + (60 - mean) ** 2) / 2)
+    assert r.std == pytest.approx(std * SEC)
+    assert r.mean == pytest.approx(mean * SEC)
+
+
+def test_fractions_add_up_at_every_depth(clock):
+    _run_model(clock, epochs=3)
+    s = registry.summary()
+    assert sum(r.fraction for r in s.children(None)) == pytest.approx(1.0)
+    assert sum(r.self_fraction for r in s) == pytest.approx(1.0)
+    for parent in s:
+        kids = s.children(parent.name)
+        if kids:
+            assert sum(k.fraction for k in kids) + parent.self_fraction == pytest.approx(parent.fraction)
+    assert s["forward"].fraction == pytest.approx(0.5)
+    assert s["forward/GCNConv/lin"].fraction == pytest.approx(60 / 400)
+
+
+def test_group_by_layer_splits_rows_per_scope(clock):
+    for layer in ("convs.0", "convs.1", "convs.0"):
+        with region("forward"):
+            with step("GCNConv", scope=layer):
+                with step("lin"):
+                    clock.advance(7 if layer == "convs.0" else 3)
+    merged = registry.summary()
+    assert merged["forward/GCNConv/lin"].count == 3
+    assert merged["forward/GCNConv/lin"].total == pytest.approx(17 * SEC)
+    assert merged["forward/GCNConv/lin"].scope is None
+    split = registry.summary(by="layer")
+    rows = [(r.scope, r.name, r.count) for r in split]
+    assert rows == [
+        (None, "forward", 3),
+        ("convs.0", "forward/GCNConv", 2),
+        ("convs.0", "forward/GCNConv/lin", 2),
+        ("convs.1", "forward/GCNConv", 1),
+        ("convs.1", "forward/GCNConv/lin", 1),
+    ]
+    assert "Layer" in str(split) and "convs.1" in str(split)
+    with pytest.raises(ValueError):
+        registry.summary(by="nonsense")
+
+
+def test_merged_rows_stay_in_tree_order_when_scopes_differ(clock):
+    # conv b has a child conv a never had: it must be listed under GCNConv, not at the end.
+    with step("GCNConv", scope="a"):
+        with step("lin"):
+            clock.advance(1)
+    with step("GCNConv", scope="b"):
+        with step("gcn_norm"):
+            clock.advance(1)
+        with step("lin"):
+            clock.advance(1)
+    with step("other"):
+        clock.advance(1)
+    names = [r.name for r in registry.summary()]
+    assert names == ["GCNConv", "GCNConv/lin", "GCNConv/gcn_norm", "other"]
+
+
+def test_decorator_times_each_call_and_reads_the_switch_per_call(clock):
+    @step("work")
+    def work(n):
+        clock.advance(n)
+        return n * 2
+
+    assert work(5) == 10
+    with disabled():
+        assert work(7) == 14
+    assert work.__name__ == "work"
+    r = registry.summary()["work"]
+    assert r.count == 1 and r.total == pytest.approx(5 * SEC)
+
+    # decorated while disabled still records once enabled again
+    with disabled():
+        @step("late")
+        def late():
+            clock.advance(3)
+    late()
+    assert registry.summary()["late"].count == 1
+
+
+def test_step_object_is_reentrant_and_recursive(clock):
+    s = step("rec")
+
+    def recurse(k):
+        with s:
+            clock.advance(1)
+            if k:
+                recurse(k - 1)
+
+    recurse(2)
+    names = [r.name for r in registry.summary()]
+    assert names == ["rec", "rec/rec", "rec/rec/rec"]
+    assert registry.summary()["rec"].total == pytest.approx(3 * SEC)
+
+
+def test_disabled_records_nothing_and_restores(clock):
+    with disabled():
+        assert not ic.is_enabled()
+        with step("x"):
+            clock.advance(1)
+        with region("y"):
+            clock.advance(1)
+    assert ic.is_enabled()
+    assert len(registry.summary()) == 0
+    ic.disable()
+    try:
+        with step("x"):
+            pass
+    finally:
+        ic.enable()
+    assert len(registry.summary()) == 0
+
+
+def test_env_var_disables_at_import():
+    code = (
+        "import instrumented_convs as ic\n"
+        "with ic.step('x'): pass\n"
+        "print(ic.is_enabled(), len(ic.registry.summary()))\n"
+    )
+    env = dict(os.environ, INSTRUMENTED_CONVS_DISABLE="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "0"]
+    env["INSTRUMENTED_CONVS_DISABLE"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "1"]
+
+
+def test_exception_propagates_unchanged_and_stack_stays_balanced(clock):
+    err = KeyError("boom")
+    with pytest.raises(KeyError) as info:
+        with step("outer"):
+            with step("inner"):
+                clock.advance(4)
+                raise err
+    assert info.value is err
+    assert _step.depth() == 0 and _step.current_path() == ""
+    with step("after"):
+        clock.advance(2)
+    s = registry.summary()
+    assert s["outer/inner"].errors == 1 and s["outer"].errors == 1
+    assert s["outer/inner"].total == pytest.approx(4 * SEC)
+    assert s["after"].count == 1 and s["after"].errors == 0
+    assert "raised" in str(s)
+
+
+def test_bad_step_names_are_rejected():
+    for bad in ("", "a/b", None, 3):
+        with pytest.raises(ValueError):
+            step(bad)  # type: ignore[arg-type]
+
+
+def test_threads_have_their_own_nesting_and_exact_counts():
+    threads, per_thread = 8, 1000
+    barrier = threading.Barrier(threads)
+    errors = []
+
+    def worker():
+        try:
+            barrier.wait()
+            for _ in range(per_thread):
+                with step("outer"):
+                    with step("inner"):
+                        pass
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    s = registry.summary()
+    assert [(r.name, r.count) for r in s] == [
+        ("outer", threads * per_thread),
+        ("outer/inner", threads * per_thread),
+    ]
+
+
+def test_reset_forgets_everything(clock):
+    _run_model(clock)
+    registry.reset()
+    assert len(registry.summary()) == 0
+    with step("x"):
+        clock.advance(1)
+    assert [r.name for r in registry.summary()] == ["x"]
+
+
+def test_registry_add_is_the_narrow_write_api():
+    registry.add("forward/lin", 0.25)
+    registry.add("forward/lin", 0.75)
+    registry.add("forward", 2.0)
+    s = registry.summary()
+    assert s["forward/lin"].count == 2 and s["forward/lin"].mean == pytest.approx(0.5)
+    assert s["forward"].self_time == pytest.approx(1.0)
+
+
+def test_memory_stays_flat(clock):
+    for _ in range(1000):
+        with step("a"):
+            with step("b"):
+                clock.advance(1)
+    before = len(registry.entries())
+    for _ in range(100_000):
+        with step("a"):
+            with step("b"):
+                clock.advance(1)
+    assert len(registry.entries()) == before == 2
+    assert registry.summary()["a/b"].count == 101_000
+
+
+def test_configure_switches_nvtx_and_record_function():
+    from instrumented_convs import _config
+
+    ic.configure(nvtx=False, record_function=False)
+    assert not _config.nvtx and not _config.record_function
+    ic.configure(nvtx=True)
+    assert _config.nvtx and not _config.record_function
+
+
+def test_record_function_labels_appear_in_torch_profiler():
+    import torch
+
+    x = torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with region("forward"):
+            with step("lin"):
+                x @ x
+    names = {e.name for e in prof.events()}
+    assert {"forward", "lin"} <= names
+    # and the labels nest: lin's matmul runs inside "lin"
+    lin = [e for e in prof.events() if e.name == "lin"][0]
+    fwd = [e for e in prof.events() if e.name == "forward"][0]
+    assert fwd.time_range.start <= lin.time_range.start and lin.time_range.end <= fwd.time_range.end
+
+
+def test_record_function_switch_off_keeps_labels_out_of_the_profiler():
+    import torch
+
+    ic.configure(record_function=False)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with step("hidden"):
+            torch.ones(3) + 1
+    assert "hidden" not in {e.name for e in prof.events()}
+    assert registry.summary()["hidden"].count == 1
+
+
+def test_torch_compile_of_a_function_with_steps_runs_and_matches():
+    import torch
+
+    def f(x):
+        with step("inside"):
+            return torch.sin(x) * 2
+
+    x = torch.randn(16)
+    compiled = torch.compile(f, backend="eager")
+    assert torch.allclose(compiled(x), f(x))
+    assert _step.depth() == 0

@@ -1,0 +1,196 @@
+"""The CUDA-event clock: lazy resolution checked with fake events on CPU, real ones on a GPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from instrumented_convs import _step, registry, step
+from instrumented_convs._clock import EventPool, PendingTimes
+
+
+class FakeEvent:
+    """Stands in for ``torch.cuda.Event``: the test decides when it completes and its time."""
+
+    timeline = 0  # ms, advanced by the test between records
+
+    def __init__(self):
+        self.at = None
+        self.done = False
+        self.synchronized = False
+
+    def record(self, stream=None):
+        self.at = FakeEvent.timeline
+        self.done = False
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.synchronized = True
+        self.done = True
+
+    def elapsed_time(self, end):
+        assert self.done or end.done, "elapsed_time read before the end event completed"
+        return end.at - self.at
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Route the CUDA clock to FakeEvents and forbid any device-wide synchronize."""
+    created = []
+
+    def factory():
+        ev = FakeEvent()
+        created.append(ev)
+        return ev
+
+    monkeypatch.setattr(registry.pending, "pool", EventPool(factory))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+
+    def no_sync(*a, **k):
+        raise AssertionError("torch.cuda.synchronize() called")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
+    FakeEvent.timeline = 0
+    return created
+
+
+def test_cuda_steps_record_event_pairs_and_resolve_only_at_summary(fake_cuda):
+    with step("GCNConv", device="cuda"):
+        FakeEvent.timeline += 2.0
+        with step("lin"):  # inherits the CUDA clock from its parent
+            FakeEvent.timeline += 0.5
+    assert len(registry.pending) == 2
+    assert len(fake_cuda) == 4
+    assert not any(e.synchronized for e in fake_cuda)
+    s = registry.summary()
+    assert len(registry.pending) == 0
+    assert s["GCNConv"].total == pytest.approx(2.5e-3)
+    assert s["GCNConv/lin"].total == pytest.approx(0.5e-3)
+    assert s["GCNConv"].self_time == pytest.approx(2.0e-3)
+
+
+def test_events_are_recycled_through_the_pool(fake_cuda):
+    for _ in range(3):
+        with step("x", device="cuda"):
+            FakeEvent.timeline += 1
+        registry.summary()
+    assert len(fake_cuda) == 2  # one pair, reused
+
+
+def test_polling_folds_finished_pairs_without_blocking(fake_cuda):
+    registry.pending.poll_at = 4
+    try:
+        for _ in range(3):
+            with step("x", device="cuda"):
+                FakeEvent.timeline += 1
+        assert len(registry.pending) == 3
+        for ev in fake_cuda[:4]:  # the first two pairs have finished on the device
+            ev.done = True
+        with step("x", device="cuda"):  # 4th pending pair: triggers a poll
+            FakeEvent.timeline += 1
+        assert len(registry.pending) == 2
+        assert not any(e.synchronized for e in fake_cuda)
+        assert sum(e.count for e in registry.entries()) == 4
+    finally:
+        registry.pending.poll_at = 2048
+
+
+def test_hard_limit_waits_for_the_oldest_pair_only(fake_cuda):
+    registry.pending.poll_at, registry.pending.hard_limit = 2, 3
+    try:
+        for _ in range(3):
+            with step("x", device="cuda"):
+                FakeEvent.timeline += 1
+        # 3 pending, none finished: the oldest end event is waited on, one pair folded
+        assert len(registry.pending) == 2
+        synced = [e for e in fake_cuda if e.synchronized]
+        assert synced == [fake_cuda[1]]
+    finally:
+        registry.pending.poll_at, registry.pending.hard_limit = 2048, 65536
+
+
+def test_pending_queue_resolves_via_fold_callback():
+    folded = []
+    pool = EventPool(FakeEvent)
+    q = PendingTimes(lambda entry, ns: folded.append((entry, ns)), pool, poll_at=100)
+    a, b = FakeEvent(), FakeEvent()
+    FakeEvent.timeline = 0
+    a.record()
+    FakeEvent.timeline = 1.25
+    b.record()
+    q.add("e", a, b)
+    assert q.poll() == 0 and folded == []
+    assert q.drain() == 1 and folded == [("e", 1_250_000)]
+
+
+def test_capture_is_not_timed_and_does_not_fail(fake_cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with step("captured", device="cuda"):
+        pass
+    s = registry.summary()
+    assert s["captured"].count == 0 and s["captured"].untimed == 1
+    assert fake_cuda == []
+    assert "not timed" in str(s)
+
+
+def test_cpu_device_uses_the_cpu_clock(fake_cuda):
+    with step("on_cpu", device="cpu"):
+        pass
+    assert len(registry.pending) == 0 and fake_cuda == []
+    assert registry.summary()["on_cpu"].count == 1
+
+
+def test_exception_in_cuda_step_still_records_and_balances(fake_cuda):
+    with pytest.raises(ValueError):
+        with step("bad", device="cuda"):
+            FakeEvent.timeline += 1
+            raise ValueError
+    assert _step.depth() == 0
+    s = registry.summary()
+    assert s["bad"].errors == 1 and s["bad"].count == 1
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@gpu
+@pytest.mark.gpu
+def test_real_cuda_events_time_a_kernel_without_synchronizing(monkeypatch):
+    x = torch.randn(2048, 2048, device="cuda")
+    x @ x
+    torch.cuda.synchronize()
+    calls = []
+    real_sync = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k))
+    for _ in range(5):
+        with step("matmul", device=x.device):
+            y = x @ x
+    assert calls == []
+    assert len(registry.pending) > 0
+    s = registry.summary()
+    r = s["matmul"]
+    assert r.count == 5 and r.min > 0
+    # 2 * 2048^3 flops: well above a microsecond on any GPU
+    assert r.mean > 1e-6
+    del y
+
+
+@gpu
+@pytest.mark.gpu
+def test_cuda_graph_capture_skips_timing():
+    x = torch.randn(64, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x * 2
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        with step("in_graph", device="cuda"):
+            y = x * 2
+    g.replay()
+    torch.cuda.synchronize()
+    r = registry.summary()["in_graph"]
+    assert r.untimed == 1 and r.count == 0
+    assert torch.allclose(y, x * 2)

@@ -1,0 +1,131 @@
+"""NVTX ranges captured for real: an injection library records every push and pop."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from . import nvtx_capture as nc
+
+pytestmark = pytest.mark.nvtx
+
+
+@pytest.fixture(scope="module")
+def injection(tmp_path_factory):
+    if nc.compiler() is None:
+        pytest.skip("no C compiler (gcc/cc/clang) to build the NVTX injection library")
+    if nc.nvtx_include_dir() is None:
+        pytest.skip("NVTX headers missing: pip install nvidia-nvtx-cu12")
+    pytest.importorskip("nvtx")
+    return nc.build_injection(tmp_path_factory.mktemp("inject"))
+
+
+def _run(injection, tmp_path, body, env=None):
+    code = "import instrumented_convs as ic\nfrom instrumented_convs import step, region\n" + textwrap.dedent(body)
+    proc, events = nc.capture(injection, code, tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    return proc, events
+
+
+def test_ranges_names_nesting_and_balance(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        assert ic.nvtx_backend() == "nvtx"
+        with region("forward"):
+            with step("GCNConv"):
+                with step("gcn_norm"):
+                    with step("add_remaining_self_loops"):
+                        pass
+                with step("lin"):
+                    pass
+        with region("backward"):
+            pass
+    """)
+    assert nc.ranges(events) == [
+        (1, "forward"), (2, "GCNConv"), (3, "gcn_norm"), (4, "add_remaining_self_loops"),
+        (3, "lin"), (1, "backward"),
+    ]
+    assert nc.balanced(events)
+    assert all(e.domain == "instrumented_convs" for e in events)
+
+
+def test_ranges_stay_balanced_when_a_step_raises(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        for i in range(3):
+            try:
+                with step("outer"):
+                    with step("inner"):
+                        raise RuntimeError("bad input")
+            except RuntimeError:
+                pass
+        with step("after"):
+            pass
+    """)
+    assert nc.ranges(events) == [(1, "outer"), (2, "inner")] * 3 + [(1, "after")]
+    assert nc.balanced(events)
+    pops = [e for e in events if e.kind == "pop"]
+    assert len(pops) == 7
+
+
+def test_ranges_from_threads_are_balanced_per_thread(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        import threading
+        def work():
+            for _ in range(50):
+                with step("outer"):
+                    with step("inner"):
+                        pass
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        [t.start() for t in ts]; [t.join() for t in ts]
+    """)
+    assert nc.balanced(events)
+    tids = {e.tid for e in events}
+    assert len(tids) == 4
+    assert sorted(set(nc.ranges(events))) == [(1, "outer"), (2, "inner")]
+    assert len(nc.ranges(events)) == 400
+
+
+def test_nvtx_switch_and_disable_open_no_ranges(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        ic.configure(nvtx=False)
+        with step("timed_only"):
+            pass
+        ic.configure(nvtx=True)
+        with ic.disabled():
+            with step("off"):
+                pass
+        with step("on"):
+            pass
+        assert ic.registry.summary()["timed_only"].count == 1
+    """)
+    assert nc.ranges(events) == [(1, "on")]
+
+
+def test_env_var_switches_nvtx_off(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        with step("x"):
+            pass
+        assert ic.registry.summary()["x"].count == 1
+    """, env={"INSTRUMENTED_CONVS_NVTX": "0"})
+    assert nc.ranges(events) == []
+
+
+def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_path):
+    # If record_function fails after the NVTX push, the push must be undone.
+    _, events = _run(injection, tmp_path, """
+        import torch
+        from instrumented_convs import _step
+        def broken(name):
+            raise RuntimeError("profiler failure")
+        _step._open_rf = broken
+        _step._profiler_recording = lambda: True
+        try:
+            with step("x"):
+                pass
+        except RuntimeError:
+            pass
+        else:
+            raise SystemExit("expected the failure to propagate")
+        assert _step.depth() == 0
+    """)
+    assert nc.ranges(events) == [(1, "x")]
+    assert nc.balanced(events)
