@@ -9,7 +9,7 @@ Variants, interleaved round by round so that machine noise hits each alike:
 - ``enabled, nested``: a step inside an open step (the usual case inside a layer);
 - ``decorated fn, disabled`` / ``enabled``: ``@step(name)`` on a function, minus the call.
 
-Usage: ``python benchmarks/step_cost.py [--n 200000] [--rounds 7] [--json FILE]``.
+Usage: ``python benchmarks/step_cost.py [--n 200000] [--rounds 7] [--breakdown] [--json FILE]``.
 Prints the median over rounds of the per-step cost; with ``--json`` also writes it.
 """
 from __future__ import annotations
@@ -122,14 +122,67 @@ def measure(n: int, rounds: int) -> Dict[str, float]:
     return out
 
 
+def breakdown(n: int, rounds: int) -> Dict[str, float]:
+    """Where an enabled step's time goes, by removing one piece at a time (NVTX on)."""
+    import contextlib
+
+    from instrumented_convs import _step
+
+    s = step("bench")
+    stack = _step._tls.stack
+
+    def full(k: int) -> None:
+        for _ in range(k):
+            with s:
+                pass
+
+    def enter_only(k: int) -> None:
+        for _ in range(k):
+            s.__enter__()
+            stack.pop()
+
+    def no_nvtx(k: int) -> None:
+        _config.nvtx = False
+        try:
+            full(k)
+        finally:
+            _config.nvtx = True
+
+    def no_lock(k: int) -> None:
+        real = _step._lock
+        _step._lock = contextlib.nullcontext()
+        try:
+            full(k)
+        finally:
+            _step._lock = real
+
+    variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx, "no_lock": no_lock}
+    samples: Dict[str, List[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.perf_counter_ns()
+            fn(n)
+            samples[name].append((time.perf_counter_ns() - t0) / n)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {
+        "whole step, NVTX on": med["full"] - med["bare"],
+        "enter (incl. NVTX push)": med["enter"] - med["bare"],
+        "exit (incl. NVTX pop)": med["full"] - med["enter"],
+        "NVTX push + pop": med["full"] - med["no_nvtx"],
+        "registry lock": med["full"] - med["no_lock"],
+    }
+
+
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Run the benchmark and print (and optionally write) the table."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=200_000, help="steps per variant per round")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median taken)")
     p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--breakdown", action="store_true", help="also split an enabled step into its parts")
     args = p.parse_args(argv)
     res = measure(args.n, args.rounds)
+    parts = breakdown(args.n, args.rounds) if args.breakdown else {}
     info = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -142,9 +195,13 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
           f"NVTX backend: {info['nvtx_backend']}; torch {info['torch']}")
     for k, v in res.items():
         print(f"  {k:28s} {v:9.1f}")
+    if parts:
+        print("breakdown of an enabled step, ns:")
+        for k, v in parts.items():
+            print(f"  {k:28s} {v:9.1f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"info": info, "ns_per_step": res}, fh, indent=2)
+            json.dump({"info": info, "ns_per_step": res, "breakdown_ns": parts}, fh, indent=2)
     return 0
 
 

@@ -40,15 +40,21 @@ def color_of(name: str) -> int:
 
 
 class NvtxBackend:
-    """Push/pop NVTX ranges; ``push(name)`` and ``pop()`` never raise."""
+    """Push/pop NVTX ranges through ``push(name)`` and ``pop()``, plain callables for speed."""
 
     name = "none"
 
-    def push(self, name: str) -> None:
-        """Open a range named ``name`` on this thread."""
+    def __init__(self) -> None:
+        self.push: Callable[[str], Any] = _noop_push
+        self.pop: Callable[[], Any] = _noop_pop
 
-    def pop(self) -> None:
-        """Close the innermost range of this thread."""
+
+def _noop_push(name: str) -> None:
+    return None
+
+
+def _noop_pop() -> None:
+    return None
 
 
 class _NvtxPackageBackend(NvtxBackend):
@@ -57,35 +63,30 @@ class _NvtxPackageBackend(NvtxBackend):
     name = "nvtx"
 
     def __init__(self, nvtx_module: Any) -> None:
-        self._nvtx = nvtx_module
-        self._domain = nvtx_module.get_domain(DOMAIN)
-        self._attrs: Dict[str, Any] = {}
-        if hasattr(self._domain, "push_range"):  # nvtx >= 0.2.12
-            self._push_range = self._domain.push_range
-            self._pop_range = self._domain.pop_range
+        super().__init__()
+        domain = nvtx_module.get_domain(DOMAIN)
+        if hasattr(domain, "push_range"):  # nvtx >= 0.2.12
+            push_range, pop_range = domain.push_range, domain.pop_range
         else:  # nvtx <= 0.2.11: module-level functions taking the domain handle
-            from nvtx._lib import pop_range, push_range  # type: ignore[import-not-found]
+            from nvtx._lib import pop_range as _pop, push_range as _push  # type: ignore[import-not-found]
 
-            handle = self._domain.handle
-            self._push_range = functools.partial(push_range, domain=handle)
-            self._pop_range = functools.partial(pop_range, handle)
+            push_range = functools.partial(_push, domain=domain.handle)
+            pop_range = functools.partial(_pop, domain.handle)
+        attrs: Dict[str, Any] = {}
 
-    def attributes(self, name: str) -> Any:
-        """The cached event attributes (message and colour) of a step name."""
-        attrs = self._attrs.get(name)
-        if attrs is None:
-            attrs = self._domain.get_event_attributes(message=name, color=color_of(name))
-            self._attrs[name] = attrs
-        return attrs
+        def attributes(name: str) -> Any:
+            a = attrs.get(name)
+            if a is None:
+                a = attrs[name] = domain.get_event_attributes(message=name, color=color_of(name))
+            return a
 
-    def push(self, name: str) -> None:
-        attrs = self._attrs.get(name)
-        if attrs is None:
-            attrs = self.attributes(name)
-        self._push_range(attrs)
+        def push(name: str, _get: Callable[[str], Any] = attrs.get) -> None:
+            a = _get(name)
+            push_range(a if a is not None else attributes(name))
 
-    def pop(self) -> None:
-        self._pop_range()
+        self.attributes = attributes
+        self.push = push
+        self.pop = pop_range
 
 
 class _TorchNvtxBackend(NvtxBackend):
@@ -94,14 +95,9 @@ class _TorchNvtxBackend(NvtxBackend):
     name = "torch.cuda.nvtx"
 
     def __init__(self) -> None:
-        self._push = torch.cuda.nvtx.range_push
-        self._pop = torch.cuda.nvtx.range_pop
-
-    def push(self, name: str) -> None:
-        self._push(name)
-
-    def pop(self) -> None:
-        self._pop()
+        super().__init__()
+        self.push = torch.cuda.nvtx.range_push
+        self.pop = torch.cuda.nvtx.range_pop
 
 
 def _torch_nvtx_works() -> bool:
@@ -134,13 +130,25 @@ def make_backend(prefer: Optional[str] = None) -> NvtxBackend:
     return NvtxBackend()
 
 
-def _profiler_flag() -> Callable[[], bool]:
-    """A cheap "is a torch profiler recording?" test for this torch version."""
+class _ProfilerFlagShim:
+    """For torch versions without the module flag: the same attribute, from a C call."""
+
+    @property
+    def _is_profiler_enabled(self) -> bool:
+        return bool(torch.autograd._profiler_enabled())
+
+
+def _profiler_state() -> Any:
+    """An object whose ``_is_profiler_enabled`` says whether a torch profiler is recording.
+
+    torch keeps that flag as a plain module attribute (``torch.autograd.profiler``), so the
+    hot path reads it in a few nanoseconds instead of calling into C++.
+    """
     from torch.autograd import profiler as _prof
 
     if hasattr(_prof, "_is_profiler_enabled"):
-        return lambda: _prof._is_profiler_enabled
-    return torch.autograd._profiler_enabled  # older torch: a C call
+        return _prof
+    return _ProfilerFlagShim()
 
 
 def _fast_record_function() -> Optional[Callable[[str], Any]]:
@@ -148,7 +156,7 @@ def _fast_record_function() -> Optional[Callable[[str], Any]]:
     return getattr(torch._C._profiler, "_RecordFunctionFast", None)
 
 
-profiler_recording: Callable[[], bool] = _profiler_flag()
+profiler_state: Any = _profiler_state()
 fast_record_function = _fast_record_function()
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._clock import EventPool, PendingTimes, _new_cuda_event
 
-Key = Tuple[str, Optional[str]]
+Key = Union[str, Tuple[str, Optional[str]]]
+_NO_MIN = 1 << 62  # larger than any duration in ns
 
 
 class Entry:
@@ -41,14 +42,14 @@ class Entry:
         self.count = 0
         self.total = 0
         self.sumsq = 0
-        self.min = 0
+        self.min = _NO_MIN  # so the hot path needs no "first call?" test
         self.max = 0
         self.errors = 0
         self.untimed = 0
 
     def _add(self, ns: int) -> None:
-        # Caller holds the registry lock.
-        if self.count == 0 or ns < self.min:
+        # Caller holds the registry lock. (Step.__exit__ inlines this for speed.)
+        if ns < self.min:
             self.min = ns
         if ns > self.max:
             self.max = ns
@@ -76,14 +77,19 @@ class Registry:
         self.pending = PendingTimes(self._fold_locked, EventPool(_new_cuda_event))
 
     # -- writing ------------------------------------------------------------------------
-    def child(self, parent: Entry, name: str, scope: Optional[str], kind: str = "step") -> Entry:
-        """The entry for step ``name`` in ``scope`` nested in ``parent`` (created if new)."""
-        key = (name, scope)
+    def child(self, parent: Entry, name: str, scope: Optional[str] = None, kind: str = "step") -> Entry:
+        """The entry for step ``name`` nested in ``parent``, in ``scope`` or else the parent's.
+
+        Children that inherit the parent's scope are keyed by name alone, those with a scope
+        of their own by ``(name, scope)``.
+        """
+        key: Key = name if scope is None else (name, scope)
         with self._lock:
             entry = parent.children.get(key)
             if entry is None:
                 path = f"{parent.path}/{name}" if parent.path else name
-                entry = Entry(name, path, scope, kind, parent, parent.depth + 1)
+                own_scope = parent.scope if scope is None else scope
+                entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1)
                 parent.children[key] = entry
             return entry
 
@@ -153,7 +159,7 @@ class Registry:
         with self._lock:
             entries = list(self._root.walk())
             snapshot = [
-                (e, e.count, e.total, e.sumsq, e.min, e.max, e.errors, e.untimed,
+                (e, e.count, e.total, e.sumsq, e.min if e.count else 0, e.max, e.errors, e.untimed,
                  sum(c.total for c in e.children.values()))
                 for e in entries
             ]

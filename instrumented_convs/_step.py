@@ -32,11 +32,14 @@ _cpu_now: Callable[[], int] = _initial_clock  # replaced by _clock.set_cpu_clock
 
 # The NVTX backend; chosen at import, replaceable with set_nvtx_backend().
 _nvtx: _ranges.NvtxBackend = _ranges.make_backend()
-_profiler_recording = _ranges.profiler_recording
+_nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
 _open_rf = _ranges.open_record_function
 
-# Frame: (entry, start, record_function handle or None, nvtx pushed, on CUDA, timed)
-Frame = Tuple[Entry, Any, Any, bool, bool, bool]
+# Frame: (entry, start time or CUDA event, clock mode, record_function handle, nvtx pushed)
+Frame = Tuple[Entry, Any, int, Any, bool]
+_CPU, _CUDA, _UNTIMED = 0, 1, 2
+_lock = registry._lock  # statistics are written under the registry's lock
+_prof = _ranges.profiler_state
 
 
 class _ThreadState(threading.local):
@@ -68,8 +71,9 @@ def _device_is_cuda(device: Any) -> Optional[bool]:
 
 def set_nvtx_backend(name: Optional[str] = None) -> str:
     """Choose the NVTX backend (``nvtx``, ``torch``, ``none``, or ``None`` for the default)."""
-    global _nvtx
+    global _nvtx, _nvtx_push, _nvtx_pop
     _nvtx = _ranges.make_backend(name)
+    _nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
     return _nvtx.name
 
 
@@ -111,62 +115,73 @@ class Step:
         if stack:
             top = stack[-1]
             parent = top[0]
-            cuda = top[4] if self.cuda is None else self.cuda
+            cuda = top[2] != _CPU if self.cuda is None else self.cuda
         else:
             parent = registry._root
             cuda = _auto_cuda() if self.cuda is None else self.cuda
-        scope = parent.scope if self.scope is None else self.scope
-        entry = parent.children.get((name, scope))
+        # Children inherit the scope: the common case looks up by name alone.
+        key = name if self.scope is None else (name, self.scope)
+        entry = parent.children.get(key)
         if entry is None:
-            entry = registry.child(parent, name, scope, self.kind)
+            entry = registry.child(parent, name, self.scope, self.kind)
         pushed = False
         rf = None
         try:
             if _config.nvtx:
-                _nvtx.push(name)
+                _nvtx_push(name)
                 pushed = True
-            if _config.record_function and _profiler_recording():
+            if _config.record_function and _prof._is_profiler_enabled:
                 rf = _open_rf(name)
-            if cuda:
-                if torch.cuda.is_current_stream_capturing():
-                    stack.append((entry, None, rf, pushed, True, False))
-                    return self
+            if not cuda:
+                stack.append((entry, _cpu_now(), _CPU, rf, pushed))  # clock last
+            elif torch.cuda.is_current_stream_capturing():
+                stack.append((entry, None, _UNTIMED, rf, pushed))
+            else:
                 start = registry.pending.pool.get()
                 start.record()
-                stack.append((entry, start, rf, pushed, True, True))
-            else:
-                stack.append((entry, _cpu_now(), rf, pushed, False, True))
+                stack.append((entry, start, _CUDA, rf, pushed))
         except BaseException:
             if rf is not None:
                 rf.__exit__(None, None, None)
             if pushed:
-                _nvtx.pop()
+                _nvtx_pop()
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        frame = _tls.stack[-1]
-        if frame[4]:  # CUDA
+        stack = _tls.stack
+        if stack[-1][2] == _CPU:
+            t1 = _cpu_now()  # clock first
+            entry, t0, mode, rf, pushed = stack.pop()
             end = None
-            if frame[5]:
+        else:
+            entry, t0, mode, rf, pushed = stack.pop()
+            end = None
+            if mode == _CUDA:
                 end = registry.pending.pool.get()
                 end.record()
-        else:
-            t1 = _cpu_now()
-        _tls.stack.pop()
-        entry, start, rf, pushed, cuda, timed = frame
         try:
             if rf is not None:
                 rf.__exit__(None, None, None)
         finally:
             if pushed:
-                _nvtx.pop()
-            if not timed:
-                registry.record_untimed(entry)
-            elif cuda:
-                registry.record_pending(entry, start, end, exc_type is not None)
+                _nvtx_pop()
+            if mode == _CPU:
+                d = t1 - t0
+                with _lock:
+                    entry.count += 1
+                    entry.total += d
+                    entry.sumsq += d * d
+                    if d < entry.min:
+                        entry.min = d
+                    if d > entry.max:
+                        entry.max = d
+                    if exc_type is not None:
+                        entry.errors += 1
+            elif mode == _CUDA:
+                registry.record_pending(entry, t0, end, exc_type is not None)
             else:
-                registry.record(entry, t1 - start, exc_type is not None)
+                registry.record_untimed(entry)
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""

@@ -117,7 +117,9 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
         def broken(name):
             raise RuntimeError("profiler failure")
         _step._open_rf = broken
-        _step._profiler_recording = lambda: True
+        class Recording:
+            _is_profiler_enabled = True
+        _step._prof = Recording()
         try:
             with step("x"):
                 pass
@@ -129,3 +131,22 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
     """)
     assert nc.ranges(events) == [(1, "x")]
     assert nc.balanced(events)
+
+
+def test_backend_can_be_switched_off_and_back(injection, tmp_path):
+    _, events = _run(injection, tmp_path, """
+        assert ic.set_nvtx_backend("none") == "none"
+        with step("silent"):
+            pass
+        assert ic.set_nvtx_backend() == "nvtx"
+        with step("loud"):
+            pass
+        try:
+            ic.set_nvtx_backend("bogus")
+        except ValueError:
+            pass
+        else:
+            raise SystemExit("expected ValueError")
+        assert ic.registry.summary()["silent"].count == 1
+    """)
+    assert nc.ranges(events) == [(1, "loud")]

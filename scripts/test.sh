@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up the pinned environments (once per machine) and run every check CI runs:
+#   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3);
+#   2. the Sphinx docs, warnings as errors;
+#   3. a smoke run of the step-cost benchmark;
+#   4. the core and DGL tests in the newest-DGL environment (torch 2.2.1, dgl 2.1.0).
+# Usage: bash scripts/test.sh [extra pytest args]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+
+main=$(bash scripts/env.sh main)
+echo "== main environment: $main"
+"$main/bin/python" -c 'import torch, torch_geometric, dgl, nvtx; print("torch", torch.__version__, "| pyg", torch_geometric.__version__, "| dgl", dgl.__version__, "| nvtx", nvtx.__version__ if hasattr(nvtx, "__version__") else "?")'
+"$main/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
+
+echo "== docs (sphinx -W)"
+rm -rf docs/_build
+"$main/bin/python" -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+echo "== benchmark smoke run"
+"$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
+
+dgl2=$(bash scripts/env.sh dgl2)
+echo "== newest-DGL environment: $dgl2"
+"$dgl2/bin/python" -c 'import torch, dgl; print("torch", torch.__version__, "| dgl", dgl.__version__)'
+"$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
+  tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
+  $(ls tests/test_dgl*.py 2>/dev/null) "$@"
