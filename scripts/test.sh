@@ -10,6 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
+export DGLBACKEND=pytorch
 
 main=$(bash scripts/env.sh main)
 echo "== main environment: $main"
