@@ -16,6 +16,7 @@ propagate unchanged and leave both stacks balanced.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
@@ -50,6 +51,25 @@ class _ThreadState(threading.local):
 
 
 _tls = _ThreadState()
+
+
+def _compiling_probe() -> Callable[[], bool]:
+    """The cheapest "is Dynamo tracing this code?" function of this torch version.
+
+    Dynamo turns the call into the constant ``True`` while tracing; eagerly it returns
+    ``False``. Steps return a no-op under tracing: Dynamo cannot trace their bookkeeping
+    (older versions fail with an internal error instead of breaking the graph).
+    """
+    try:
+        from torch._dynamo.external_utils import is_compiling
+
+        return is_compiling
+    except ImportError:  # pragma: no cover - very old torch
+        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        return fn if fn is not None else (lambda: False)
+
+
+_is_compiling = _compiling_probe()
 _cuda_seen = False  # becomes True once CUDA is initialised in this process
 
 
@@ -189,7 +209,7 @@ class Step:
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not _config.enabled:
+            if not _config.enabled or _is_compiling():
                 return fn(*args, **kwargs)
             s = Step.__new__(Step)
             s.name, s.scope, s.cuda, s.kind = name, scope, cuda, kind
@@ -225,22 +245,29 @@ _NULL_CACHE: dict = {}
 _STEP_CACHE: dict = {}
 
 
+def _null(name: str) -> _NullStep:
+    null = _NULL_CACHE.get(name)
+    if null is None:
+        if len(_NULL_CACHE) > 4096:
+            _NULL_CACHE.clear()
+        null = _NULL_CACHE[name] = _NullStep(name, None, None, "step")
+    return null
+
+
 def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union[Step, _NullStep]:
     """A step named ``name``: a context manager and a decorator (see :class:`Step`).
 
     ``scope`` names the layer instance the step belongs to (children inherit it) and
     ``device`` the device its work runs on (children inherit it; ``None`` at the top level
-    means "CUDA events once CUDA is initialised, else the CPU clock").
+    means "CUDA events once CUDA is initialised, else the CPU clock"). While disabled, or
+    while ``torch.compile`` traces the code, it returns a no-op.
     """
     if not _config.enabled:
         if scope is None and device is None:
-            null = _NULL_CACHE.get(name)
-            if null is None:
-                if len(_NULL_CACHE) > 4096:
-                    _NULL_CACHE.clear()
-                null = _NULL_CACHE[name] = _NullStep(name, None, None, "step")
-            return null
+            return _null(name)
         return _NullStep(name, scope, device, "step")
+    if _is_compiling():
+        return contextlib.nullcontext()  # type: ignore[return-value]
     if scope is None and device is None:
         s = _STEP_CACHE.get(name)
         if s is None:
@@ -253,6 +280,8 @@ def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union
 
 def region(name: str, *, device: Any = None) -> Union[Step, _NullStep]:
     """A step meant for user code (an epoch phase such as ``forward`` or ``loss``)."""
+    if _is_compiling():
+        return contextlib.nullcontext()  # type: ignore[return-value]
     if not _config.enabled:
         return _NullStep(name, None, device, "region")
     return Step(name, None, device, "region")

@@ -313,14 +313,32 @@ def test_record_function_switch_off_keeps_labels_out_of_the_profiler():
     assert registry.summary()["hidden"].count == 1
 
 
-def test_torch_compile_of_a_function_with_steps_runs_and_matches():
+def test_torch_compile_traces_through_steps_without_graph_breaks():
     import torch
 
     def f(x):
-        with step("inside"):
-            return torch.sin(x) * 2
+        with region("r"):
+            with step("inside"):
+                y = torch.sin(x) * 2
+            with step("inside2"):
+                return y + 1
 
     x = torch.randn(16)
+    explanation = torch._dynamo.explain(f)(x)
+    assert explanation.graph_count == 1 and explanation.graph_break_count == 0
     compiled = torch.compile(f, backend="eager")
     assert torch.allclose(compiled(x), f(x))
     assert _step.depth() == 0
+    # steps inside compiled code are not recorded; the eager call above recorded them
+    assert registry.summary()["r/inside"].count == 1
+
+
+def test_decorated_function_compiles_without_graph_breaks():
+    import torch
+
+    @step("decorated")
+    def g(x):
+        return x.cos() + 1
+
+    explanation = torch._dynamo.explain(g)(torch.ones(4))
+    assert explanation.graph_break_count == 0
