@@ -11,8 +11,9 @@ from typing import Iterator, Optional
 
 from . import _config
 from ._clock import set_cpu_clock
+from ._layers import name_layers
 from ._registry import Entry, Registry, registry
-from ._step import Step, current_path, nvtx_backend, region, set_nvtx_backend, step
+from ._step import Step, current_path, instrumenting, nvtx_backend, region, set_nvtx_backend, step
 from .report import Row, Summary, TableRenderer
 
 __version__ = "0.1.0"
@@ -33,6 +34,8 @@ __all__ = [
     "summary",
     "reset",
     "current_path",
+    "instrumenting",
+    "name_layers",
     "nvtx_backend",
     "set_nvtx_backend",
     "set_cpu_clock",

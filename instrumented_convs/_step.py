@@ -89,6 +89,14 @@ def _device_is_cuda(device: Any) -> Optional[bool]:
     return torch.device(device).type == "cuda"
 
 
+def instrumenting() -> bool:
+    """Whether steps record right now: enabled, and not inside a ``torch.compile`` trace.
+
+    Layers check it once per forward and run the stock code when it is False.
+    """
+    return _config.enabled and not _is_compiling()
+
+
 def set_nvtx_backend(name: Optional[str] = None) -> str:
     """Choose the NVTX backend (``nvtx``, ``torch``, ``none``, or ``None`` for the default)."""
     global _nvtx, _nvtx_push, _nvtx_pop

@@ -150,3 +150,39 @@ def test_backend_can_be_switched_off_and_back(injection, tmp_path):
         assert ic.registry.summary()["silent"].count == 1
     """)
     assert nc.ranges(events) == [(1, "loud")]
+
+
+def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
+    pytest.importorskip("torch_geometric")
+    _, events = _run(injection, tmp_path, """
+        import torch
+        from instrumented_convs.pyg import GCNConv
+        from torch_geometric.typing import WITH_TORCH_SPARSE
+        conv = GCNConv(4, 3)
+        x = torch.randn(6, 4)
+        ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+        conv(x, ei)
+        if WITH_TORCH_SPARSE:
+            from torch_sparse import SparseTensor
+            conv(x, SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(6, 6)))
+        try:
+            conv(torch.randn(6, 5), ei)  # wrong feature size
+        except RuntimeError:
+            pass
+        else:
+            raise SystemExit("expected a RuntimeError")
+    """)
+    names = nc.ranges(events)
+    edge_index_forward = [
+        (1, "GCNConv"), (2, "gcn_norm"), (3, "add_remaining_self_loops"), (3, "degree"),
+        (3, "normalize"), (2, "lin"), (2, "propagate"), (3, "message"), (3, "aggregate"), (2, "bias"),
+    ]
+    assert names[:10] == edge_index_forward
+    sparse_forward = [
+        (1, "GCNConv"), (2, "gcn_norm"), (3, "fill_value"), (3, "fill_diag"), (3, "degree"),
+        (3, "normalize"), (2, "lin"), (2, "propagate"), (3, "message_and_aggregate"), (2, "bias"),
+    ]
+    assert names[10:20] == sparse_forward
+    # the failing call opened its ranges up to lin, where the matmul raised, and closed them
+    assert names[20:] == edge_index_forward[:6]
+    assert nc.balanced(events)

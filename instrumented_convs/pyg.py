@@ -1,0 +1,261 @@
+"""PyTorch Geometric layers with every internal step timed: ``GCNConv`` and ``gcn_norm``.
+
+``from instrumented_convs.pyg import GCNConv`` instead of ``from torch_geometric.nn import
+GCNConv``; nothing else changes. The class is a subclass of the stock layer, with the same
+constructor, parameters, ``state_dict``, ``repr`` and outputs. Its ``forward`` is
+upstream's ``GCNConv.forward`` (PyG 2.8) with steps around each part, calling upstream's
+own functions (``add_remaining_self_loops``, ``scatter``, ``torch_sparse``...). The steps of
+one forward, nested as they run::
+
+    GCNConv
+      gcn_norm                       (absent on a cache hit: upstream does no work then)
+        add_remaining_self_loops     edge_index input
+        fill_value, fill_diag        torch_sparse.SparseTensor input (fill_value only if it has no values)
+        add_self_loops, to_edge_index  torch.sparse COO/CSR input
+        degree                       the (weighted) in-degree: scatter / torch_sparse.sum
+        normalize                    deg^-1/2, inf -> 0, and the edge-weight products
+      lin                            the dense transform x @ W (the seeds' "mul")
+      propagate                      MessagePassing.propagate (PyG's generated code)
+        message, aggregate           edge_index input
+        message_and_aggregate        sparse input: PyG's fused spmm path
+      bias
+
+While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
+runs the stock layer's code.
+"""
+from typing import Any, Dict, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import GCNConv as _StockGCNConv
+from torch_geometric.typing import Adj, OptTensor, SparseTensor, torch_sparse
+from torch_geometric.utils import add_remaining_self_loops
+from torch_geometric.utils import add_self_loops as add_self_loops_fn
+from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
+from torch_geometric.utils.num_nodes import maybe_num_nodes
+from torch_geometric.utils.sparse import set_sparse_value
+
+from ._layers import instance_scope
+from ._step import instrumenting, step
+
+__all__ = ["GCNConv", "gcn_norm"]
+
+
+def gcn_norm(
+    edge_index: Adj,
+    edge_weight: OptTensor = None,
+    num_nodes: Optional[int] = None,
+    improved: bool = False,
+    add_self_loops: bool = True,
+    flow: str = "source_to_target",
+    dtype: Optional[torch.dtype] = None,
+) -> Any:
+    """Upstream ``torch_geometric.nn.conv.gcn_conv.gcn_norm``, with a step per part."""
+    fill_value = 2. if improved else 1.
+
+    if isinstance(edge_index, SparseTensor):
+        assert edge_index.size(0) == edge_index.size(1)
+
+        adj_t = edge_index
+
+        if not adj_t.has_value():
+            with step("fill_value"):
+                adj_t = adj_t.fill_value(1., dtype=dtype)
+        if add_self_loops:
+            with step("fill_diag"):
+                adj_t = torch_sparse.fill_diag(adj_t, fill_value)
+
+        with step("degree"):
+            deg = torch_sparse.sum(adj_t, dim=1)
+        with step("normalize"):
+            deg_inv_sqrt = deg.pow_(-0.5)
+            deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0.)
+            adj_t = torch_sparse.mul(adj_t, deg_inv_sqrt.view(-1, 1))
+            adj_t = torch_sparse.mul(adj_t, deg_inv_sqrt.view(1, -1))
+
+        return adj_t
+
+    if is_torch_sparse_tensor(edge_index):
+        assert edge_index.size(0) == edge_index.size(1)
+
+        if edge_index.layout == torch.sparse_csc:
+            raise NotImplementedError("Sparse CSC matrices are not yet "
+                                      "supported in 'gcn_norm'")
+
+        adj_t = edge_index
+        if add_self_loops:
+            with step("add_self_loops"):
+                adj_t, _ = add_self_loops_fn(adj_t, None, fill_value, num_nodes)
+
+        with step("to_edge_index"):
+            edge_index, value = to_edge_index(adj_t)
+        col, row = edge_index[0], edge_index[1]
+
+        with step("degree"):
+            deg = scatter(value, col, 0, dim_size=num_nodes, reduce='sum')
+        with step("normalize"):
+            deg_inv_sqrt = deg.pow_(-0.5)
+            deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0)
+            value = deg_inv_sqrt[row] * value * deg_inv_sqrt[col]
+            out = set_sparse_value(adj_t, value)
+
+        return out, None
+
+    assert flow in ['source_to_target', 'target_to_source']
+    num_nodes = maybe_num_nodes(edge_index, num_nodes)
+
+    if add_self_loops:
+        with step("add_remaining_self_loops"):
+            edge_index, edge_weight = add_remaining_self_loops(
+                edge_index, edge_weight, fill_value, num_nodes)
+
+    with step("degree"):
+        if edge_weight is None:
+            edge_weight = torch.ones((edge_index.size(1), ), dtype=dtype,
+                                     device=edge_index.device)
+
+        row, col = edge_index[0], edge_index[1]
+        idx = col if flow == 'source_to_target' else row
+        deg = scatter(edge_weight, idx, dim=0, dim_size=num_nodes, reduce='sum')
+    with step("normalize"):
+        deg_inv_sqrt = deg.pow_(-0.5)
+        deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0)
+        edge_weight = deg_inv_sqrt[row] * edge_weight * deg_inv_sqrt[col]
+
+    return edge_index, edge_weight
+
+
+class GCNConv(_StockGCNConv):
+    """``torch_geometric.nn.GCNConv`` with its internal steps timed (a true drop-in)."""
+
+    # PyG generates ``propagate`` from this class's *source*: it finds the call
+    # ``self.propagate(...)`` after stripping comments with a regex that also eats the rest
+    # of any line holding a hash sign. So: no hash sign inside strings of this class.
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        improved: bool = False,
+        cached: bool = False,
+        add_self_loops: Optional[bool] = None,
+        normalize: bool = True,
+        bias: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        """Same arguments as the stock layer; the instance gets its own default scope."""
+        self._ic_kwargs: Dict[str, Any] = dict(kwargs)
+        super().__init__(in_channels, out_channels, improved=improved, cached=cached,
+                         add_self_loops=add_self_loops, normalize=normalize, bias=bias,
+                         **kwargs)
+        self._ic_scope = instance_scope("GCNConv")
+
+    def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
+        """The stock forward, with the steps of the module docstring recorded."""
+        if not instrumenting() or not isinstance(x, Tensor):
+            return super().forward(x, edge_index, edge_weight)
+        with step("GCNConv", scope=self._ic_scope, device=x.device):
+            if self.normalize:
+                if isinstance(edge_index, Tensor):
+                    cache = self._cached_edge_index
+                    if cache is None:
+                        with step("gcn_norm"):
+                            edge_index, edge_weight = gcn_norm(  # yapf: disable
+                                edge_index, edge_weight, x.size(self.node_dim),
+                                self.improved, self.add_self_loops, self.flow, x.dtype)
+                        if self.cached:
+                            self._cached_edge_index = (edge_index, edge_weight)
+                    else:
+                        edge_index, edge_weight = cache[0], cache[1]
+
+                elif isinstance(edge_index, SparseTensor):
+                    cache = self._cached_adj_t
+                    if cache is None:
+                        with step("gcn_norm"):
+                            edge_index = gcn_norm(  # yapf: disable
+                                edge_index, edge_weight, x.size(self.node_dim),
+                                self.improved, self.add_self_loops, self.flow, x.dtype)
+                        if self.cached:
+                            self._cached_adj_t = edge_index
+                    else:
+                        edge_index = cache
+
+            with step("lin"):
+                x = self.lin(x)
+
+            with step("propagate"):
+                out = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+
+            if self.bias is not None:
+                with step("bias"):
+                    out = out + self.bias
+
+            return out
+
+    # PyG reads the argument names of these three to generate ``propagate``: they must stay
+    # exactly upstream's (no *args/**kwargs wrappers).
+    def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
+        """Upstream ``message`` inside a ``message`` step."""
+        with step("message"):
+            return super().message(x_j, edge_weight)
+
+    def aggregate(
+        self,
+        inputs: Tensor,
+        index: Tensor,
+        ptr: Optional[Tensor] = None,
+        dim_size: Optional[int] = None,
+    ) -> Tensor:
+        """Upstream ``aggregate`` inside an ``aggregate`` step."""
+        with step("aggregate"):
+            return super().aggregate(inputs, index, ptr, dim_size)
+
+    def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
+        """Upstream fused ``message_and_aggregate`` (sparse input) inside a step."""
+        with step("message_and_aggregate"):
+            return super().message_and_aggregate(adj_t, x)
+
+    # -- interoperability ---------------------------------------------------------------
+    def to_stock(self) -> _StockGCNConv:
+        """A stock ``torch_geometric.nn.GCNConv`` sharing this layer's parameters and cache."""
+        stock = _StockGCNConv(
+            self.in_channels, self.out_channels, improved=self.improved, cached=self.cached,
+            add_self_loops=self.add_self_loops, normalize=self.normalize,
+            bias=self.bias is not None, **self._ic_kwargs)
+        stock.lin = self.lin
+        if self.bias is not None:
+            stock.bias = self.bias
+        stock._cached_edge_index = self._cached_edge_index
+        stock._cached_adj_t = self._cached_adj_t
+        stock.train(self.training)
+        return stock
+
+    @classmethod
+    def from_stock(cls, layer: _StockGCNConv) -> "GCNConv":
+        """An instrumented layer sharing the parameters of a stock ``GCNConv``."""
+        kwargs = {"aggr": layer.aggr, "flow": layer.flow, "node_dim": layer.node_dim}
+        if layer.decomposed_layers != 1:
+            kwargs["decomposed_layers"] = layer.decomposed_layers
+        ours = cls(layer.in_channels, layer.out_channels, improved=layer.improved,
+                   cached=layer.cached, add_self_loops=layer.add_self_loops,
+                   normalize=layer.normalize, bias=layer.bias is not None, **kwargs)
+        ours.lin = layer.lin
+        if layer.bias is not None:
+            ours.bias = layer.bias
+        ours._cached_edge_index = layer._cached_edge_index
+        ours._cached_adj_t = layer._cached_adj_t
+        ours.train(layer.training)
+        return ours
+
+    def __prepare_scriptable__(self) -> _StockGCNConv:
+        """``torch.jit.script`` compiles the stock layer (sharing parameters) instead.
+
+        TorchScript cannot compile the instrumentation, so a scripted model runs the stock
+        ``torch_geometric.nn.GCNConv`` code and records no steps; a warning says so.
+        """
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "torch.jit.script: instrumented_convs.pyg.GCNConv is replaced by the stock "
+            "torch_geometric.nn.GCNConv (same parameters); the scripted model records no steps")
+        return self.to_stock()

@@ -1,0 +1,403 @@
+"""instrumented_convs.pyg.GCNConv against the real torch_geometric.nn.GCNConv."""
+from __future__ import annotations
+
+import itertools
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("torch_geometric")
+from torch_geometric.nn import GCNConv as Stock  # noqa: E402
+from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
+
+import instrumented_convs as ic  # noqa: E402
+from instrumented_convs import _step, disabled, region, registry  # noqa: E402
+from instrumented_convs.pyg import GCNConv  # noqa: E402
+
+N, FIN, FOUT = 12, 6, 5
+KINDS = ["edge_index", "sparse_tensor", "torch_coo", "torch_csr"]
+
+
+def _graph(dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, N - 1, (2, 40), generator=g)  # node N-1 stays isolated
+    ei[:, 0] = torch.tensor([3, 3])  # one existing self-loop
+    ew = (torch.rand(40, generator=g) + 0.1).to(dtype)
+    x = torch.randn(N, FIN, generator=g).to(dtype)
+    return x, ei, ew
+
+
+def _adjacency(kind, ei, ew, weighted):
+    """(adjacency argument, edge_weight argument) for the input kind."""
+    if kind == "edge_index":
+        return ei, (ew if weighted else None)
+    if kind == "sparse_tensor":
+        if not WITH_TORCH_SPARSE:
+            pytest.skip("torch-sparse not installed")
+        return SparseTensor(row=ei[1], col=ei[0], value=ew if weighted else None, sparse_sizes=(N, N)), None
+    # torch.sparse: coalesce() has no derivative, so its values carry no gradient
+    values = ew.detach() if weighted else torch.ones_like(ew).detach()
+    coo = torch.sparse_coo_tensor(ei.flip(0), values, (N, N)).coalesce()
+    return (coo if kind == "torch_coo" else coo.to_sparse_csr()), None
+
+
+def _pair(seed=0, **opts):
+    torch.manual_seed(seed)
+    stock = Stock(FIN, FOUT, **opts)
+    ours = GCNConv(FIN, FOUT, **opts)
+    ours.load_state_dict(stock.state_dict())
+    return stock, ours
+
+
+def _outcome(fn):
+    try:
+        return fn(), None
+    except Exception as exc:  # compared below: same type and message as the stock layer
+        return None, exc
+
+
+def _assert_same_failure(stock_exc, ours_exc):
+    assert ours_exc is not None, f"stock raised {stock_exc!r}, ours did not"
+    assert type(ours_exc) is type(stock_exc)
+    assert str(ours_exc) == str(stock_exc)
+
+
+def _run(layer, x, adj, w, calls):
+    outs = [layer(x, adj, w) for _ in range(calls)]
+    return outs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("loops_norm", [(None, True), (False, True), (None, False)])
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("improved", [False, True])
+def test_outputs_and_gradients_match_stock(kind, flow, weighted, bias, loops_norm, cached, improved):
+    add_self_loops, normalize = loops_norm
+    opts = dict(improved=improved, cached=cached, add_self_loops=add_self_loops,
+                normalize=normalize, bias=bias, flow=flow)
+    stock, ours = _pair(**opts)
+    x0, ei, ew0 = _graph()
+    results = []
+    for layer in (stock, ours):
+        x = x0.clone().requires_grad_()
+        ew = ew0.clone().requires_grad_()
+        adj, w = _adjacency(kind, ei, ew, weighted)
+        def forward_backward():
+            outs = _run(layer, x, adj, w, 2 if cached else 1)
+            sum(o.pow(2).sum() for o in outs).backward()
+            return outs
+
+        outs, exc = _outcome(forward_backward)
+        grads = [x.grad, ew.grad] + [p.grad for p in layer.parameters()]
+        results.append((outs, exc, grads))
+    (s_out, s_exc, s_grads), (o_out, o_exc, o_grads) = results
+    if s_exc is not None:
+        _assert_same_failure(s_exc, o_exc)
+        assert _step.depth() == 0
+        return
+    assert o_exc is None, o_exc
+    for a, b in zip(s_out, o_out):
+        torch.testing.assert_close(b, a)
+    for a, b in zip(s_grads, o_grads):
+        if a is None:
+            assert b is None
+        else:
+            torch.testing.assert_close(b, a)
+
+
+def test_self_loops_without_normalization_is_refused_alike():
+    with pytest.raises(ValueError) as stock_err:
+        Stock(FIN, FOUT, add_self_loops=True, normalize=False)
+    with pytest.raises(ValueError) as ours_err:
+        GCNConv(FIN, FOUT, add_self_loops=True, normalize=False)
+    assert str(ours_err.value) == str(stock_err.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_other_dtypes_behave_like_stock(kind, dtype):
+    stock, ours = _pair()
+    stock, ours = stock.to(dtype), ours.to(dtype)
+    x, ei, ew = _graph(dtype)
+    adj, w = _adjacency(kind, ei, ew, True)
+    s, s_exc = _outcome(lambda: stock(x, adj, w))
+    o, o_exc = _outcome(lambda: ours(x, adj, w))
+    if s_exc is not None:
+        _assert_same_failure(s_exc, o_exc)
+    else:
+        assert o_exc is None, o_exc
+        assert o.dtype == s.dtype == dtype
+        torch.testing.assert_close(o, s)
+
+
+def test_is_a_stock_layer_with_the_same_parameters_repr_and_state_dict():
+    torch.manual_seed(3)
+    stock = Stock(FIN, FOUT, improved=True, cached=True)
+    torch.manual_seed(3)
+    ours = GCNConv(FIN, FOUT, improved=True, cached=True)
+    assert isinstance(ours, Stock)
+    assert repr(ours) == repr(stock)
+    assert list(ours.state_dict()) == list(stock.state_dict())
+    for (na, a), (nb, b) in zip(stock.named_parameters(), ours.named_parameters()):
+        assert na == nb and torch.equal(a, b)
+    assert [n for n, _ in ours.named_buffers()] == [n for n, _ in stock.named_buffers()]
+    # weights move both ways
+    torch.manual_seed(4)
+    other = Stock(FIN, FOUT, improved=True, cached=True)
+    ours.load_state_dict(other.state_dict(), strict=True)
+    assert torch.equal(ours.lin.weight, other.lin.weight)
+    stock.load_state_dict(ours.state_dict(), strict=True)
+    assert torch.equal(stock.bias, other.bias)
+    # reset_parameters consumes the RNG alike and clears the cache
+    torch.manual_seed(5)
+    stock.reset_parameters()
+    torch.manual_seed(5)
+    ours._cached_edge_index = (torch.zeros(1), None)
+    ours.reset_parameters()
+    assert torch.equal(ours.lin.weight, stock.lin.weight)
+    assert ours._cached_edge_index is None
+
+
+def test_pyg_generated_propagate_is_kept():
+    layer = GCNConv(FIN, FOUT)
+    # PyG compiles a class-specific propagate from a template; losing it would cost speed
+    assert layer.propagate.__module__.endswith("GCNConv_propagate")
+    assert layer.propagate.__module__.startswith("instrumented_convs.pyg")
+
+
+class Net(torch.nn.Module):
+    """The seeds' 3-layer GCN."""
+
+    def __init__(self, conv_cls, cached=False):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([
+            conv_cls(FIN, 16, cached=cached), conv_cls(16, 16, cached=cached), conv_cls(16, 3, cached=cached)
+        ])
+
+    def forward(self, x, adj):
+        for conv in self.convs[:-1]:
+            x = F.relu(conv(x, adj))
+        return F.log_softmax(self.convs[-1](x, adj), dim=-1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_three_layer_model_trains_to_identical_losses(kind):
+    x, ei, ew = _graph()
+    adj, _ = _adjacency(kind, ei, ew, False)
+    y = torch.arange(N) % 3
+    losses = []
+    for conv_cls in (Stock, GCNConv):
+        torch.manual_seed(0)
+        model = Net(conv_cls)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        trace = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = F.nll_loss(model(x, adj), y)
+            loss.backward()
+            opt.step()
+            trace.append(loss.item())
+        losses.append(trace)
+    assert losses[0] == losses[1]
+
+
+EDGE_INDEX_STEPS = [
+    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_remaining_self_loops",
+    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
+    "GCNConv/propagate", "GCNConv/propagate/message", "GCNConv/propagate/aggregate", "GCNConv/bias",
+]
+SPARSE_TENSOR_STEPS = [
+    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/fill_value", "GCNConv/gcn_norm/fill_diag",
+    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
+    "GCNConv/propagate", "GCNConv/propagate/message_and_aggregate", "GCNConv/bias",
+]
+TORCH_SPARSE_STEPS = [
+    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_self_loops", "GCNConv/gcn_norm/to_edge_index",
+    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
+    "GCNConv/propagate", "GCNConv/propagate/message_and_aggregate", "GCNConv/bias",
+]
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("edge_index", EDGE_INDEX_STEPS), ("sparse_tensor", SPARSE_TENSOR_STEPS),
+    ("torch_coo", TORCH_SPARSE_STEPS), ("torch_csr", TORCH_SPARSE_STEPS),
+])
+def test_steps_of_a_three_layer_model(kind, expected):
+    x, ei, ew = _graph()
+    adj, _ = _adjacency(kind, ei, ew, False)
+    model = Net(GCNConv)
+    k = 4
+    for _ in range(k):
+        model(x, adj)
+    s = registry.summary()
+    assert [r.name for r in s] == expected
+    assert all(r.count == 3 * k for r in s), [(r.name, r.count) for r in s]
+    # the layer's time is split into its steps: self times are small but not negative
+    assert all(r.self_time >= 0 for r in s)
+    assert sum(r.fraction for r in s.children(None)) == pytest.approx(1.0)
+    by_layer = registry.summary(by="layer")
+    scopes = {r.scope for r in by_layer}
+    assert len(scopes) == 3 and all(sc.startswith("GCNConv#") for sc in scopes)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cache_hits_record_no_gcn_norm(kind):
+    x, ei, ew = _graph()
+    adj, _ = _adjacency(kind, ei, ew, False)
+    model = Net(GCNConv, cached=True)
+    with region("forward"):
+        model(x, adj)
+    for _ in range(3):
+        with region("forward"):
+            model(x, adj)
+    s = registry.summary()
+    assert s["forward/GCNConv"].count == 12
+    assert s["forward/GCNConv/gcn_norm"].count == 3  # first call of each layer only
+    assert s["forward/GCNConv/lin"].count == 12
+
+
+def test_name_layers_uses_module_paths():
+    x, ei, _ = _graph()
+    model = Net(GCNConv)
+    ic.name_layers(model)
+    model(x, ei)
+    scopes = [r.scope for r in registry.summary(by="layer") if r.step == "GCNConv"]
+    assert scopes == ["convs.0", "convs.1", "convs.2"]
+
+
+def test_disabled_runs_the_stock_code(monkeypatch):
+    import instrumented_convs.pyg as ipyg
+
+    def fail(*a, **k):
+        raise AssertionError("instrumented gcn_norm used while disabled")
+
+    monkeypatch.setattr(ipyg, "gcn_norm", fail)
+    stock, ours = _pair()
+    x, ei, ew = _graph()
+    with disabled():
+        torch.testing.assert_close(ours(x, ei, ew), stock(x, ei, ew))
+    assert len(registry.summary()) == 0
+    with pytest.raises(AssertionError, match="while disabled"):
+        ours(x, ei, ew)
+    assert _step.depth() == 0
+
+
+@pytest.mark.parametrize("case", ["tuple_features", "wrong_feature_size", "index_out_of_range", "bad_edge_index_shape"])
+@pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])
+def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case, kind):
+    stock, ours = _pair()
+    x, ei, ew = _graph()
+    if case == "tuple_features":
+        x = (x, x)
+    elif case == "wrong_feature_size":
+        x = torch.randn(N, FIN + 1)
+    elif case == "index_out_of_range":
+        ei = ei.clone()
+        ei[0, 5] = N + 7
+        if kind == "sparse_tensor":
+            pytest.skip("a SparseTensor cannot hold an out-of-range index")
+    elif case == "bad_edge_index_shape":
+        ei = ei[0]
+        if kind == "sparse_tensor":
+            pytest.skip("not an edge_index")
+    adj, w = (ei, ew) if kind == "edge_index" else _adjacency(kind, ei, ew, True)
+    _, s_exc = _outcome(lambda: stock(x, adj, w))
+    _, o_exc = _outcome(lambda: ours(x, adj, w))
+    assert s_exc is not None
+    assert o_exc is not None and type(o_exc) is type(s_exc)
+    assert _step.depth() == 0
+    # the next forward is recorded normally
+    registry.reset()
+    x2, ei2, ew2 = _graph()
+    ours(x2, ei2, ew2)
+    assert registry.summary()["GCNConv/lin"].count == 1 and registry.summary()["GCNConv"].errors == 0
+
+
+def test_torch_compile_matches_and_breaks_no_more_graphs_than_stock():
+    x, ei, _ = _graph()
+    torch.manual_seed(0)
+    stock_model = Net(Stock)
+    torch.manual_seed(0)
+    ours_model = Net(GCNConv)
+    ours_model.load_state_dict(stock_model.state_dict())
+    torch._dynamo.reset()
+    stock_expl = torch._dynamo.explain(stock_model)(x, ei)
+    torch._dynamo.reset()
+    ours_expl = torch._dynamo.explain(ours_model)(x, ei)
+    assert ours_expl.graph_break_count == stock_expl.graph_break_count
+    assert ours_expl.graph_count == stock_expl.graph_count
+    torch._dynamo.reset()
+    compiled = torch.compile(ours_model, backend="aot_eager")
+    torch.testing.assert_close(compiled(x, ei), stock_model(x, ei))
+    assert _step.depth() == 0
+
+
+class ScriptableNet(torch.nn.Module):
+    """Two layers as attributes (TorchScript cannot script the ModuleList slice of Net)."""
+
+    def __init__(self, conv_cls):
+        super().__init__()
+        self.conv1 = conv_cls(FIN, 16)
+        self.conv2 = conv_cls(16, 3)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def test_torch_jit_script_compiles_the_stock_layer_sharing_parameters(caplog):
+    x, ei, _ = _graph()
+    torch.manual_seed(0)
+    model = ScriptableNet(GCNConv)
+    with caplog.at_level(logging.WARNING, logger="instrumented_convs.pyg"):
+        scripted = torch.jit.script(model)
+    assert any("torch.jit.script" in r.message for r in caplog.records)
+    torch.testing.assert_close(scripted(x, ei), model(x, ei))
+    with torch.no_grad():
+        model.conv1.lin.weight.mul_(2)
+    torch.testing.assert_close(scripted(x, ei), model(x, ei))
+    registry.reset()
+    scripted(x, ei)
+    assert len(registry.summary()) == 0  # the scripted model runs stock code
+
+
+def test_to_stock_and_from_stock_share_parameters():
+    stock, _ = _pair(improved=True)
+    ours = GCNConv.from_stock(stock)
+    assert ours.lin.weight is stock.lin.weight and ours.bias is stock.bias and ours.improved
+    back = ours.to_stock()
+    assert type(back) is Stock and back.lin.weight is stock.lin.weight
+    x, ei, ew = _graph()
+    torch.testing.assert_close(ours(x, ei, ew), stock(x, ei, ew))
+    torch.testing.assert_close(back(x, ei, ew), stock(x, ei, ew))
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_equivalence_and_event_timing(kind):
+    stock, ours = _pair()
+    stock, ours = stock.cuda(), ours.cuda()
+    x, ei, ew = _graph()
+    x, ei, ew = x.cuda(), ei.cuda(), ew.cuda()
+    adj, w = _adjacency(kind, ei, ew, True)
+    if kind == "sparse_tensor":
+        adj = adj.cuda()
+    torch.testing.assert_close(ours(x, adj, w), stock(x, adj, w))
+    assert len(registry.pending) > 0  # CUDA events, not the CPU clock
+    s = registry.summary()
+    assert s["GCNConv/lin"].count == 1 and s["GCNConv"].total > 0
+
+
+def test_option_matrix_is_complete():
+    # guard against the matrix above silently shrinking
+    combos = list(itertools.product([False, True], [False, True], [(None, True), (False, True), (None, False)],
+                                    [True, False], [False, True], ["source_to_target", "target_to_source"], KINDS))
+    assert len(combos) == 384
