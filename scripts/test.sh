@@ -14,7 +14,12 @@ export DGLBACKEND=pytorch
 
 main=$(bash scripts/env.sh main)
 echo "== main environment: $main"
-"$main/bin/python" -c 'import torch, torch_geometric, dgl, nvtx; print("torch", torch.__version__, "| pyg", torch_geometric.__version__, "| dgl", dgl.__version__, "| nvtx", nvtx.__version__ if hasattr(nvtx, "__version__") else "?")'
+# torch-sparse must import here: the SparseTensor equivalence tests must run, not skip.
+"$main/bin/python" - <<'PY'
+from importlib.metadata import version
+import torch, torch_geometric, torch_sparse, torch_scatter, dgl, nvtx  # noqa: F401
+print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "torch-sparse", "torch-scatter", "dgl", "nvtx")))
+PY
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
 
 echo "== docs (sphinx -W)"
