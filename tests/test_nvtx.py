@@ -186,3 +186,31 @@ def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
     # the failing call opened its ranges up to lin, where the matmul raised, and closed them
     assert names[20:] == edge_index_forward[:6]
     assert nc.balanced(events)
+
+
+def test_dgl_graphconv_ranges_are_real_and_balanced(injection, tmp_path):
+    pytest.importorskip("dgl")
+    _, events = _run(injection, tmp_path, """
+        import os
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import dgl, torch
+        from dgl.base import DGLError
+        from instrumented_convs.dgl import GraphConv
+        g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])), num_nodes=4)
+        GraphConv(5, 3, activation=torch.relu)(g, torch.randn(4, 5))
+        try:
+            GraphConv(5, 3)(dgl.graph((torch.tensor([0]), torch.tensor([1])), num_nodes=4), torch.randn(4, 5))
+        except DGLError:
+            pass
+        else:
+            raise SystemExit("expected the zero-in-degree DGLError")
+    """, env={"DGLBACKEND": "pytorch"})
+    names = nc.ranges(events)
+    assert names[:13] == [
+        (1, "GraphConv"), (2, "zero_in_degree_check"), (2, "norm_src"), (3, "degrees"), (3, "pow"),
+        (3, "mul"), (2, "matmul"), (2, "update_all"), (2, "norm_dst"), (3, "degrees"), (3, "pow"),
+        (3, "mul"), (2, "bias"),
+    ]
+    assert names[13] == (2, "activation")
+    assert names[14:] == [(1, "GraphConv"), (2, "zero_in_degree_check")]
+    assert nc.balanced(events)
