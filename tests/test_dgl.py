@@ -14,6 +14,8 @@ from dgl.nn import EdgeWeightNorm as StockEWN  # noqa: E402
 from dgl.nn import GraphConv as Stock  # noqa: E402
 
 from instrumented_convs import _step, disabled, region, registry  # noqa: E402
+
+from .conftest import train_losses  # noqa: E402
 from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 
 N_SRC, N_DST = 9, 7
@@ -245,16 +247,7 @@ def test_three_layer_model_trains_to_identical_losses():
     losses = []
     for conv_cls in (Stock, GraphConv):
         torch.manual_seed(0)
-        model = Net(conv_cls)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        trace = []
-        for _ in range(5):
-            opt.zero_grad()
-            loss = F.nll_loss(model(g, x), y)
-            loss.backward()
-            opt.step()
-            trace.append(loss.item())
-        losses.append(trace)
+        losses.append(train_losses(Net(conv_cls), (g, x), y))
     assert losses[0] == losses[1]
 
 

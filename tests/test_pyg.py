@@ -14,6 +14,8 @@ from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import _step, disabled, region, registry  # noqa: E402
+
+from .conftest import train_losses  # noqa: E402
 from instrumented_convs.pyg import GCNConv  # noqa: E402
 
 N, FIN, FOUT = 12, 6, 5
@@ -193,16 +195,7 @@ def test_three_layer_model_trains_to_identical_losses(kind):
     losses = []
     for conv_cls in (Stock, GCNConv):
         torch.manual_seed(0)
-        model = Net(conv_cls)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        trace = []
-        for _ in range(5):
-            opt.zero_grad()
-            loss = F.nll_loss(model(x, adj), y)
-            loss.backward()
-            opt.step()
-            trace.append(loss.item())
-        losses.append(trace)
+        losses.append(train_losses(Net(conv_cls), (x, adj), y))
     assert losses[0] == losses[1]
 
 
