@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import zlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -65,6 +66,11 @@ class _NvtxPackageBackend(NvtxBackend):
     def __init__(self, nvtx_module: Any) -> None:
         super().__init__()
         domain = nvtx_module.get_domain(DOMAIN)
+        self.forced = False
+        if type(domain).__name__ == "DummyDomain" and os.environ.get("NVTX_INJECTION64_PATH"):
+            forced = _force_domain(DOMAIN)
+            if forced is not None:
+                domain, self.forced = forced, True
         if hasattr(domain, "push_range"):  # nvtx >= 0.2.12
             push_range, pop_range = domain.push_range, domain.pop_range
         else:  # nvtx <= 0.2.11: module-level functions taking the domain handle
@@ -98,6 +104,30 @@ class _TorchNvtxBackend(NvtxBackend):
         super().__init__()
         self.push = torch.cuda.nvtx.range_push
         self.pop = torch.cuda.nvtx.range_pop
+
+
+def _force_domain(name: str) -> Optional[Any]:
+    """A real ``nvtx`` Domain even though NVTX says the domain is disabled.
+
+    nvtx >= 0.2.12 asks ``nvtxDomainIsEnabled`` (an NVTX payload-extension call) when it
+    creates a domain, and returns a no-op ``DummyDomain`` if the answer is 0. Nsight Systems
+    2022.4 (Debian bookworm's ``nsight-systems``) attaches through
+    ``NVTX_INJECTION64_PATH`` and exports ``InitializeInjectionNvtxExtension``, but leaves
+    that call unhandled in a way the newer NVTX headers read as "disabled": every range of
+    such an nvtx version is dropped under that nsys. When a tool is attached
+    (``NVTX_INJECTION64_PATH`` is set) we build the Domain without that check; the tool
+    then receives the pushes as with nvtx <= 0.2.11.
+    """
+    try:
+        from nvtx._lib import lib  # type: ignore[import-not-found]
+
+        domain = object.__new__(lib.Domain)
+        domain.handle = lib.DomainHandle(name)
+        lib.Domain.__init__(domain, name)
+        return domain
+    except Exception as exc:  # another nvtx layout: keep the dummy domain
+        logger.debug("could not force an nvtx domain: %s", exc)
+        return None
 
 
 def _torch_nvtx_works() -> bool:

@@ -214,3 +214,26 @@ def test_dgl_graphconv_ranges_are_real_and_balanced(injection, tmp_path):
     assert names[13] == (2, "activation")
     assert names[14:] == [(1, "GraphConv"), (2, "zero_in_degree_check")]
     assert nc.balanced(events)
+
+
+def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
+    """nvtx >= 0.2.12 swaps in a no-op DummyDomain when nvtxDomainIsEnabled says 0, as it
+    does under Nsight Systems 2022.4; with a tool attached we must build the real domain."""
+    nvtx = pytest.importorskip("nvtx")
+    lib = pytest.importorskip("nvtx._lib.lib")
+    if not hasattr(lib, "dummy_domain"):
+        pytest.skip(f"nvtx {getattr(nvtx, '__version__', '<= 0.2.11')} has no DummyDomain")
+    _, events = _run(injection, tmp_path, """
+        import nvtx
+        from nvtx._lib import lib
+        real_get_domain = nvtx.get_domain
+        nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
+        from instrumented_convs import _step
+        _step.set_nvtx_backend("nvtx")
+        assert _step._nvtx.forced
+        with step("outer"):
+            with step("inner"):
+                pass
+    """)
+    assert nc.ranges(events) == [(1, "outer"), (2, "inner")]
+    assert nc.balanced(events)

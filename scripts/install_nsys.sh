@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install Nsight Systems (Debian bookworm's non-free package nsight-systems) if nsys is
+# missing. Needs root and Debian's package mirrors. Prints the nsys version.
+set -euo pipefail
+if ! command -v nsys >/dev/null 2>&1; then
+  src=/etc/apt/sources.list.d/instrumented-convs-nonfree.sources
+  if [ ! -f "$src" ]; then
+    cat > "$src" <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: contrib non-free
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends nsight-systems >&2
+fi
+nsys --version
