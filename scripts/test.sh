@@ -29,9 +29,22 @@ rm -rf docs/_build
 echo "== benchmark smoke run"
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
 
+echo "== Nsight Systems: our ranges in a real nsys report"
+if ! command -v nsys >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  bash scripts/install_nsys.sh >/dev/null
+fi
+if command -v nsys >/dev/null 2>&1; then
+  "$main/bin/python" scripts/nsys_check.py --python "$main/bin/python"
+else
+  echo "nsys missing and not root: cannot install Debian's nsight-systems; skipping the nsys check"
+  [ "${CI:-}" = true ] && exit 1
+fi
+
 dgl2=$(bash scripts/env.sh dgl2)
 echo "== newest-DGL environment: $dgl2"
-"$dgl2/bin/python" -c 'import torch, dgl; print("torch", torch.__version__, "| dgl", dgl.__version__)'
+"$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
   tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
   $(ls tests/test_dgl*.py 2>/dev/null) "$@"
+# nvtx 0.2.17 here: its ranges must reach nsys 2022.4 too (see docs/nsys.md)
+"$dgl2/bin/python" scripts/nsys_check.py --python "$dgl2/bin/python" --platform dgl

@@ -1,0 +1,155 @@
+"""The study: the generated data, the examples end to end, and the compare command."""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric")
+pytest.importorskip("dgl")
+
+from instrumented_convs import registry  # noqa: E402
+from instrumented_convs.compare import breakdown, side_by_side  # noqa: E402
+from instrumented_convs.study import SHAPES, DatasetNotFound, build_model, load_graph, synthetic_graph, train  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args, expect=0):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DGLBACKEND="pytorch")
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_generator_is_deterministic_and_has_the_shape():
+    a = load_graph("synthetic-cora", seed=3)
+    b = load_graph("synthetic-cora", seed=3)
+    c = load_graph("synthetic-cora", seed=4)
+    for field in ("x", "y", "edge_index", "train_idx", "valid_idx", "test_idx"):
+        assert torch.equal(getattr(a, field), getattr(b, field))
+    assert not torch.equal(a.edge_index, c.edge_index)
+    shape = SHAPES["synthetic-cora"]
+    assert a.num_nodes == shape["num_nodes"] and a.x.size(1) == shape["num_features"]
+    assert a.num_edges == shape["num_edges"] == 10_556
+    assert (len(a.train_idx), len(a.valid_idx), len(a.test_idx)) == shape["split"]
+    ei = a.edge_index
+    assert (ei[0] != ei[1]).all()
+    keys = ei[0] * a.num_nodes + ei[1]
+    assert keys.unique().numel() == keys.numel()
+    assert torch.equal(torch.sort(keys).values, torch.sort(ei[1] * a.num_nodes + ei[0]).values)  # symmetric
+    split = torch.cat([a.train_idx, a.valid_idx, a.test_idx])
+    assert split.unique().numel() == split.numel()
+
+
+def test_arxiv_shape_draws_its_directed_edges_then_symmetrises():
+    shape = dict(SHAPES["synthetic-arxiv"])
+    shape.update(num_nodes=16_934, num_edges=116_624)  # a tenth, same recipe, to keep the test fast
+    g = synthetic_graph("tenth-arxiv", **shape)
+    assert 116_624 < g.num_edges <= 2 * 116_624
+    assert g.x.size(1) == 128 and g.num_classes == 40
+
+
+@pytest.mark.parametrize("platform", ["pyg", "dgl"])
+def test_labels_are_learnable_well_above_chance(platform):
+    data = load_graph("synthetic-quick")
+    torch.manual_seed(0)
+    model, graph = build_model(platform, data, hidden=32)
+    result = train(model, data, graph, epochs=30, warmup=0)
+    chance = 1 / data.num_classes
+    assert result.test_acc > 3 * chance, result
+    # the neighbourhood matters: features alone (no edges but self-loops) do worse
+    lonely = load_graph("synthetic-quick")
+    lonely.edge_index = lonely.edge_index[:, :0]
+    torch.manual_seed(0)
+    model, graph = build_model(platform, lonely, hidden=32)
+    alone = train(model, lonely, graph, epochs=30, warmup=0)
+    assert result.test_acc > alone.test_acc + 0.1, (result, alone)
+
+
+def test_real_dataset_missing_explains_how_to_get_it(tmp_path):
+    with pytest.raises(DatasetNotFound, match="pip install ogb"):
+        load_graph("ogbn-arxiv", root=str(tmp_path))
+    out = _run("examples/arxiv.py", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), expect=2)
+    assert out == ""
+
+
+@pytest.mark.parametrize("example, platform, rows", [
+    ("examples/arxiv.py", "pyg", ["gcn_norm", "add_remaining_self_loops", "lin", "propagate", "message", "aggregate"]),
+    ("examples/arxiv.py", "dgl", ["zero_in_degree_check", "norm_src", "matmul", "update_all", "norm_dst"]),
+    ("examples/cora.py", "pyg", ["gcn_norm", "lin", "propagate"]),
+])
+def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, tmp_path):
+    out = _run(example, "--platform", platform, "--quick", "--no-progress", "--json", str(tmp_path / "run.json"))
+    assert "Accuracy: train" in out
+    assert "--- Epoch phases" in out and "--- Steps inside forward" in out
+    phases = out.split("--- Epoch phases")[1].split("--- Steps inside forward")[0]
+    for phase in ("epoch", "forward", "loss", "backward", "optimizer.step"):
+        assert f"- {phase} " in phases
+    steps = out.split("--- Steps inside forward")[1]
+    for row in rows:
+        assert f"- {row} " in steps
+    import json
+
+    payload = json.loads((tmp_path / "run.json").read_text())
+    assert payload["platform"] == platform and payload["epochs"] == 3
+    assert any(r["name"] == "epoch" and r["count"] == 3 for r in payload["summary"]["rows"])
+
+
+def test_arxiv_sparse_takes_the_fused_path():
+    out = _run("examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress")
+    assert "- message_and_aggregate " in out and "- fill_diag " in out and "- message " not in out
+
+
+def test_aggnet_example_counts_device_to_host_copies():
+    out = _run("examples/aggnet.py", "--quick", "--no-progress")
+    assert "device-to-host copies: 9 (3.0 per iteration)" in out
+    for region_name in ("calculate_delta_value", "graph_augmentation", "ego_message_passing", "augmented_delta", "accept"):
+        assert f"- {region_name} " in out
+    assert "- d2h_copy " in out and "- update_all " in out
+    assert "zero_in_degree_check" not in out  # allow_zero_in_degree=True: the layer copies nothing
+
+
+@pytest.mark.parametrize("script", ["examples/arxiv.py", "examples/cora.py", "examples/aggnet.py"])
+def test_help_explains_every_flag(script):
+    out = _run(script, "--help")
+    for flag in ("--quick", "--device", "--seed", "--no-progress"):
+        assert flag in out
+    if "aggnet" not in script:
+        for flag in ("--platform", "--dataset", "--root", "--hidden-channels", "--epochs", "--sparse"):
+            assert flag in out
+
+
+def test_compare_command_prints_side_by_side_and_writes_a_png(tmp_path):
+    png = tmp_path / "breakdown.png"
+    out = _run("-m", "instrumented_convs", "compare", "--quick", "--brief", "--no-progress", "--plot", str(png))
+    assert "PyG (edge_index)" in out and "DGL" in out
+    for role in ("normalisation", "dense transform", "sparse aggregation", "bias", "backward"):
+        assert role in out
+    assert "ms per epoch" in out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 300 and height > 200
+
+
+def test_breakdown_roles_add_up_to_the_epoch():
+    data = load_graph("synthetic-quick")
+    for platform in ("pyg", "dgl"):
+        registry.reset()
+        torch.manual_seed(0)
+        model, graph = build_model(platform, data, hidden=16)
+        train(model, data, graph, epochs=3, warmup=0)
+        s = registry.summary()
+        b = breakdown(s, platform)
+        assert b.epochs == 3
+        assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
+        assert all(v >= 0 for v in b.per_epoch_ms.values())
+        assert b.per_epoch_ms["sparse aggregation"] > 0 and b.per_epoch_ms["dense transform"] > 0
+    text = side_by_side([b])
+    assert "epoch" in text.splitlines()[-1]
