@@ -205,14 +205,14 @@ def _load_cora(root: str, platform: str) -> GraphData:  # pragma: no cover - nee
 
 
 class PygGCN(torch.nn.Module):
-    """The seeds' 3-layer GCN with instrumented PyG ``GCNConv`` layers."""
+    """The seeds' 3-layer GCN with PyG layers (instrumented ``GCNConv`` unless ``conv_cls``)."""
 
-    def __init__(self, in_channels: int, hidden: int, classes: int) -> None:
+    def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
         super().__init__()
-        from .pyg import GCNConv
-
-        self.convs = torch.nn.ModuleList([GCNConv(in_channels, hidden), GCNConv(hidden, hidden),
-                                          GCNConv(hidden, classes)])
+        if conv_cls is None:
+            from .pyg import GCNConv as conv_cls
+        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
+                                          conv_cls(hidden, classes)])
 
     def forward(self, x: Tensor, adj: Any) -> Tensor:
         """in -> hidden -> hidden -> classes, ReLU between, log_softmax at the end."""
@@ -222,14 +222,14 @@ class PygGCN(torch.nn.Module):
 
 
 class DglGCN(torch.nn.Module):
-    """The seeds' 3-layer GCN with instrumented DGL ``GraphConv`` layers."""
+    """The seeds' 3-layer GCN with DGL layers (instrumented ``GraphConv`` unless ``conv_cls``)."""
 
-    def __init__(self, in_channels: int, hidden: int, classes: int) -> None:
+    def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
         super().__init__()
-        from .dgl import GraphConv
-
-        self.convs = torch.nn.ModuleList([GraphConv(in_channels, hidden), GraphConv(hidden, hidden),
-                                          GraphConv(hidden, classes)])
+        if conv_cls is None:
+            from .dgl import GraphConv as conv_cls
+        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
+                                          conv_cls(hidden, classes)])
 
     def forward(self, x: Tensor, graph: Any) -> Tensor:
         """Same shape as :class:`PygGCN`; DGL layers take the graph first."""
@@ -238,8 +238,12 @@ class DglGCN(torch.nn.Module):
         return F.log_softmax(self.convs[-1](graph, x), dim=-1)
 
 
-def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool = False) -> Tuple[torch.nn.Module, Any]:
+def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool = False,
+                stock: bool = False) -> Tuple[torch.nn.Module, Any]:
     """The model for ``platform`` (``pyg``/``dgl``) and the graph argument it takes.
+
+    ``stock=True`` builds the same model with the upstream layers (same parameter names, so
+    ``state_dict`` moves between the two), for side-by-side measurements.
 
     PyG takes ``edge_index``, or with ``sparse`` a ``torch_sparse.SparseTensor`` ``adj_t``
     (the seeds' ``T.ToSparseTensor()`` setup). DGL takes a ``DGLGraph`` with self-loops
@@ -249,7 +253,10 @@ def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool 
 
     in_channels = data.x.size(1)
     if platform == "pyg":
-        model: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes)
+        conv_cls = None
+        if stock:
+            from torch_geometric.nn import GCNConv as conv_cls
+        model: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes, conv_cls)
         graph: Any = data.edge_index
         if sparse:
             from torch_sparse import SparseTensor
@@ -262,7 +269,10 @@ def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool 
 
         if sparse:
             raise ValueError("--sparse is a PyG option (SparseTensor input)")
-        model = DglGCN(in_channels, hidden, data.num_classes)
+        conv_cls = None
+        if stock:
+            from dgl.nn import GraphConv as conv_cls
+        model = DglGCN(in_channels, hidden, data.num_classes, conv_cls)
         ei = data.edge_index
         graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=data.num_nodes))
     else:

@@ -110,6 +110,19 @@ def test_hard_limit_waits_for_the_oldest_pair_only(fake_cuda):
         registry.pending.poll_at, registry.pending.hard_limit = 2048, 65536
 
 
+def test_pending_queue_stays_bounded_when_the_gpu_never_catches_up(fake_cuda):
+    registry.pending.poll_at, registry.pending.hard_limit = 64, 256
+    try:
+        for _ in range(5000):
+            with step("x", device="cuda"):
+                FakeEvent.timeline += 1
+            assert len(registry.pending) < 256
+        assert len(fake_cuda) < 2 * 256 + 4  # events are recycled, not created per step
+        assert registry.summary()["x"].count == 5000
+    finally:
+        registry.pending.poll_at, registry.pending.hard_limit = 2048, 65536
+
+
 def test_pending_queue_resolves_via_fold_callback():
     folded = []
     pool = EventPool(FakeEvent)
