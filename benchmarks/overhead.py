@@ -6,7 +6,9 @@ same weights:
 
 - ``stock``: torch_geometric.nn.GCNConv / dgl.nn.GraphConv;
 - ``enabled``: instrumented_convs' layers, recording, NVTX on (the nvtx package if installed);
-- ``disabled``: instrumented_convs' layers with ``disable()``.
+- ``disabled``: instrumented_convs' layers with ``disable()``;
+- ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the
+  noise floor of the measurement (an A/A comparison).
 
 After warm-up, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of
 each is timed in turn, A B C A B C ..., so drifts of the machine hit all three alike. The
@@ -38,7 +40,7 @@ import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import _config  # noqa: E402
 from instrumented_convs.study import SHAPES, build_model, load_graph  # noqa: E402
 
-VARIANTS = ("stock", "enabled", "disabled")
+VARIANTS = ("stock", "enabled", "disabled", "stock again")
 CASES = (("pyg", False, "PyG edge_index"), ("pyg", True, "PyG SparseTensor"), ("dgl", False, "DGL"))
 
 
@@ -89,13 +91,16 @@ def measure_case(data: Any, platform_: str, sparse: bool, rounds: int, warmup: i
     torch.manual_seed(0)
     ours_off, _ = build_model(platform_, data, hidden=hidden, sparse=sparse)
     ours_off.load_state_dict(ours.state_dict())
+    stock2, _ = build_model(platform_, data, hidden=hidden, sparse=sparse, stock=True)
+    stock2.load_state_dict(ours.state_dict())
     if platform_ == "dgl":
         graph = graph.to(device)
     elif sparse:
         graph = graph.to(device)
     epochs = {"stock": _epoch_fn(stock.to(device), graph, data),
               "enabled": _epoch_fn(ours.to(device), graph, data),
-              "disabled": _epoch_fn(ours_off.to(device), graph, data)}
+              "disabled": _epoch_fn(ours_off.to(device), graph, data),
+              "stock again": _epoch_fn(stock2.to(device), graph, data)}
     timed = _timer(device)
 
     def run(variant: str) -> float:
@@ -112,10 +117,10 @@ def measure_case(data: Any, platform_: str, sparse: bool, rounds: int, warmup: i
             run(v)
     times: Dict[str, List[float]] = {v: [] for v in VARIANTS}
     for r in range(rounds):
-        order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))  # also alternate the order
+        order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))  # alternate the order too
         for v in order:
             times[v].append(run(v))
-    ratios = {v: [t / s for t, s in zip(times[v], times["stock"])] for v in ("enabled", "disabled")}
+    ratios = {v: [t / s for t, s in zip(times[v], times["stock"])] for v in VARIANTS[1:]}
     ic.registry.reset()
     return {
         "median_s": {v: statistics.median(times[v]) for v in VARIANTS},
@@ -146,7 +151,8 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     print(f"Training-epoch time, stock vs instrumented ({args.rounds} interleaved rounds after "
           f"{args.warmup} warm-up; NVTX backend {ic.nvtx_backend()}; {device})")
     print(f"  {'shape':16s} {'case':17s} {'stock ms (IQR)':>18s} {'enabled ms (IQR)':>18s} "
-          f"{'disabled ms (IQR)':>18s} {'enabled/stock':>14s} {'disabled/stock':>15s}")
+          f"{'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} {'enabled/stock':>14s} {'disabled/stock':>15s} "
+          f"{'again/stock':>12s}")
     for shape in args.shapes:
         data = load_graph(shape).to(device)
         for platform_, sparse, label in CASES:
@@ -164,7 +170,7 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
             m, q, r = res["median_s"], res["iqr_s"], res["ratio_median"]
             print(f"  {shape:16s} {label:17s} "
                   + " ".join(f"{m[v] * 1e3:10.2f} ({q[v] * 1e3:5.2f})" for v in VARIANTS)
-                  + f" {r['enabled']:14.4f} {r['disabled']:15.4f}", flush=True)
+                  + f" {r['enabled']:14.4f} {r['disabled']:15.4f} {r['stock again']:12.4f}", flush=True)
             results.append({"shape": shape, "case": label, **res})
     if args.json:
         info = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),

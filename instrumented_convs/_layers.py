@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Dict, Iterator
+from typing import Any, Dict, Iterator
 
 import torch
+
+from ._step import Step
 
 _counters: Dict[str, Iterator[int]] = {}
 _lock = threading.Lock()
@@ -16,6 +18,20 @@ def instance_scope(kind: str) -> str:
     with _lock:
         counter = _counters.setdefault(kind, itertools.count())
         return f"{kind}#{next(counter)}"
+
+
+def layer_step(module: Any, kind: str, device: torch.device) -> Step:
+    """The layer's own top-level step for this device, built once per (scope, device).
+
+    A layer calls this once per forward instead of ``step(kind, scope=..., device=...)``,
+    which would build a new step object every call.
+    """
+    cache = module.__dict__.setdefault("_ic_steps", {})
+    key = (module._ic_scope, device)
+    s = cache.get(key)
+    if s is None:
+        s = cache[key] = Step(kind, scope=module._ic_scope, device=device)
+    return s
 
 
 def name_layers(model: torch.nn.Module, prefix: str = "") -> Dict[str, str]:

@@ -34,22 +34,39 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
-from ._layers import instance_scope
-from ._step import instrumenting, step
+from ._layers import instance_scope, layer_step
+from ._step import Step, instrumenting
 
 __all__ = ["GraphConv", "EdgeWeightNorm"]
+
+# The steps of the forwards, built once: forward checks instrumenting() on entry and then
+# enters these directly (a step() call per use would cost a function call and a lookup).
+_DEGREES = Step("degrees")
+_POW = Step("pow")
+_MUL = Step("mul")
+_ZERO_IN_DEGREE_CHECK = Step("zero_in_degree_check")
+_NORM_SRC = Step("norm_src")
+_NORM_DST = Step("norm_dst")
+_MATMUL = Step("matmul")
+_UPDATE_ALL = Step("update_all")
+_BIAS = Step("bias")
+_ACTIVATION = Step("activation")
+_POSITIVITY_CHECK = Step("positivity_check")
+_OUT_WEIGHT = Step("out_weight")
+_IN_WEIGHT = Step("in_weight")
+_APPLY_EDGES = Step("apply_edges")
 
 
 def _normalize(feat: th.Tensor, degrees_fn: Any, both: bool) -> th.Tensor:
     """Upstream's degree normalisation of one side, as degrees / pow / mul steps."""
-    with step("degrees"):
+    with _DEGREES:
         degs = degrees_fn().to(feat).clamp(min=1)
-    with step("pow"):
+    with _POW:
         if both:
             norm = th.pow(degs, -0.5)
         else:
             norm = 1.0 / degs
-    with step("mul"):
+    with _MUL:
         shp = norm.shape + (1,) * (feat.dim() - 1)
         norm = th.reshape(norm, shp)
         return feat * norm
@@ -78,10 +95,10 @@ class GraphConv(_StockGraphConv):
         """The stock forward, with the steps of the module docstring recorded."""
         if not instrumenting():
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        with step("GraphConv", scope=self._ic_scope, device=graph.device):
+        with layer_step(self, "GraphConv", graph.device):
             with graph.local_scope():
                 if not self._allow_zero_in_degree:
-                    with step("zero_in_degree_check"):
+                    with _ZERO_IN_DEGREE_CHECK:
                         has_zero = bool((graph.in_degrees() == 0).any())
                     if has_zero:
                         raise DGLError(
@@ -103,7 +120,7 @@ class GraphConv(_StockGraphConv):
 
                 feat_src, feat_dst = expand_as_pair(feat, graph)
                 if self._norm in ["left", "both"]:
-                    with step("norm_src"):
+                    with _NORM_SRC:
                         feat_src = _normalize(feat_src, graph.out_degrees, self._norm == "both")
 
                 if weight is not None:
@@ -119,32 +136,32 @@ class GraphConv(_StockGraphConv):
                 if self._in_feats > self._out_feats:
                     # mult W first to reduce the feature size for aggregation.
                     if weight is not None:
-                        with step("matmul"):
+                        with _MATMUL:
                             feat_src = th.matmul(feat_src, weight)
                     graph.srcdata["h"] = feat_src
-                    with step("update_all"):
+                    with _UPDATE_ALL:
                         graph.update_all(aggregate_fn, fn.sum(msg="m", out="h"))
                     rst = graph.dstdata["h"]
                 else:
                     # aggregate first then mult W
                     graph.srcdata["h"] = feat_src
-                    with step("update_all"):
+                    with _UPDATE_ALL:
                         graph.update_all(aggregate_fn, fn.sum(msg="m", out="h"))
                     rst = graph.dstdata["h"]
                     if weight is not None:
-                        with step("matmul"):
+                        with _MATMUL:
                             rst = th.matmul(rst, weight)
 
                 if self._norm in ["right", "both"]:
-                    with step("norm_dst"):
+                    with _NORM_DST:
                         rst = _normalize(rst, graph.in_degrees, self._norm == "both")
 
                 if self.bias is not None:
-                    with step("bias"):
+                    with _BIAS:
                         rst = rst + self.bias
 
                 if self._activation is not None:
-                    with step("activation"):
+                    with _ACTIVATION:
                         rst = self._activation(rst)
 
                 return rst
@@ -189,7 +206,7 @@ class EdgeWeightNorm(_StockEdgeWeightNorm):
         """The stock forward with steps: positivity_check, out_weight, in_weight, apply_edges."""
         if not instrumenting():
             return super().forward(graph, edge_weight)
-        with step("EdgeWeightNorm", scope=self._ic_scope, device=graph.device):
+        with layer_step(self, "EdgeWeightNorm", graph.device):
             with graph.local_scope():
                 if isinstance(graph, DGLBlock):
                     graph = block_to_graph(graph)
@@ -200,7 +217,7 @@ class EdgeWeightNorm(_StockEdgeWeightNorm):
                         "normalization for your high-dimensional weights."
                     )
                 if self._norm == "both":
-                    with step("positivity_check"):
+                    with _POSITIVITY_CHECK:
                         non_positive = th.any(edge_weight <= 0).item()
                     if non_positive:
                         raise DGLError(
@@ -219,7 +236,7 @@ class EdgeWeightNorm(_StockEdgeWeightNorm):
                 graph.edata["_edge_w"] = edge_weight
 
                 if self._norm == "both":
-                    with step("out_weight"):
+                    with _OUT_WEIGHT:
                         reversed_g = reverse(graph)
                         reversed_g.edata["_edge_w"] = edge_weight
                         reversed_g.update_all(
@@ -230,7 +247,7 @@ class EdgeWeightNorm(_StockEdgeWeightNorm):
                         graph.srcdata["_src_out_w"] = norm
 
                 if self._norm != "none":
-                    with step("in_weight"):
+                    with _IN_WEIGHT:
                         graph.update_all(
                             fn.copy_e("_edge_w", "m"), fn.sum("m", "in_weight")
                         )
@@ -241,7 +258,7 @@ class EdgeWeightNorm(_StockEdgeWeightNorm):
                             norm = 1.0 / degs
                         graph.dstdata["_dst_in_w"] = norm
 
-                with step("apply_edges"):
+                with _APPLY_EDGES:
                     graph.apply_edges(
                         lambda e: {
                             "_norm_edge_weights": e.src["_src_out_w"]

@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import GCNConv as _StockGCNConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm as _stock_gcn_norm
 from torch_geometric.typing import Adj, OptTensor, SparseTensor, torch_sparse
 from torch_geometric.utils import add_remaining_self_loops
 from torch_geometric.utils import add_self_loops as add_self_loops_fn
@@ -35,10 +36,24 @@ from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ._layers import instance_scope
-from ._step import instrumenting, step
+from ._layers import instance_scope, layer_step
+from ._step import Step, instrumenting, step
 
 __all__ = ["GCNConv", "gcn_norm"]
+
+# The steps of forward and gcn_norm, built once: both check instrumenting() on entry and then
+# enter these directly (a step() call per use would cost a function call and a lookup).
+_GCN_NORM = Step("gcn_norm")
+_LIN = Step("lin")
+_PROPAGATE = Step("propagate")
+_BIAS = Step("bias")
+_FILL_VALUE = Step("fill_value")
+_FILL_DIAG = Step("fill_diag")
+_DEGREE = Step("degree")
+_NORMALIZE = Step("normalize")
+_ADD_SELF_LOOPS = Step("add_self_loops")
+_TO_EDGE_INDEX = Step("to_edge_index")
+_ADD_REMAINING_SELF_LOOPS = Step("add_remaining_self_loops")
 
 
 def gcn_norm(
@@ -51,6 +66,8 @@ def gcn_norm(
     dtype: Optional[torch.dtype] = None,
 ) -> Any:
     """Upstream ``torch_geometric.nn.conv.gcn_conv.gcn_norm``, with a step per part."""
+    if not instrumenting():
+        return _stock_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
     fill_value = 2. if improved else 1.
 
     if isinstance(edge_index, SparseTensor):
@@ -59,15 +76,15 @@ def gcn_norm(
         adj_t = edge_index
 
         if not adj_t.has_value():
-            with step("fill_value"):
+            with _FILL_VALUE:
                 adj_t = adj_t.fill_value(1., dtype=dtype)
         if add_self_loops:
-            with step("fill_diag"):
+            with _FILL_DIAG:
                 adj_t = torch_sparse.fill_diag(adj_t, fill_value)
 
-        with step("degree"):
+        with _DEGREE:
             deg = torch_sparse.sum(adj_t, dim=1)
-        with step("normalize"):
+        with _NORMALIZE:
             deg_inv_sqrt = deg.pow_(-0.5)
             deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0.)
             adj_t = torch_sparse.mul(adj_t, deg_inv_sqrt.view(-1, 1))
@@ -84,16 +101,16 @@ def gcn_norm(
 
         adj_t = edge_index
         if add_self_loops:
-            with step("add_self_loops"):
+            with _ADD_SELF_LOOPS:
                 adj_t, _ = add_self_loops_fn(adj_t, None, fill_value, num_nodes)
 
-        with step("to_edge_index"):
+        with _TO_EDGE_INDEX:
             edge_index, value = to_edge_index(adj_t)
         col, row = edge_index[0], edge_index[1]
 
-        with step("degree"):
+        with _DEGREE:
             deg = scatter(value, col, 0, dim_size=num_nodes, reduce='sum')
-        with step("normalize"):
+        with _NORMALIZE:
             deg_inv_sqrt = deg.pow_(-0.5)
             deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0)
             value = deg_inv_sqrt[row] * value * deg_inv_sqrt[col]
@@ -105,11 +122,11 @@ def gcn_norm(
     num_nodes = maybe_num_nodes(edge_index, num_nodes)
 
     if add_self_loops:
-        with step("add_remaining_self_loops"):
+        with _ADD_REMAINING_SELF_LOOPS:
             edge_index, edge_weight = add_remaining_self_loops(
                 edge_index, edge_weight, fill_value, num_nodes)
 
-    with step("degree"):
+    with _DEGREE:
         if edge_weight is None:
             edge_weight = torch.ones((edge_index.size(1), ), dtype=dtype,
                                      device=edge_index.device)
@@ -117,7 +134,7 @@ def gcn_norm(
         row, col = edge_index[0], edge_index[1]
         idx = col if flow == 'source_to_target' else row
         deg = scatter(edge_weight, idx, dim=0, dim_size=num_nodes, reduce='sum')
-    with step("normalize"):
+    with _NORMALIZE:
         deg_inv_sqrt = deg.pow_(-0.5)
         deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float('inf'), 0)
         edge_weight = deg_inv_sqrt[row] * edge_weight * deg_inv_sqrt[col]
@@ -154,12 +171,12 @@ class GCNConv(_StockGCNConv):
         """The stock forward, with the steps of the module docstring recorded."""
         if not instrumenting() or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
-        with step("GCNConv", scope=self._ic_scope, device=x.device):
+        with layer_step(self, "GCNConv", x.device):
             if self.normalize:
                 if isinstance(edge_index, Tensor):
                     cache = self._cached_edge_index
                     if cache is None:
-                        with step("gcn_norm"):
+                        with _GCN_NORM:
                             edge_index, edge_weight = gcn_norm(  # yapf: disable
                                 edge_index, edge_weight, x.size(self.node_dim),
                                 self.improved, self.add_self_loops, self.flow, x.dtype)
@@ -171,7 +188,7 @@ class GCNConv(_StockGCNConv):
                 elif isinstance(edge_index, SparseTensor):
                     cache = self._cached_adj_t
                     if cache is None:
-                        with step("gcn_norm"):
+                        with _GCN_NORM:
                             edge_index = gcn_norm(  # yapf: disable
                                 edge_index, edge_weight, x.size(self.node_dim),
                                 self.improved, self.add_self_loops, self.flow, x.dtype)
@@ -180,14 +197,14 @@ class GCNConv(_StockGCNConv):
                     else:
                         edge_index = cache
 
-            with step("lin"):
+            with _LIN:
                 x = self.lin(x)
 
-            with step("propagate"):
+            with _PROPAGATE:
                 out = self.propagate(edge_index, x=x, edge_weight=edge_weight)
 
             if self.bias is not None:
-                with step("bias"):
+                with _BIAS:
                     out = out + self.bias
 
             return out

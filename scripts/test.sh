@@ -2,8 +2,11 @@
 # Set up the pinned environments (once per machine) and run every check CI runs:
 #   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3);
 #   2. the Sphinx docs, warnings as errors;
-#   3. a smoke run of the step-cost benchmark;
-#   4. the core and DGL tests in the newest-DGL environment (torch 2.2.1, dgl 2.1.0).
+#   3. smoke runs of the benchmarks;
+#   4. a short study under real Nsight Systems, checking our NVTX ranges in its report
+#      (installs Debian's nsight-systems first if it is missing and we are root);
+#   5. the core and DGL tests, and the DGL nsys check, in the newest-DGL environment
+#      (torch 2.2.1, dgl 2.1.0, nvtx 0.2.17).
 # Usage: bash scripts/test.sh [extra pytest args]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +31,7 @@ rm -rf docs/_build
 
 echo "== benchmark smoke run"
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
 
 echo "== Nsight Systems: our ranges in a real nsys report"
 if ! command -v nsys >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -37,7 +41,7 @@ if command -v nsys >/dev/null 2>&1; then
   "$main/bin/python" scripts/nsys_check.py --python "$main/bin/python"
 else
   echo "nsys missing and not root: cannot install Debian's nsight-systems; skipping the nsys check"
-  [ "${CI:-}" = true ] && exit 1
+  if [ "${CI:-}" = true ]; then exit 1; fi
 fi
 
 dgl2=$(bash scripts/env.sh dgl2)

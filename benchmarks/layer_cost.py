@@ -1,0 +1,121 @@
+"""The fixed cost instrumentation adds to one layer call, in microseconds.
+
+An epoch benchmark (benchmarks/overhead.py) cannot resolve differences below its noise
+floor (about +-0.5% of an epoch on a shared 2-core machine). This one measures the cost per
+forward call of one layer directly: on a tiny graph (so the layer's own work is small and
+steady) it times many calls of a stock layer, the instrumented layer enabled, and the
+instrumented layer disabled, interleaved round by round, and subtracts. Multiply by the
+layer calls of an epoch to get what instrumentation adds to it.
+
+    python benchmarks/layer_cost.py [--calls 2000] [--rounds 15] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+import torch
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import instrumented_convs as ic  # noqa: E402
+from instrumented_convs import _config  # noqa: E402
+
+
+def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
+    torch.manual_seed(0)
+    n = 64
+    x = torch.randn(n, 16)
+    ei = torch.randint(0, n, (2, 256))
+    cases: Dict[str, Dict[str, Callable[[], Any]]] = {}
+    try:
+        from torch_geometric.nn import GCNConv as Stock
+
+        from instrumented_convs.pyg import GCNConv
+
+        stock, ours = Stock(16, 16), GCNConv(16, 16)
+        ours.load_state_dict(stock.state_dict())
+        cases["PyG GCNConv, edge_index"] = {"stock": lambda: stock(x, ei), "ours": lambda: ours(x, ei)}
+        try:
+            from torch_sparse import SparseTensor
+
+            adj = SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(n, n))
+            cases["PyG GCNConv, SparseTensor"] = {"stock": lambda: stock(x, adj), "ours": lambda: ours(x, adj)}
+        except ImportError:
+            pass
+    except ImportError:
+        pass
+    try:
+        import dgl
+        from dgl.nn import GraphConv as DStock
+
+        from instrumented_convs.dgl import GraphConv
+
+        g = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=n))
+        dstock, dours = DStock(16, 16), GraphConv(16, 16)
+        dours.load_state_dict(dstock.state_dict())
+        cases["DGL GraphConv"] = {"stock": lambda: dstock(g, x), "ours": lambda: dours(g, x)}
+    except ImportError:
+        pass
+    return cases
+
+
+def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[str, float]:
+    """Median microseconds per call: stock, enabled, disabled; and the differences."""
+    def loop(fn: Callable[[], Any]) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter_ns() - t0) / calls / 1e3
+
+    def disabled() -> float:
+        _config.enabled = False
+        try:
+            return loop(fns["ours"])
+        finally:
+            _config.enabled = True
+
+    variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]), "disabled": disabled}
+    with torch.no_grad():
+        for v in variants.values():
+            v()
+        samples: Dict[str, List[float]] = {k: [] for k in variants}
+        for _ in range(rounds):
+            for k, v in variants.items():
+                samples[k].append(v())
+            ic.registry.reset()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    diffs = {k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])]) for k in ("enabled", "disabled")}
+    return {"stock_us": med["stock"], "enabled_us": med["enabled"], "disabled_us": med["disabled"],
+            "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"]}
+
+
+def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
+    """Print (and optionally write) the per-call costs."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=2000, help="layer calls per variant per round")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--json", metavar="FILE")
+    args = p.parse_args(argv)
+    out = {}
+    print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
+          f"no_grad, NVTX backend {ic.nvtx_backend()})")
+    print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'enabled-stock':>14s} {'disabled-stock':>15s}")
+    for name, fns in _cases().items():
+        r = measure(fns, args.calls, args.rounds)
+        out[name] = r
+        print(f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
+              f"{r['enabled_minus_stock_us']:14.1f} {r['disabled_minus_stock_us']:15.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
