@@ -23,15 +23,17 @@ class Entry:
     """Statistics of one step path in one scope, and the node of the nesting tree."""
 
     __slots__ = (
-        "name", "path", "scope", "kind", "parent", "children", "depth",
+        "name", "path", "scope", "kind", "parent", "children", "depth", "key", "gen",
         "count", "total", "sumsq", "min", "max", "errors", "untimed",
     )
 
     def __init__(
         self, name: str, path: str, scope: Optional[str], kind: str,
-        parent: Optional["Entry"], depth: int,
+        parent: Optional["Entry"], depth: int, key: Any = None, gen: int = 0,
     ) -> None:
         """Create an empty entry (no calls recorded)."""
+        self.key = key
+        self.gen = gen
         self.name = name
         self.path = path
         self.scope = scope
@@ -73,6 +75,7 @@ class Registry:
     def __init__(self) -> None:
         """Create an empty registry."""
         self._lock = threading.Lock()
+        self.gen = 0  # bumped by reset(): entries of older generations are relocated
         self._root = Entry("", "", None, "root", None, -1)
         self.pending = PendingTimes(self._fold_locked, EventPool(_new_cuda_event))
 
@@ -89,9 +92,22 @@ class Registry:
             if entry is None:
                 path = f"{parent.path}/{name}" if parent.path else name
                 own_scope = parent.scope if scope is None else scope
-                entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1)
+                entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1, key, parent.gen)
                 parent.children[key] = entry
             return entry
+
+    def relocate(self, entry: Entry) -> Entry:
+        """The entry of the same path and scopes in the current tree (after a reset)."""
+        chain = []
+        e: Optional[Entry] = entry
+        while e is not None and e.depth >= 0:
+            chain.append(e)
+            e = e.parent
+        node = self._root
+        for old in reversed(chain):
+            scope = None if isinstance(old.key, str) else old.key[1]
+            node = self.child(node, old.name, scope, old.kind)
+        return node
 
     @property
     def root(self) -> Entry:
@@ -105,10 +121,12 @@ class Registry:
             if error:
                 entry.errors += 1
 
-    def record_untimed(self, entry: Entry) -> None:
-        """Count a call that could not be timed (CUDA-graph capture, compiled code)."""
+    def record_untimed(self, entry: Entry, error: bool = False) -> None:
+        """Count a call that could not be timed (CUDA-graph capture, an unreadable event)."""
         with self._lock:
             entry.untimed += 1
+            if error:
+                entry.errors += 1
 
     def record_pending(self, entry: Entry, start: Any, end: Any, error: bool = False) -> None:
         """Queue a CUDA event pair for ``entry``; it is folded in when resolved."""
@@ -117,21 +135,32 @@ class Registry:
                 entry.errors += 1
             self.pending.add(entry, start, end)
 
-    def _fold_locked(self, entry: Entry, ns: int) -> None:
-        entry._add(ns)
+    def _fold_locked(self, entry: Entry, ns: Optional[int]) -> None:
+        if ns is None:
+            entry.untimed += 1
+        else:
+            entry._add(ns)
 
     def add(self, path: str, seconds: float, scope: Optional[str] = None) -> None:
         """Record a duration in seconds for a ``/``-separated step path, outside any step."""
         entry = self._root
-        for name in path.split("/"):
+        names = path.split("/")
+        if not all(names):
+            raise ValueError(f"a step path is names joined by '/', not {path!r}")
+        for name in names:
             entry = self.child(entry, name, scope)
         self.record(entry, int(round(seconds * 1e9)))
 
     def reset(self) -> None:
-        """Forget every recorded step (steps open right now are not counted either)."""
+        """Forget every recorded time and start a new tree.
+
+        Steps open during the reset are recorded, whole, into the new tree when they close,
+        and steps opened inside them later nest under them there as usual.
+        """
         with self._lock:
             self.pending.clear()
-            self._root = Entry("", "", None, "root", None, -1)
+            self.gen += 1
+            self._root = Entry("", "", None, "root", None, -1, None, self.gen)
 
     # -- reading ------------------------------------------------------------------------
     def resolve(self) -> int:

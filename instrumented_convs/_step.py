@@ -36,8 +36,9 @@ _nvtx: _ranges.NvtxBackend = _ranges.make_backend()
 _nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
 _open_rf = _ranges.open_record_function
 
-# Frame: (entry, start time or CUDA event, clock mode, record_function handle, nvtx pushed)
-Frame = Tuple[Entry, Any, int, Any, bool]
+# Frame: (entry, start: ns or (CUDA event, pool key), clock mode, record_function handle,
+#         nvtx pushed, the Step that opened it, CUDA device index or None)
+Frame = Tuple[Entry, Any, int, Any, bool, Any, Optional[int]]
 _CPU, _CUDA, _UNTIMED = 0, 1, 2
 _lock = registry._lock  # statistics are written under the registry's lock
 _prof = _ranges.profiler_state
@@ -97,6 +98,13 @@ def instrumenting() -> bool:
     return _config.enabled and not _is_compiling()
 
 
+def _device_index(device: Any) -> Optional[int]:
+    if isinstance(device, int):
+        return device
+    d = device if isinstance(device, torch.device) else torch.device(device)
+    return d.index
+
+
 def set_nvtx_backend(name: Optional[str] = None) -> str:
     """Choose the NVTX backend (``nvtx``, ``torch``, ``none``, or ``None`` for the default)."""
     global _nvtx, _nvtx_push, _nvtx_pop
@@ -121,10 +129,33 @@ def depth() -> int:
     return len(_tls.stack)
 
 
+def _record_event(dev: Optional[int]) -> Tuple[Any, int]:
+    """A pooled CUDA event recorded now on the current stream of ``dev`` (None: current device)."""
+    key = torch.cuda.current_device() if dev is None else dev
+    ev = registry.pending.pool.get(key)
+    if dev is None:
+        ev.record()
+    else:
+        ev.record(torch.cuda.current_stream(dev))
+    return ev, key
+
+
+def _pop_own(stack: List[Frame], owner: "Step") -> Optional[Frame]:
+    """Remove and return ``owner``'s innermost frame when it is not on top of the stack.
+
+    That happens when contexts do not nest, e.g. a generator suspended inside a step while
+    the step around its caller closes; the other frames stay until their steps close.
+    """
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i][5] is owner:
+            return stack.pop(i)
+    return None
+
+
 class Step:
     """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``."""
 
-    __slots__ = ("name", "scope", "cuda", "kind")
+    __slots__ = ("name", "scope", "cuda", "dev", "kind")
 
     def __init__(
         self, name: str, scope: Optional[str] = None, device: Any = None, kind: str = "step"
@@ -135,18 +166,28 @@ class Step:
         self.name = name
         self.scope = scope
         self.cuda = _device_is_cuda(device)
+        self.dev = _device_index(device) if self.cuda else None
         self.kind = kind
 
     def __enter__(self) -> "Step":
+        """Open the step: registry entry, NVTX range, profiler label, then the clock."""
         stack = _tls.stack
         name = self.name
         if stack:
             top = stack[-1]
             parent = top[0]
-            cuda = top[2] != _CPU if self.cuda is None else self.cuda
+            if parent.gen != registry.gen:  # opened before a reset: continue in the new tree
+                parent = registry.relocate(parent)
+            if self.cuda is None:
+                cuda, dev = top[2] != _CPU, top[6]
+            else:
+                cuda, dev = self.cuda, self.dev
         else:
             parent = registry._root
-            cuda = _auto_cuda() if self.cuda is None else self.cuda
+            if self.cuda is None:
+                cuda, dev = _auto_cuda(), None
+            else:
+                cuda, dev = self.cuda, self.dev
         # Children inherit the scope: the common case looks up by name alone.
         key = name if self.scope is None else (name, self.scope)
         entry = parent.children.get(key)
@@ -161,33 +202,47 @@ class Step:
             if _config.record_function and _prof._is_profiler_enabled:
                 rf = _open_rf(name)
             if not cuda:
-                stack.append((entry, _cpu_now(), _CPU, rf, pushed))  # clock last
-            elif torch.cuda.is_current_stream_capturing():
-                stack.append((entry, None, _UNTIMED, rf, pushed))
+                stack.append((entry, _cpu_now(), _CPU, rf, pushed, self, None))  # clock last
             else:
-                start = registry.pending.pool.get()
-                start.record()
-                stack.append((entry, start, _CUDA, rf, pushed))
+                start = None
+                if not torch.cuda.is_current_stream_capturing():
+                    try:
+                        start = _record_event(dev)
+                    except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
+                        start = None
+                stack.append((entry, start, _UNTIMED if start is None else _CUDA, rf, pushed, self, dev))
         except BaseException:
-            if rf is not None:
-                rf.__exit__(None, None, None)
-            if pushed:
-                _nvtx_pop()
+            try:
+                if rf is not None:
+                    rf.__exit__(None, None, None)
+            finally:
+                if pushed:
+                    _nvtx_pop()
             raise
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Close the step: stop the clock first, then the label and the range, then record."""
         stack = _tls.stack
-        if stack[-1][2] == _CPU:
-            t1 = _cpu_now()  # clock first
-            entry, t0, mode, rf, pushed = stack.pop()
-            end = None
+        frame = stack[-1] if stack else None
+        if frame is not None and frame[5] is self:  # the usual, nested case
+            if frame[2] == _CPU:
+                t1 = _cpu_now()  # clock first
+            stack.pop()
         else:
-            entry, t0, mode, rf, pushed = stack.pop()
-            end = None
-            if mode == _CUDA:
-                end = registry.pending.pool.get()
-                end.record()
+            t1 = _cpu_now()
+            frame = _pop_own(stack, self)
+            if frame is None:  # never entered on this thread: nothing to close
+                return None
+        entry, t0, mode, rf, pushed, _, dev = frame
+        if entry.gen != registry.gen:
+            entry = registry.relocate(entry)
+        end = None
+        if mode == _CUDA:
+            try:
+                end = _record_event(dev)
+            except RuntimeError:
+                mode = _UNTIMED
         try:
             if rf is not None:
                 rf.__exit__(None, None, None)
@@ -209,24 +264,25 @@ class Step:
             elif mode == _CUDA:
                 registry.record_pending(entry, t0, end, exc_type is not None)
             else:
-                registry.record_untimed(entry)
+                registry.record_untimed(entry, exc_type is not None)
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""
-        name, scope, kind, cuda = self.name, self.scope, self.kind, self.cuda
+        name, scope, kind, cuda, dev = self.name, self.scope, self.kind, self.cuda, self.dev
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _config.enabled or _is_compiling():
                 return fn(*args, **kwargs)
             s = Step.__new__(Step)
-            s.name, s.scope, s.cuda, s.kind = name, scope, cuda, kind
+            s.name, s.scope, s.cuda, s.dev, s.kind = name, scope, cuda, dev, kind
             with s:
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
     def __repr__(self) -> str:
+        """``Step('name', scope=...)``."""
         return f"{type(self).__name__}({self.name!r}, scope={self.scope!r})"
 
 

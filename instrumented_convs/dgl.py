@@ -57,19 +57,24 @@ _IN_WEIGHT = Step("in_weight")
 _APPLY_EDGES = Step("apply_edges")
 
 
-def _normalize(feat: th.Tensor, degrees_fn: Any, both: bool) -> th.Tensor:
-    """Upstream's degree normalisation of one side, as degrees / pow / mul steps."""
+def _normalize(value: th.Tensor, like: th.Tensor, degrees_fn: Any, both: bool) -> th.Tensor:
+    """Upstream's degree normalisation of one side, as degrees / pow / mul steps.
+
+    Multiplies ``value`` by the norm; like upstream, the degrees take the dtype, device and
+    rank of ``like`` (the side's input features), which differs from ``value`` on the
+    destination side under autocast (``value`` is then the half-precision matmul output).
+    """
     with _DEGREES:
-        degs = degrees_fn().to(feat).clamp(min=1)
+        degs = degrees_fn().to(like).clamp(min=1)
     with _POW:
         if both:
             norm = th.pow(degs, -0.5)
         else:
             norm = 1.0 / degs
     with _MUL:
-        shp = norm.shape + (1,) * (feat.dim() - 1)
+        shp = norm.shape + (1,) * (like.dim() - 1)
         norm = th.reshape(norm, shp)
-        return feat * norm
+        return value * norm
 
 
 class GraphConv(_StockGraphConv):
@@ -121,7 +126,7 @@ class GraphConv(_StockGraphConv):
                 feat_src, feat_dst = expand_as_pair(feat, graph)
                 if self._norm in ["left", "both"]:
                     with _NORM_SRC:
-                        feat_src = _normalize(feat_src, graph.out_degrees, self._norm == "both")
+                        feat_src = _normalize(feat_src, feat_src, graph.out_degrees, self._norm == "both")
 
                 if weight is not None:
                     if self.weight is not None:
@@ -154,7 +159,7 @@ class GraphConv(_StockGraphConv):
 
                 if self._norm in ["right", "both"]:
                     with _NORM_DST:
-                        rst = _normalize(rst, graph.in_degrees, self._norm == "both")
+                        rst = _normalize(rst, feat_dst, graph.in_degrees, self._norm == "both")
 
                 if self.bias is not None:
                     with _BIAS:

@@ -245,6 +245,40 @@ def test_threads_have_their_own_nesting_and_exact_counts():
     ]
 
 
+def test_reset_inside_an_open_step_keeps_recording(clock):
+    with step("outer"):
+        clock.advance(5)
+        registry.reset()
+        with step("inner"):
+            clock.advance(3)
+    s = registry.summary()
+    assert [(r.name, r.count) for r in s] == [("outer", 1), ("outer/inner", 1)]
+    assert s["outer"].total == pytest.approx(8 * SEC)  # recorded whole when it closed
+    assert s["outer"].self_time == pytest.approx(5 * SEC)
+
+
+def test_steps_that_do_not_nest_leave_the_stack_clean(clock):
+    def loader():
+        with step("load"):
+            clock.advance(2)
+            yield 1
+            clock.advance(2)
+
+    g = loader()
+    with step("epoch"):
+        next(g)  # "load" is suspended inside "epoch"
+        clock.advance(1)
+    assert [f[0].name for f in _step._tls.stack] == ["load"]
+    with pytest.raises(StopIteration):
+        next(g)
+    assert _step.depth() == 0
+    with step("later"):
+        pass
+    names = [r.name for r in registry.summary()]
+    assert "later" in names and "epoch/later" not in names
+    assert registry.summary()["epoch/load"].count == 1
+
+
 def test_reset_forgets_everything(clock):
     _run_model(clock)
     registry.reset()
@@ -255,6 +289,8 @@ def test_reset_forgets_everything(clock):
 
 
 def test_registry_add_is_the_narrow_write_api():
+    with pytest.raises(ValueError):
+        registry.add("forward//lin", 1.0)
     registry.add("forward/lin", 0.25)
     registry.add("forward/lin", 0.75)
     registry.add("forward", 2.0)

@@ -46,6 +46,8 @@ def fake_cuda(monkeypatch):
 
     monkeypatch.setattr(registry.pending, "pool", EventPool(factory))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream-{device}")
 
     def no_sync(*a, **k):
         raise AssertionError("torch.cuda.synchronize() called")
@@ -132,9 +134,59 @@ def test_pending_queue_resolves_via_fold_callback():
     a.record()
     FakeEvent.timeline = 1.25
     b.record()
-    q.add("e", a, b)
+    q.add("e", (a, 0), (b, 0))
     assert q.poll() == 0 and folded == []
     assert q.drain() == 1 and folded == [("e", 1_250_000)]
+    assert pool.get(0) in (a, b) and pool.get(0) in (a, b)  # both recycled to device 0
+
+
+def test_unreadable_pairs_count_as_untimed(fake_cuda, monkeypatch):
+    def broken(self, end):
+        raise RuntimeError("cudaErrorNotReady")
+
+    monkeypatch.setattr(FakeEvent, "elapsed_time", broken)
+    with step("odd", device="cuda"):
+        pass
+    r = registry.summary()["odd"]
+    assert r.count == 0 and r.untimed == 1
+
+
+def test_a_failing_event_record_neither_raises_nor_unbalances(fake_cuda, monkeypatch):
+    calls = {"n": 0}
+    real = FakeEvent.record
+
+    def record(self, stream=None):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the end event of the step: a device error surfacing here
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        real(self, stream)
+
+    monkeypatch.setattr(FakeEvent, "record", record)
+    with step("outer", device="cuda"):
+        pass
+    assert _step.depth() == 0
+    r = registry.summary()["outer"]
+    assert r.untimed == 1 and r.count == 0
+
+
+def test_events_are_recorded_on_the_steps_device_and_pooled_per_device(fake_cuda, monkeypatch):
+    streams = []
+    real = FakeEvent.record
+
+    def record(self, stream=None):
+        streams.append(stream)
+        real(self, stream)
+
+    monkeypatch.setattr(FakeEvent, "record", record)
+    with step("on1", device="cuda:1"):
+        with step("child"):  # inherits device 1
+            pass
+    with step("current", device="cuda"):
+        pass
+    assert streams == ["stream-1", "stream-1", "stream-1", "stream-1", None, None]
+    registry.summary()
+    pool = registry.pending.pool
+    assert len(pool._free[1]) == 4 and len(pool._free[0]) == 2
 
 
 def test_capture_is_not_timed_and_does_not_fail(fake_cuda, monkeypatch):

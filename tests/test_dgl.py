@@ -356,3 +356,19 @@ def test_cuda_equivalence_and_event_timing():
     ours.load_state_dict(stock.state_dict())
     torch.testing.assert_close(ours(g, x), stock(g, x))
     assert len(registry.pending) > 0
+
+
+@pytest.mark.parametrize("norm", ["both", "right"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_autocast_matches_stock_dtype_and_values(norm, bias):
+    # under autocast the matmul's output is bf16 while the features stay fp32; upstream
+    # converts the destination degrees to the features' dtype, not the matmul's
+    g = _homogeneous()
+    x = torch.randn(N_SRC, 4)
+    torch.manual_seed(0)
+    stock, ours = Stock(4, 3, norm=norm, bias=bias), GraphConv(4, 3, norm=norm, bias=bias)
+    ours.load_state_dict(stock.state_dict())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        s, o = stock(g, x), ours(g, x)
+    assert o.dtype == s.dtype
+    torch.testing.assert_close(o, s)
