@@ -46,6 +46,7 @@ class NvtxBackend:
     name = "none"
 
     def __init__(self) -> None:
+        """A backend that does nothing (subclasses replace ``push`` and ``pop``)."""
         self.push: Callable[[str], Any] = _noop_push
         self.pop: Callable[[], Any] = _noop_pop
 

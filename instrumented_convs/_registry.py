@@ -66,6 +66,7 @@ class Entry:
             yield from child.walk()
 
     def __repr__(self) -> str:
+        """``Entry('path', scope=..., count=..., total=...ns)``."""
         return f"Entry({self.path!r}, scope={self.scope!r}, count={self.count}, total={self.total}ns)"
 
 

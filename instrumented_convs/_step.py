@@ -129,6 +129,11 @@ def depth() -> int:
     return len(_tls.stack)
 
 
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
+
+
 def _record_event(dev: Optional[int]) -> Tuple[Any, int]:
     """A pooled CUDA event recorded now on the current stream of ``dev`` (None: current device)."""
     key = torch.cuda.current_device() if dev is None else dev
@@ -161,8 +166,7 @@ class Step:
         self, name: str, scope: Optional[str] = None, device: Any = None, kind: str = "step"
     ) -> None:
         """A step called ``name``; ``scope`` names a layer instance, ``device`` its device."""
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
+        _check_name(name)
         self.name = name
         self.scope = scope
         self.cuda = _device_is_cuda(device)
@@ -292,12 +296,16 @@ class _NullStep:
     __slots__ = ("name", "scope", "device", "kind")
 
     def __init__(self, name: str, scope: Optional[str], device: Any, kind: str) -> None:
+        """A no-op standing for ``Step(name, ...)``; the name is checked the same way."""
+        _check_name(name)
         self.name, self.scope, self.device, self.kind = name, scope, device, kind
 
     def __enter__(self) -> "_NullStep":
+        """Do nothing."""
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Do nothing (exceptions propagate)."""
         return None
 
     def __call__(self, fn: F) -> F:

@@ -141,6 +141,7 @@ class Summary:
         return self.table()
 
     def __repr__(self) -> str:
+        """``Summary(N rows, total=..., by=...)``."""
         return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r})"
 
     # -- serialisation ----------------------------------------------------------------------
@@ -180,12 +181,12 @@ class Summary:
         return out.getvalue()
 
     @classmethod
-    def from_csv(cls, text: str, by: str = "step") -> "Summary":
-        """Rebuild a summary from :meth:`to_csv` output."""
+    def from_csv(cls, text: str, by: str = "step", grand_total: Optional[float] = None) -> "Summary":
+        """Rebuild a summary from :meth:`to_csv` output (pass ``grand_total`` for a part)."""
         rows = []
         for d in csv.DictReader(io.StringIO(text)):
             rows.append(Row(**{k: _parse(k, v) for k, v in d.items()}))
-        return cls(rows, by=by)
+        return cls(rows, by=by, grand_total=grand_total)
 
     def to_dataframe(self) -> Any:
         """The rows as a pandas DataFrame, one column per :class:`Row` field."""
@@ -194,8 +195,8 @@ class Summary:
         return pd.DataFrame([dataclasses.asdict(r) for r in self.rows], columns=_FIELDS)
 
     @classmethod
-    def from_dataframe(cls, frame: Any, by: str = "step") -> "Summary":
-        """Rebuild a summary from :meth:`to_dataframe` output."""
+    def from_dataframe(cls, frame: Any, by: str = "step", grand_total: Optional[float] = None) -> "Summary":
+        """Rebuild a summary from :meth:`to_dataframe` output (pass ``grand_total`` for a part)."""
         rows = []
         for record in frame.to_dict(orient="records"):
             values = {}
@@ -209,7 +210,7 @@ class Summary:
                     v = float(v)
                 values[k] = v
             rows.append(Row(**values))
-        return cls(rows, by=by)
+        return cls(rows, by=by, grand_total=grand_total)
 
 
 def _parse(field: str, value: str) -> Any:

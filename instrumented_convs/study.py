@@ -208,6 +208,7 @@ class PygGCN(torch.nn.Module):
     """The seeds' 3-layer GCN with PyG layers (instrumented ``GCNConv`` unless ``conv_cls``)."""
 
     def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
+        """Three layers: in -> hidden -> hidden -> classes."""
         super().__init__()
         if conv_cls is None:
             from .pyg import GCNConv as conv_cls
@@ -225,6 +226,7 @@ class DglGCN(torch.nn.Module):
     """The seeds' 3-layer GCN with DGL layers (instrumented ``GraphConv`` unless ``conv_cls``)."""
 
     def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
+        """Three layers: in -> hidden -> hidden -> classes."""
         super().__init__()
         if conv_cls is None:
             from .dgl import GraphConv as conv_cls

@@ -211,10 +211,13 @@ def test_exception_propagates_unchanged_and_stack_stays_balanced(clock):
     assert "raised" in str(s)
 
 
-def test_bad_step_names_are_rejected():
+def test_bad_step_names_are_rejected_enabled_or_not():
     for bad in ("", "a/b", None, 3):
         with pytest.raises(ValueError):
             step(bad)  # type: ignore[arg-type]
+        with disabled():
+            with pytest.raises(ValueError):
+                step(bad)  # type: ignore[arg-type]
 
 
 def test_threads_have_their_own_nesting_and_exact_counts():

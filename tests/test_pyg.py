@@ -394,3 +394,14 @@ def test_option_matrix_is_complete():
     combos = list(itertools.product([False, True], [False, True], [(None, True), (False, True), (None, False)],
                                     [True, False], [False, True], ["source_to_target", "target_to_source"], KINDS))
     assert len(combos) == 384
+
+
+@pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])
+def test_autocast_matches_stock(kind):
+    stock, ours = _pair()
+    x, ei, ew = _graph()
+    adj, w = _adjacency(kind, ei, ew, True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        s, o = stock(x, adj, w), ours(x, adj, w)
+    assert o.dtype == s.dtype
+    torch.testing.assert_close(o, s)
