@@ -28,7 +28,6 @@ from typing import Any, Dict, List
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _config
 from instrumented_convs.study import SHAPES, build_model, load_graph
 
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
@@ -84,11 +83,8 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     prof = _profile(forward, args.passes)
     summary = ic.registry.summary()
     syncs_on = _sync_count(prof)
-    _config.enabled = False
-    try:
+    with ic.disabled():
         syncs_off = _sync_count(_profile(forward, args.passes))
-    finally:
-        _config.enabled = True
 
     labels: Dict[str, float] = {}
     for evt in prof.events():

@@ -7,6 +7,11 @@ steady) it times many calls of a stock layer, the instrumented layer enabled, an
 instrumented layer disabled, interleaved round by round, and subtracts. Multiply by the
 layer calls of an epoch to get what instrumentation adds to it.
 
+A fourth variant, ``no-op steps``, runs the instrumented layer with every one of its step
+objects replaced by a do-nothing context manager: its difference to ``stock`` is the cost of
+the instrumented forward's own structure (extra Python frames, the per-forward checks), and
+``enabled`` minus ``no-op steps`` is the cost of the steps themselves.
+
     python benchmarks/layer_cost.py [--calls 2000] [--rounds 15] [--json FILE]
 """
 from __future__ import annotations
@@ -24,7 +29,42 @@ import torch
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import _config  # noqa: E402
+from instrumented_convs import _step  # noqa: E402
+
+
+class _NoOp:
+    """A do-nothing context manager standing in for every step of a layer."""
+
+    def __enter__(self) -> "_NoOp":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _noop_steps() -> Callable[[], None]:
+    """Replace the layers' step objects with no-ops; return the function that undoes it."""
+    import importlib
+
+    noop = _NoOp()
+    saved = []
+    for modname in ("instrumented_convs.pyg", "instrumented_convs.dgl"):
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        for name, value in vars(mod).items():
+            if isinstance(value, _step.Step) or name in ("layer_step", "step"):
+                saved.append((mod, name, value))
+        for mod_, name, value in saved:
+            if mod_ is mod:
+                setattr(mod, name, noop if isinstance(value, _step.Step) else (lambda *a, **k: noop))
+
+    def restore() -> None:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
+
+    return restore
 
 
 def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
@@ -66,7 +106,7 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
 
 
 def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[str, float]:
-    """Median microseconds per call: stock, enabled, disabled; and the differences."""
+    """Median microseconds per call of each variant, and medians of per-round differences."""
     def loop(fn: Callable[[], Any]) -> float:
         t0 = time.perf_counter_ns()
         for _ in range(calls):
@@ -74,13 +114,18 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
         return (time.perf_counter_ns() - t0) / calls / 1e3
 
     def disabled() -> float:
-        _config.enabled = False
+        with ic.disabled():
+            return loop(fns["ours"])
+
+    def noop_steps() -> float:
+        restore = _noop_steps()
         try:
             return loop(fns["ours"])
         finally:
-            _config.enabled = True
+            restore()
 
-    variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]), "disabled": disabled}
+    variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]),
+                "disabled": disabled, "no-op steps": noop_steps}
     with torch.no_grad():
         for v in variants.values():
             v()
@@ -90,9 +135,12 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
                 samples[k].append(v())
             ic.registry.reset()
     med = {k: statistics.median(v) for k, v in samples.items()}
-    diffs = {k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])]) for k in ("enabled", "disabled")}
+    diffs = {k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])])
+             for k in ("enabled", "disabled", "no-op steps")}
     return {"stock_us": med["stock"], "enabled_us": med["enabled"], "disabled_us": med["disabled"],
-            "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"]}
+            "noop_steps_us": med["no-op steps"],
+            "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"],
+            "noop_steps_minus_stock_us": diffs["no-op steps"]}
 
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
@@ -105,12 +153,14 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     out = {}
     print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
           f"no_grad, NVTX backend {ic.nvtx_backend()})")
-    print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'enabled-stock':>14s} {'disabled-stock':>15s}")
+    print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "
+          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s}")
     for name, fns in _cases().items():
         r = measure(fns, args.calls, args.rounds)
         out[name] = r
         print(f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
-              f"{r['enabled_minus_stock_us']:14.1f} {r['disabled_minus_stock_us']:15.2f}")
+              f"{r['noop_steps_us']:12.1f} {r['enabled_minus_stock_us']:14.1f} "
+              f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

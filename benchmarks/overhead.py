@@ -37,7 +37,6 @@ import torch.nn.functional as F
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import _config  # noqa: E402
 from instrumented_convs.study import SHAPES, build_model, load_graph  # noqa: E402
 
 VARIANTS = ("stock", "enabled", "disabled", "stock again")
@@ -105,11 +104,8 @@ def measure_case(data: Any, platform_: str, sparse: bool, rounds: int, warmup: i
 
     def run(variant: str) -> float:
         if variant == "disabled":
-            _config.enabled = False
-            try:
+            with ic.disabled():
                 return timed(epochs[variant])
-            finally:
-                _config.enabled = True
         return timed(epochs[variant])
 
     for _ in range(warmup):

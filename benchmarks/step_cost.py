@@ -25,7 +25,7 @@ from typing import Callable, Dict, List
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _config, step
+from instrumented_convs import step
 
 
 def _loop_bare(n: int) -> None:
@@ -67,25 +67,19 @@ def _loop_call_decorated(n: int) -> None:
 
 def _variants() -> Dict[str, Callable[[int], None]]:
     def disabled(n: int) -> None:
-        _config.enabled = False
-        try:
+        with ic.disabled():
             _loop_step(n)
-        finally:
-            _config.enabled = True
 
     def enabled_plain(n: int) -> None:
-        _config.nvtx = False
+        ic.configure(nvtx=False)
         try:
             _loop_step(n)
         finally:
-            _config.nvtx = True
+            ic.configure(nvtx=True)
 
     def fn_disabled(n: int) -> None:
-        _config.enabled = False
-        try:
+        with ic.disabled():
             _loop_call_decorated(n)
-        finally:
-            _config.enabled = True
 
     return {
         "bare": _loop_bare,
@@ -142,11 +136,11 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
             stack.pop()
 
     def no_nvtx(k: int) -> None:
-        _config.nvtx = False
+        ic.configure(nvtx=False)
         try:
             full(k)
         finally:
-            _config.nvtx = True
+            ic.configure(nvtx=True)
 
     def no_lock(k: int) -> None:
         real = _step._lock

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Tuple
 
 import torch
 
@@ -32,6 +32,17 @@ def layer_step(module: Any, kind: str, device: torch.device) -> Step:
     if s is None:
         s = cache[key] = Step(kind, scope=module._ic_scope, device=device)
     return s
+
+
+def share_state(src: torch.nn.Module, dst: torch.nn.Module, names: Tuple[str, ...]) -> Any:
+    """Make ``dst`` use ``src``'s attributes ``names`` (parameters, submodules, caches; None
+    skipped) and its train/eval mode; return ``dst``. Used by ``to_stock``/``from_stock``."""
+    for name in names:
+        value = getattr(src, name)
+        if value is not None:
+            setattr(dst, name, value)
+    dst.train(src.training)
+    return dst
 
 
 def name_layers(model: torch.nn.Module, prefix: str = "") -> Dict[str, str]:

@@ -34,7 +34,7 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
-from ._layers import instance_scope, layer_step
+from ._layers import instance_scope, layer_step, share_state
 from ._step import Step, instrumenting
 
 __all__ = ["GraphConv", "EdgeWeightNorm"]
@@ -177,12 +177,7 @@ class GraphConv(_StockGraphConv):
                                 weight=self.weight is not None, bias=self.bias is not None,
                                 activation=self._activation,
                                 allow_zero_in_degree=self._allow_zero_in_degree)
-        if self.weight is not None:
-            stock.weight = self.weight
-        if self.bias is not None:
-            stock.bias = self.bias
-        stock.train(self.training)
-        return stock
+        return share_state(self, stock, ("weight", "bias"))
 
     @classmethod
     def from_stock(cls, layer: _StockGraphConv) -> "GraphConv":
@@ -191,12 +186,7 @@ class GraphConv(_StockGraphConv):
                    weight=layer.weight is not None, bias=layer.bias is not None,
                    activation=layer._activation,
                    allow_zero_in_degree=layer._allow_zero_in_degree)
-        if layer.weight is not None:
-            ours.weight = layer.weight
-        if layer.bias is not None:
-            ours.bias = layer.bias
-        ours.train(layer.training)
-        return ours
+        return share_state(layer, ours, ("weight", "bias"))
 
 
 class EdgeWeightNorm(_StockEdgeWeightNorm):

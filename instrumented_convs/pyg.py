@@ -36,7 +36,7 @@ from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ._layers import instance_scope, layer_step
+from ._layers import instance_scope, layer_step, share_state
 from ._step import Step, instrumenting, step
 
 __all__ = ["GCNConv", "gcn_norm"]
@@ -54,6 +54,8 @@ _NORMALIZE = Step("normalize")
 _ADD_SELF_LOOPS = Step("add_self_loops")
 _TO_EDGE_INDEX = Step("to_edge_index")
 _ADD_REMAINING_SELF_LOOPS = Step("add_remaining_self_loops")
+# What to_stock/from_stock share between the two layers.
+_SHARED = ("lin", "bias", "_cached_edge_index", "_cached_adj_t")
 
 
 def gcn_norm(
@@ -239,13 +241,7 @@ class GCNConv(_StockGCNConv):
             self.in_channels, self.out_channels, improved=self.improved, cached=self.cached,
             add_self_loops=self.add_self_loops, normalize=self.normalize,
             bias=self.bias is not None, **self._ic_kwargs)
-        stock.lin = self.lin
-        if self.bias is not None:
-            stock.bias = self.bias
-        stock._cached_edge_index = self._cached_edge_index
-        stock._cached_adj_t = self._cached_adj_t
-        stock.train(self.training)
-        return stock
+        return share_state(self, stock, _SHARED)
 
     @classmethod
     def from_stock(cls, layer: _StockGCNConv) -> "GCNConv":
@@ -256,13 +252,7 @@ class GCNConv(_StockGCNConv):
         ours = cls(layer.in_channels, layer.out_channels, improved=layer.improved,
                    cached=layer.cached, add_self_loops=layer.add_self_loops,
                    normalize=layer.normalize, bias=layer.bias is not None, **kwargs)
-        ours.lin = layer.lin
-        if layer.bias is not None:
-            ours.bias = layer.bias
-        ours._cached_edge_index = layer._cached_edge_index
-        ours._cached_adj_t = layer._cached_adj_t
-        ours.train(layer.training)
-        return ours
+        return share_state(layer, ours, _SHARED)
 
     def __prepare_scriptable__(self) -> _StockGCNConv:
         """``torch.jit.script`` compiles the stock layer (sharing parameters) instead.

@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._step import region
-from . import _config
 
 logger = logging.getLogger(__name__)
 
@@ -296,15 +295,13 @@ class TrainResult:
 
 def accuracy(model: torch.nn.Module, data: GraphData, graph: Any) -> Tuple[float, float, float]:
     """Train/valid/test accuracy, computed with instrumentation off."""
-    was_enabled = _config.enabled
-    _config.enabled = False
-    try:
+    from . import disabled
+
+    with disabled():
         model.eval()
         with torch.no_grad():
             pred = model(data.x, graph).argmax(dim=-1)
         model.train()
-    finally:
-        _config.enabled = was_enabled
     return tuple(  # type: ignore[return-value]
         float((pred[idx] == data.y[idx]).float().mean()) for idx in (data.train_idx, data.valid_idx, data.test_idx)
     )
@@ -326,6 +323,8 @@ def train(
     ``forward``. Warm-up epochs run with instrumentation off, so the first, slower calls
     (allocations, lazy initialisation) do not skew the table.
     """
+    from . import disabled
+
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     loss = torch.zeros(())
@@ -342,13 +341,9 @@ def train(
             opt.step()
         return loss
 
-    was_enabled = _config.enabled
-    _config.enabled = False
-    try:
+    with disabled():
         for _ in range(warmup):
             one_epoch()
-    finally:
-        _config.enabled = was_enabled
     for epoch in range(epochs):
         with region("epoch", device=data.x.device):
             loss = one_epoch()

@@ -41,6 +41,14 @@ def clock():
     ic.set_cpu_clock(previous)
 
 
+def outcome(fn):
+    """``(result, None)`` or ``(None, exception)``: compare failures with the stock layer's."""
+    try:
+        return fn(), None
+    except Exception as exc:
+        return None, exc
+
+
 def train_losses(model, inputs, y, steps=5, lr=0.01):
     """Train ``model(*inputs)`` with Adam and NLL loss; return the loss of every step."""
     import torch

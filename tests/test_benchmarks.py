@@ -50,7 +50,7 @@ def test_layer_cost_reports_each_layer(tmp_path):
     _run("benchmarks/layer_cost.py", "--calls", "20", "--rounds", "2", "--json", str(out))
     data = json.loads(out.read_text())
     assert "PyG GCNConv, edge_index" in data
-    assert all("enabled_minus_stock_us" in v for v in data.values())
+    assert all("enabled_minus_stock_us" in v and "noop_steps_minus_stock_us" in v for v in data.values())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")

@@ -15,6 +15,7 @@ from dgl.nn import GraphConv as Stock  # noqa: E402
 
 from instrumented_convs import _step, disabled, region, registry  # noqa: E402
 
+from .conftest import outcome as _outcome  # noqa: E402
 from .conftest import train_losses  # noqa: E402
 from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 
@@ -66,11 +67,6 @@ def _leaves(feat):
     return list(feat) if isinstance(feat, tuple) else [feat]
 
 
-def _outcome(fn):
-    try:
-        return fn(), None
-    except Exception as exc:
-        return None, exc
 
 
 @pytest.mark.parametrize("kind", ["homogeneous", "bipartite", "block"])

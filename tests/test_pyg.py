@@ -15,6 +15,7 @@ from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import _step, disabled, region, registry  # noqa: E402
 
+from .conftest import outcome as _outcome  # noqa: E402
 from .conftest import train_losses  # noqa: E402
 from instrumented_convs.pyg import GCNConv  # noqa: E402
 
@@ -53,11 +54,6 @@ def _pair(seed=0, **opts):
     return stock, ours
 
 
-def _outcome(fn):
-    try:
-        return fn(), None
-    except Exception as exc:  # compared below: same type and message as the stock layer
-        return None, exc
 
 
 def _assert_same_failure(stock_exc, ours_exc):
