@@ -117,13 +117,17 @@ def measure(n: int, rounds: int) -> Dict[str, float]:
 
 
 def breakdown(n: int, rounds: int) -> Dict[str, float]:
-    """Where an enabled step's time goes, by removing one piece at a time (NVTX on)."""
+    """Where an enabled step's time goes, by removing one piece at a time (NVTX on).
+
+    This part reaches into the machinery on purpose: it swaps the registry's lock for a
+    no-op context, and the step's bound ``registry.record`` for a no-op function.
+    """
     import contextlib
 
-    from instrumented_convs import _step
+    from instrumented_convs import _stack, _step
 
     s = step("bench")
-    stack = _step._tls.stack
+    stack = _stack.thread_stack()
 
     def full(k: int) -> None:
         for _ in range(k):
@@ -143,14 +147,23 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
             ic.configure(nvtx=True)
 
     def no_lock(k: int) -> None:
-        real = _step._lock
-        _step._lock = contextlib.nullcontext()
+        real = ic.registry._lock
+        ic.registry._lock = contextlib.nullcontext()  # type: ignore[assignment]
         try:
             full(k)
         finally:
-            _step._lock = real
+            ic.registry._lock = real
 
-    variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx, "no_lock": no_lock}
+    def no_record(k: int) -> None:
+        real = _step._record
+        _step._record = lambda entry, ns, error: None
+        try:
+            full(k)
+        finally:
+            _step._record = real
+
+    variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx,
+                "no_lock": no_lock, "no_record": no_record}
     samples: Dict[str, List[float]] = {k: [] for k in variants}
     for _ in range(rounds):
         for name, fn in variants.items():
@@ -164,6 +177,7 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
         "exit (incl. NVTX pop)": med["full"] - med["enter"],
         "NVTX push + pop": med["full"] - med["no_nvtx"],
         "registry lock": med["full"] - med["no_lock"],
+        "registry.record (call, lock, update)": med["full"] - med["no_record"],
     }
 
 

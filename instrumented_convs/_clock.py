@@ -6,6 +6,11 @@ current stream instead; the pair is kept *pending* and turned into a duration la
 ``summary()`` (which waits only for the newest events) or when too many are pending (then
 finished pairs are folded after a non-blocking ``query()``). Nothing here ever calls
 ``torch.cuda.synchronize()``, so the program keeps its overlap and its speed.
+
+This module is at the bottom of the house: it imports nothing from the package. Steps read
+:data:`cpu_now` through the module at each call, so replacing it needs no reach upwards.
+It also decides which clock a step uses (:func:`auto_cuda`, :func:`device_is_cuda`) and
+holds the process-wide pool of CUDA events (:data:`events`).
 """
 from __future__ import annotations
 
@@ -13,7 +18,10 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-#: The CPU clock, in integer nanoseconds. Tests replace it through :func:`set_cpu_clock`.
+import torch
+
+#: The CPU clock, in integer nanoseconds. Steps read it as ``_clock.cpu_now`` at each call,
+#: so :func:`set_cpu_clock` (tests: :mod:`instrumented_convs.testing`) takes effect at once.
 cpu_now: Callable[[], int] = time.perf_counter_ns
 
 
@@ -21,9 +29,6 @@ def set_cpu_clock(clock: Callable[[], int]) -> Callable[[], int]:
     """Replace the CPU clock (integer nanoseconds) and return the previous one."""
     global cpu_now
     previous, cpu_now = cpu_now, clock
-    from . import _step  # the hot path binds the clock as a module global
-
-    _step._cpu_now = clock
     return previous
 
 
@@ -52,11 +57,70 @@ class EventPool:
             free = self._free.setdefault(key, [])
         free.append(event)
 
+    def available(self, key: Any = None) -> int:
+        """How many unused events device ``key``'s list holds."""
+        return len(self._free.get(key, ()))
+
+    def reset(self, factory: Optional[Callable[[], Any]] = None) -> Callable[[], Any]:
+        """Drop every free event; with ``factory``, make new events with it from now on.
+
+        Returns the factory in use before (tests swap in fake events this way).
+        """
+        previous = self._factory
+        self._free = {}
+        if factory is not None:
+            self._factory = factory
+        return previous
+
 
 def _new_cuda_event() -> Any:
-    import torch
-
     return torch.cuda.Event(enable_timing=True)
+
+
+#: The process-wide pool of CUDA events: steps take events from it, resolved pairs go back.
+events = EventPool(_new_cuda_event)
+
+
+def record_event(dev: Optional[int]) -> Tuple[Any, Any]:
+    """A pooled CUDA event recorded now on the current stream of ``dev`` (None: current device).
+
+    Returns ``(event, pool key)``: the key is the device the event must go back to.
+    """
+    key = torch.cuda.current_device() if dev is None else dev
+    ev = events.get(key)
+    if dev is None:
+        ev.record()
+    else:
+        ev.record(torch.cuda.current_stream(dev))
+    return ev, key
+
+
+_cuda_seen = False  # becomes True once CUDA is initialised in this process
+
+
+def auto_cuda() -> bool:
+    """Whether a top-level step with no device should use the CUDA clock (CUDA initialised)."""
+    global _cuda_seen
+    if not _cuda_seen:
+        _cuda_seen = torch.cuda.is_initialized()
+    return _cuda_seen
+
+
+def device_is_cuda(device: Any) -> Optional[bool]:
+    """Whether ``device`` (a ``torch.device``, string or index) is a CUDA device; None: unknown."""
+    if device is None:
+        return None
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return torch.device(device).type == "cuda"
+
+
+def device_index(device: Any) -> Optional[int]:
+    """The index of a CUDA ``device`` (None: the current device)."""
+    if isinstance(device, int):
+        return device
+    d = device if isinstance(device, torch.device) else torch.device(device)
+    return d.index
 
 
 class PendingTimes:
@@ -77,14 +141,17 @@ class PendingTimes:
     def __init__(
         self,
         fold: Callable[[Any, Optional[int]], None],
-        pool: EventPool,
+        pool: Optional[EventPool] = None,
         poll_at: int = 2048,
         hard_limit: int = 65536,
     ) -> None:
-        """Create an empty queue that calls ``fold(entry, nanoseconds or None)`` per pair."""
+        """Create an empty queue that calls ``fold(entry, nanoseconds or None)`` per pair.
+
+        Resolved events go back to ``pool`` (default: the process-wide :data:`events`).
+        """
         self._queue: Deque[Tuple[Any, Any, Any]] = deque()
         self._fold = fold
-        self.pool = pool
+        self.pool = events if pool is None else pool
         self.poll_at = poll_at
         self.hard_limit = hard_limit
 

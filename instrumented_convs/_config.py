@@ -1,15 +1,20 @@
 """Process-wide switches: instrumentation on/off, NVTX ranges, record_function labels.
 
-Every switch is a plain module attribute so that the hot path pays one attribute read.
-The environment variables are read once, at import:
+Every switch is a plain module attribute so that the hot path pays one attribute read; the
+functions below are the public way to change and read them. The environment variables are
+read once, at import:
 
 - ``INSTRUMENTED_CONVS_DISABLE=1``: start disabled (every step is a no-op).
 - ``INSTRUMENTED_CONVS_NVTX=0``: never push NVTX ranges.
 - ``INSTRUMENTED_CONVS_RECORD_FUNCTION=0``: never open ``torch.profiler.record_function``.
+
+This module imports nothing from the package: it is the bottom of the house.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator, NamedTuple, Optional
 
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -25,3 +30,63 @@ def _env_flag(name: str, default: bool) -> bool:
 enabled: bool = not _env_flag("INSTRUMENTED_CONVS_DISABLE", False)
 nvtx: bool = _env_flag("INSTRUMENTED_CONVS_NVTX", True)
 record_function: bool = _env_flag("INSTRUMENTED_CONVS_RECORD_FUNCTION", True)
+
+
+class Settings(NamedTuple):
+    """The switches at one moment (see :func:`settings`); ``restore`` puts them back."""
+
+    enabled: bool  #: steps record (:func:`enable` / :func:`disable`)
+    nvtx: bool  #: steps push NVTX ranges
+    record_function: bool  #: steps open profiler labels while a profiler records
+
+    def restore(self) -> None:
+        """Set every switch back to the value it has in this snapshot."""
+        global enabled, nvtx, record_function
+        enabled, nvtx, record_function = self.enabled, self.nvtx, self.record_function
+
+
+def settings() -> Settings:
+    """The current switches, as a :class:`Settings` snapshot (``.restore()`` puts them back)."""
+    return Settings(enabled, nvtx, record_function)
+
+
+def enable() -> None:
+    """Turn instrumentation on (the default unless ``INSTRUMENTED_CONVS_DISABLE=1``)."""
+    global enabled
+    enabled = True
+
+
+def disable() -> None:
+    """Turn instrumentation off: each step then costs one flag check, layers run stock code."""
+    global enabled
+    enabled = False
+
+
+def is_enabled() -> bool:
+    """Whether steps are being recorded."""
+    return enabled
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Turn instrumentation off inside the block, and restore the previous state after."""
+    global enabled
+    previous = enabled
+    enabled = False
+    try:
+        yield
+    finally:
+        enabled = previous
+
+
+def configure(*, nvtx: Optional[bool] = None, record_function: Optional[bool] = None) -> Settings:
+    """Switch NVTX ranges and ``record_function`` labels on or off (``None`` keeps as is).
+
+    Returns the switches now in effect (``configure()`` alone only reads them).
+    """
+    g = globals()  # the parameters shadow the module switches of the same names
+    if nvtx is not None:
+        g["nvtx"] = bool(nvtx)
+    if record_function is not None:
+        g["record_function"] = bool(record_function)
+    return settings()

@@ -18,40 +18,31 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
-from typing import Any, Callable, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import _config, _ranges
-from ._clock import cpu_now as _initial_clock
-from ._registry import Entry, registry
+from . import _clock, _config, _ranges
+from ._clock import device_index as _device_index
+from ._clock import device_is_cuda as _device_is_cuda
+from ._registry import registry
+from ._stack import CPU, CUDA, UNTIMED, Frame, _tls, current_path, depth, open_steps, pop_own
+
+__all__ = [
+    "Step", "step", "region", "instrumenting", "current_path", "depth", "open_steps",
+    "nvtx_backend", "set_nvtx_backend",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_cpu_now: Callable[[], int] = _initial_clock  # replaced by _clock.set_cpu_clock in tests
 
 # The NVTX backend; chosen at import, replaceable with set_nvtx_backend().
 _nvtx: _ranges.NvtxBackend = _ranges.make_backend()
 _nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
 _open_rf = _ranges.open_record_function
-
-# Frame: (entry, start: ns or (CUDA event, pool key), clock mode, record_function handle,
-#         nvtx pushed, the Step that opened it, CUDA device index or None)
-Frame = Tuple[Entry, Any, int, Any, bool, Any, Optional[int]]
-_CPU, _CUDA, _UNTIMED = 0, 1, 2
-_lock = registry._lock  # statistics are written under the registry's lock
 _prof = _ranges.profiler_state
-
-
-class _ThreadState(threading.local):
-    """Per-thread nesting stack of open steps."""
-
-    def __init__(self) -> None:
-        self.stack: List[Frame] = []
-
-
-_tls = _ThreadState()
+_record = registry.record  # the registry's narrow write API, bound once
+_auto_cuda = _clock.auto_cuda
+_record_event = _clock.record_event
 
 
 def _compiling_probe() -> Callable[[], bool]:
@@ -71,23 +62,6 @@ def _compiling_probe() -> Callable[[], bool]:
 
 
 _is_compiling = _compiling_probe()
-_cuda_seen = False  # becomes True once CUDA is initialised in this process
-
-
-def _auto_cuda() -> bool:
-    """Whether a top-level step with no device should use the CUDA clock."""
-    global _cuda_seen
-    if not _cuda_seen:
-        _cuda_seen = torch.cuda.is_initialized()
-    return _cuda_seen
-
-
-def _device_is_cuda(device: Any) -> Optional[bool]:
-    if device is None:
-        return None
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    return torch.device(device).type == "cuda"
 
 
 def instrumenting() -> bool:
@@ -96,13 +70,6 @@ def instrumenting() -> bool:
     Layers check it once per forward and run the stock code when it is False.
     """
     return _config.enabled and not _is_compiling()
-
-
-def _device_index(device: Any) -> Optional[int]:
-    if isinstance(device, int):
-        return device
-    d = device if isinstance(device, torch.device) else torch.device(device)
-    return d.index
 
 
 def set_nvtx_backend(name: Optional[str] = None) -> str:
@@ -118,43 +85,9 @@ def nvtx_backend() -> str:
     return _nvtx.name
 
 
-def current_path() -> str:
-    """The ``/``-separated path of the innermost open step on this thread (``""`` if none)."""
-    stack = _tls.stack
-    return stack[-1][0].path if stack else ""
-
-
-def depth() -> int:
-    """How many steps are open on this thread."""
-    return len(_tls.stack)
-
-
 def _check_name(name: Any) -> None:
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
-
-
-def _record_event(dev: Optional[int]) -> Tuple[Any, int]:
-    """A pooled CUDA event recorded now on the current stream of ``dev`` (None: current device)."""
-    key = torch.cuda.current_device() if dev is None else dev
-    ev = registry.pending.pool.get(key)
-    if dev is None:
-        ev.record()
-    else:
-        ev.record(torch.cuda.current_stream(dev))
-    return ev, key
-
-
-def _pop_own(stack: List[Frame], owner: "Step") -> Optional[Frame]:
-    """Remove and return ``owner``'s innermost frame when it is not on top of the stack.
-
-    That happens when contexts do not nest, e.g. a generator suspended inside a step while
-    the step around its caller closes; the other frames stay until their steps close.
-    """
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i][5] is owner:
-            return stack.pop(i)
-    return None
 
 
 class Step:
@@ -176,20 +109,20 @@ class Step:
     def __enter__(self) -> "Step":
         """Open the step: registry entry, NVTX range, profiler label, then the clock."""
         stack = _tls.stack
+        top = stack[-1]
         name = self.name
-        if stack:
-            top = stack[-1]
-            parent = top[0]
-            if parent.gen != registry.gen:  # opened before a reset: continue in the new tree
-                parent = registry.relocate(parent)
+        parent = top.entry
+        if parent is None:  # the bottom sentinel: a top-level step
+            parent = registry.root
             if self.cuda is None:
-                cuda, dev = top[2] != _CPU, top[6]
+                cuda, dev = _auto_cuda(), None
             else:
                 cuda, dev = self.cuda, self.dev
         else:
-            parent = registry._root
+            if parent.retired:  # opened before a reset: continue in the new tree
+                parent = registry.relocate(parent)
             if self.cuda is None:
-                cuda, dev = _auto_cuda(), None
+                cuda, dev = top.mode != CPU, top.dev
             else:
                 cuda, dev = self.cuda, self.dev
         # Children inherit the scope: the common case looks up by name alone.
@@ -205,8 +138,18 @@ class Step:
                 pushed = True
             if _config.record_function and _prof._is_profiler_enabled:
                 rf = _open_rf(name)
+            frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
+            if frame is None:
+                frame = top.spare = Frame()
+            frame.entry = entry
+            frame.owner = self
+            frame.rf = rf
+            frame.pushed = pushed
+            frame.dev = dev
             if not cuda:
-                stack.append((entry, _cpu_now(), _CPU, rf, pushed, self, None))  # clock last
+                frame.mode = CPU
+                frame.start = _clock.cpu_now()  # clock last
+                stack.append(frame)
             else:
                 start = None
                 if not torch.cuda.is_current_stream_capturing():
@@ -214,7 +157,9 @@ class Step:
                         start = _record_event(dev)
                     except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
                         start = None
-                stack.append((entry, start, _UNTIMED if start is None else _CUDA, rf, pushed, self, dev))
+                frame.mode = UNTIMED if start is None else CUDA
+                frame.start = start
+                stack.append(frame)
         except BaseException:
             try:
                 if rf is not None:
@@ -228,45 +173,35 @@ class Step:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         """Close the step: stop the clock first, then the label and the range, then record."""
         stack = _tls.stack
-        frame = stack[-1] if stack else None
-        if frame is not None and frame[5] is self:  # the usual, nested case
-            if frame[2] == _CPU:
-                t1 = _cpu_now()  # clock first
+        frame = stack[-1]
+        if frame.owner is self:  # the usual, nested case
+            if frame.mode == CPU:
+                t1 = _clock.cpu_now()  # clock first
             stack.pop()
         else:
-            t1 = _cpu_now()
-            frame = _pop_own(stack, self)
-            if frame is None:  # never entered on this thread: nothing to close
+            t1 = _clock.cpu_now()
+            found = pop_own(stack, self)
+            if found is None:  # never entered on this thread: nothing to close
                 return None
-        entry, t0, mode, rf, pushed, _, dev = frame
-        if entry.gen != registry.gen:
-            entry = registry.relocate(entry)
+            frame = found
+        # Read the frame now: once popped, it may be reused by the next step opened here.
+        entry, start, mode, rf, pushed = frame.entry, frame.start, frame.mode, frame.rf, frame.pushed
         end = None
-        if mode == _CUDA:
+        if mode == CUDA:
             try:
-                end = _record_event(dev)
+                end = _record_event(frame.dev)
             except RuntimeError:
-                mode = _UNTIMED
+                mode = UNTIMED
         try:
             if rf is not None:
                 rf.__exit__(None, None, None)
         finally:
             if pushed:
                 _nvtx_pop()
-            if mode == _CPU:
-                d = t1 - t0
-                with _lock:
-                    entry.count += 1
-                    entry.total += d
-                    entry.sumsq += d * d
-                    if d < entry.min:
-                        entry.min = d
-                    if d > entry.max:
-                        entry.max = d
-                    if exc_type is not None:
-                        entry.errors += 1
-            elif mode == _CUDA:
-                registry.record_pending(entry, t0, end, exc_type is not None)
+            if mode == CPU:
+                _record(entry, t1 - start, exc_type is not None)
+            elif mode == CUDA:
+                registry.record_pending(entry, start, end, exc_type is not None)
             else:
                 registry.record_untimed(entry, exc_type is not None)
 

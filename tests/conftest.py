@@ -1,65 +1,33 @@
-"""Shared fixtures: a clean registry and switches for every test, and an exact fake clock."""
+"""Shared fixtures: a clean registry and switches for every test, and an exact fake clock.
+
+Helpers that tests import (``gpu``, ``run_script``, ``outcome``, ``train_losses``) live in
+``tests/helpers.py``; ``outcome`` and ``train_losses`` are re-exported here for old imports.
+"""
 from __future__ import annotations
 
 import pytest
 
 import instrumented_convs as ic
-from instrumented_convs import _config, _step
+from instrumented_convs.testing import FakeClock, cpu_clock, depth, open_steps
 
-
-class FakeClock:
-    """A CPU clock that moves only when told: timing assertions become exact."""
-
-    def __init__(self, start: int = 1_000_000) -> None:
-        self.now = start
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ns: int) -> None:
-        self.now += ns
+from .helpers import outcome, train_losses  # noqa: F401  (re-exported)
 
 
 @pytest.fixture(autouse=True)
 def clean_state():
     """Every test starts enabled, with an empty registry, NVTX and record_function on."""
-    saved = (_config.enabled, _config.nvtx, _config.record_function)
-    _config.enabled, _config.nvtx, _config.record_function = True, True, True
+    saved = ic.settings()
+    ic.enable()
+    ic.configure(nvtx=True, record_function=True)
     ic.registry.reset()
     yield
-    assert _step.depth() == 0, "a test left a step open on the main thread"
-    _config.enabled, _config.nvtx, _config.record_function = saved
+    assert depth() == 0, f"a test left steps open on the main thread: {open_steps()}"
+    saved.restore()
     ic.registry.reset()
 
 
 @pytest.fixture
 def clock():
-    """Install a :class:`FakeClock` as the CPU clock for the test."""
-    fake = FakeClock()
-    previous = ic.set_cpu_clock(fake)
-    yield fake
-    ic.set_cpu_clock(previous)
-
-
-def outcome(fn):
-    """``(result, None)`` or ``(None, exception)``: compare failures with the stock layer's."""
-    try:
-        return fn(), None
-    except Exception as exc:
-        return None, exc
-
-
-def train_losses(model, inputs, y, steps=5, lr=0.01):
-    """Train ``model(*inputs)`` with Adam and NLL loss; return the loss of every step."""
-    import torch
-    import torch.nn.functional as F
-
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    trace = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = F.nll_loss(model(*inputs), y)
-        loss.backward()
-        opt.step()
-        trace.append(loss.item())
-    return trace
+    """Install a :class:`~instrumented_convs.testing.FakeClock` as the CPU clock for the test."""
+    with cpu_clock(FakeClock()) as fake:
+        yield fake

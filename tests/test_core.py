@@ -10,7 +10,8 @@ import threading
 import pytest
 
 import instrumented_convs as ic
-from instrumented_convs import _step, disabled, region, registry, step
+from instrumented_convs import current_path, disabled, region, registry, step
+from instrumented_convs.testing import depth, open_steps
 
 SEC = 1e-9  # one nanosecond in seconds
 
@@ -201,7 +202,7 @@ def test_exception_propagates_unchanged_and_stack_stays_balanced(clock):
                 clock.advance(4)
                 raise err
     assert info.value is err
-    assert _step.depth() == 0 and _step.current_path() == ""
+    assert depth() == 0 and current_path() == ""
     with step("after"):
         clock.advance(2)
     s = registry.summary()
@@ -271,10 +272,10 @@ def test_steps_that_do_not_nest_leave_the_stack_clean(clock):
     with step("epoch"):
         next(g)  # "load" is suspended inside "epoch"
         clock.advance(1)
-    assert [f[0].name for f in _step._tls.stack] == ["load"]
+    assert open_steps() == ["epoch/load"]
     with pytest.raises(StopIteration):
         next(g)
-    assert _step.depth() == 0
+    assert depth() == 0
     with step("later"):
         pass
     names = [r.name for r in registry.summary()]
@@ -329,12 +330,37 @@ def test_registry_memory_stays_flat_over_a_million_steps(clock):
 
 
 def test_configure_switches_nvtx_and_record_function():
-    from instrumented_convs import _config
-
-    ic.configure(nvtx=False, record_function=False)
-    assert not _config.nvtx and not _config.record_function
+    now = ic.configure(nvtx=False, record_function=False)
+    assert not now.nvtx and not now.record_function
     ic.configure(nvtx=True)
-    assert _config.nvtx and not _config.record_function
+    assert ic.settings().nvtx and not ic.settings().record_function
+    assert ic.configure() == ic.settings() == (True, True, False)
+
+
+def test_settings_snapshot_restores_every_switch():
+    saved = ic.settings()
+    ic.disable()
+    ic.configure(nvtx=False, record_function=False)
+    assert ic.settings() == ic.Settings(enabled=False, nvtx=False, record_function=False)
+    saved.restore()
+    assert ic.settings() == saved and ic.is_enabled()
+
+
+def test_open_steps_and_current_path_follow_the_nesting():
+    assert open_steps() == [] and current_path() == "" and depth() == 0
+    with region("forward"):
+        with step("GCNConv", scope="conv0"):
+            assert open_steps() == ["forward", "forward/GCNConv"]
+            assert current_path() == "forward/GCNConv" and depth() == 2
+        assert open_steps() == ["forward"]
+    assert open_steps() == []
+
+
+def test_step_module_keeps_the_names_layers_and_tests_import():
+    from instrumented_convs import _step
+
+    assert _step.Step is ic.Step and _step.step is ic.step and _step.instrumenting is ic.instrumenting
+    assert _step.depth() == 0
 
 
 def test_record_function_labels_appear_in_torch_profiler():
@@ -379,7 +405,7 @@ def test_torch_compile_traces_through_steps_without_graph_breaks():
     assert explanation.graph_count == 1 and explanation.graph_break_count == 0
     compiled = torch.compile(f, backend="eager")
     assert torch.allclose(compiled(x), f(x))
-    assert _step.depth() == 0
+    assert depth() == 0
     # steps inside compiled code are not recorded; the eager call above recorded them
     assert registry.summary()["r/inside"].count == 1
 
@@ -393,3 +419,54 @@ def test_decorated_function_compiles_without_graph_breaks():
 
     explanation = torch._dynamo.explain(g)(torch.ones(4))
     assert explanation.graph_break_count == 0
+
+
+def test_testing_clock_helpers_install_and_restore():
+    from instrumented_convs.testing import FakeClock, cpu_clock
+
+    with cpu_clock(FakeClock(start=0)) as fake:
+        with step("x"):
+            fake.advance(7)
+        with cpu_clock(FakeClock()) as inner:
+            with step("y"):
+                inner.advance(3)
+        with step("x"):
+            fake.advance(1)
+    s = registry.summary()
+    assert s["x"].total == pytest.approx(8 * SEC) and s["y"].total == pytest.approx(3 * SEC)
+    with step("real"):
+        pass
+    assert registry.summary()["real"].total < 1.0  # the real clock is back
+
+
+def test_frames_are_reused_without_mixing_up_interleaved_steps(clock):
+    # Two generators suspended inside steps, closed out of order, twice over: each step
+    # must record its own time into its own path.
+    def gen(name, ns):
+        with step(name):
+            clock.advance(ns)
+            yield
+            clock.advance(ns)
+
+    for _ in range(2):
+        with step("epoch"):
+            a, b = gen("a", 1), gen("b", 10)
+            next(a)
+            next(b)  # "b" opens inside "a"
+            with step("inner"):
+                clock.advance(100)
+            for g in (a, b):  # "a" closes first, while "b" is still open above it
+                with pytest.raises(StopIteration):
+                    next(g)
+    assert depth() == 0
+    s = registry.summary()
+    assert s["epoch/a"].count == 2 and s["epoch/a/b"].count == 2
+    assert s["epoch/a/b/inner"].total == pytest.approx(200 * SEC)
+    assert s["epoch/a/b"].total == pytest.approx(2 * (10 + 100 + 1 + 10) * SEC)
+
+
+def test_a_retired_entry_records_into_the_new_tree():
+    with step("outer"):
+        registry.reset()
+        registry.reset()  # twice: the entry is two trees old
+    assert [(r.name, r.count) for r in registry.summary()] == [("outer", 1)]

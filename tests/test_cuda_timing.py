@@ -4,8 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from instrumented_convs import _step, registry, step
+from instrumented_convs import registry, step
 from instrumented_convs._clock import EventPool, PendingTimes
+from instrumented_convs.testing import cuda_event_factory, depth
+
+from .helpers import gpu
 
 
 class FakeEvent:
@@ -44,7 +47,6 @@ def fake_cuda(monkeypatch):
         created.append(ev)
         return ev
 
-    monkeypatch.setattr(registry.pending, "pool", EventPool(factory))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream-{device}")
@@ -54,7 +56,8 @@ def fake_cuda(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
     FakeEvent.timeline = 0
-    return created
+    with cuda_event_factory(factory):
+        yield created
 
 
 def test_cuda_steps_record_event_pairs_and_resolve_only_at_summary(fake_cuda):
@@ -164,7 +167,7 @@ def test_a_failing_event_record_neither_raises_nor_unbalances(fake_cuda, monkeyp
     monkeypatch.setattr(FakeEvent, "record", record)
     with step("outer", device="cuda"):
         pass
-    assert _step.depth() == 0
+    assert depth() == 0
     r = registry.summary()["outer"]
     assert r.untimed == 1 and r.count == 0
 
@@ -186,7 +189,7 @@ def test_events_are_recorded_on_the_steps_device_and_pooled_per_device(fake_cuda
     assert streams == ["stream-1", "stream-1", "stream-1", "stream-1", None, None]
     registry.summary()
     pool = registry.pending.pool
-    assert len(pool._free[1]) == 4 and len(pool._free[0]) == 2
+    assert pool.available(1) == 4 and pool.available(0) == 2
 
 
 def test_capture_is_not_timed_and_does_not_fail(fake_cuda, monkeypatch):
@@ -211,16 +214,12 @@ def test_exception_in_cuda_step_still_records_and_balances(fake_cuda):
         with step("bad", device="cuda"):
             FakeEvent.timeline += 1
             raise ValueError
-    assert _step.depth() == 0
+    assert depth() == 0
     s = registry.summary()
     assert s["bad"].errors == 1 and s["bad"].count == 1
 
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
 @gpu
-@pytest.mark.gpu
 def test_real_cuda_events_time_a_kernel_without_synchronizing(monkeypatch):
     x = torch.randn(2048, 2048, device="cuda")
     x @ x
@@ -242,7 +241,6 @@ def test_real_cuda_events_time_a_kernel_without_synchronizing(monkeypatch):
 
 
 @gpu
-@pytest.mark.gpu
 def test_cuda_graph_capture_skips_timing():
     x = torch.randn(64, device="cuda")
     s = torch.cuda.Stream()
@@ -259,3 +257,13 @@ def test_cuda_graph_capture_skips_timing():
     r = registry.summary()["in_graph"]
     assert r.untimed == 1 and r.count == 0
     assert torch.allclose(y, x * 2)
+
+
+def test_cuda_event_factory_swaps_the_pool_and_empties_it_after():
+    made = []
+    with cuda_event_factory(lambda: made.append(FakeEvent()) or made[-1]) as pool:
+        assert pool is registry.pending.pool  # the pool steps take events from
+        assert pool.get(0) is made[0]
+        pool.put(made[0], 0)
+        assert pool.available(0) == 1
+    assert pool.available(0) == 0  # no fake event outlives the block

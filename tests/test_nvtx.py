@@ -127,7 +127,8 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
             pass
         else:
             raise SystemExit("expected the failure to propagate")
-        assert _step.depth() == 0
+        from instrumented_convs.testing import depth
+        assert depth() == 0
     """)
     assert nc.ranges(events) == [(1, "x")]
     assert nc.balanced(events)
@@ -154,10 +155,11 @@ def test_backend_can_be_switched_off_and_back(injection, tmp_path):
 
 def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
     pytest.importorskip("torch_geometric")
-    _, events = _run(injection, tmp_path, """
+    proc, events = _run(injection, tmp_path, """
         import torch
         from instrumented_convs.pyg import GCNConv
         from torch_geometric.typing import WITH_TORCH_SPARSE
+        print("WITH_TORCH_SPARSE", WITH_TORCH_SPARSE)
         conv = GCNConv(4, 3)
         x = torch.randn(6, 4)
         ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
@@ -182,9 +184,11 @@ def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
         (1, "GCNConv"), (2, "gcn_norm"), (3, "fill_value"), (3, "fill_diag"), (3, "degree"),
         (3, "normalize"), (2, "lin"), (2, "propagate"), (3, "message_and_aggregate"), (2, "bias"),
     ]
-    assert names[10:20] == sparse_forward
+    with_sparse = "WITH_TORCH_SPARSE True" in proc.stdout  # torch-sparse is optional
+    if with_sparse:
+        assert names[10:20] == sparse_forward
     # the failing call opened its ranges up to lin, where the matmul raised, and closed them
-    assert names[20:] == edge_index_forward[:6]
+    assert names[20 if with_sparse else 10:] == edge_index_forward[:6]
     assert nc.balanced(events)
 
 
@@ -229,7 +233,7 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         real_get_domain = nvtx.get_domain
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
         from instrumented_convs import _step
-        _step.set_nvtx_backend("nvtx")
+        assert ic.set_nvtx_backend("nvtx") == "nvtx"
         assert _step._nvtx.forced
         with step("outer"):
             with step("inner"):

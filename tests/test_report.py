@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from instrumented_convs import Summary, region, registry, step
+from instrumented_convs._stats import EntryStats, summarize
 from instrumented_convs.report import choose_unit
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -123,3 +124,44 @@ def test_summary_access_helpers(clock):
         s["nope"]
     assert len(s) == len(s.rows) and list(s) == s.rows
     assert "rows" in repr(s)
+
+
+def _stats(name, path, scope, depth, parent, *times, kind="step"):
+    return EntryStats(name, path, scope, kind, depth, parent, len(times), sum(times),
+                      sum(t * t for t in times), min(times, default=0), max(times, default=0), 0, 0)
+
+
+def test_summary_arithmetic_works_on_plain_data_alone():
+    snapshot = [
+        _stats("fwd", "fwd", None, 0, -1, 100, 300, kind="region"),
+        _stats("conv", "fwd/conv", "c0", 1, 0, 50, 70),
+        _stats("lin", "fwd/conv/lin", "c0", 2, 1, 20, 40),
+        _stats("conv", "fwd/conv", "c1", 1, 0, 30),
+        _stats("loss", "loss", None, 0, -1, 100),
+    ]
+    s = summarize(snapshot)
+    assert [r.name for r in s] == ["fwd", "fwd/conv", "fwd/conv/lin", "loss"]
+    assert s.total == pytest.approx(500e-9)
+    conv = s["fwd/conv"]
+    assert (conv.count, conv.total, conv.self_time) == (3, pytest.approx(150e-9), pytest.approx(90e-9))
+    assert (conv.min, conv.max) == (pytest.approx(30e-9), pytest.approx(70e-9))
+    assert conv.std == pytest.approx(20e-9)  # 50, 70, 30: mean 50, sample variance 400
+    assert s["fwd"].self_fraction == pytest.approx(250 / 500)
+    assert sum(r.self_fraction for r in s) == pytest.approx(1.0)
+    by_layer = summarize(snapshot, by="layer")
+    assert [(r.scope, r.name, r.count) for r in by_layer] == [
+        (None, "fwd", 2), ("c0", "fwd/conv", 2), ("c0", "fwd/conv/lin", 2), ("c1", "fwd/conv", 1),
+        (None, "loss", 1),
+    ]
+    with pytest.raises(ValueError):
+        summarize(snapshot, by="scope")
+
+
+def test_registry_summary_is_the_arithmetic_of_its_snapshot(clock):
+    _seed_like_run(clock)
+    snap = registry.snapshot()
+    assert all(isinstance(e, EntryStats) for e in snap)
+    assert snap[0].path == "forward" and snap[0].parent == -1
+    assert snap[snap[1].parent].path == "forward" and snap[1].path == "forward/GCNConv"
+    for by in ("step", "layer"):
+        assert registry.summary(by=by) == summarize(snap, by=by)

@@ -1,0 +1,114 @@
+"""The arithmetic of a summary, in one place: from raw per-entry statistics to rows.
+
+The registry hands over a snapshot, a list of :class:`EntryStats` (plain data: integer
+nanoseconds and the index of each record's parent); :func:`summarize` groups it by step
+path (merging layer instances) or by layer, computes self time, mean, standard deviation
+and the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
+Nothing here knows how the numbers were measured or stored.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .report import Row, Summary
+
+
+class EntryStats(NamedTuple):
+    """One registry entry as plain data (times in integer nanoseconds)."""
+
+    name: str  #: the step name (last path component)
+    path: str  #: the ``/``-separated step path
+    scope: Optional[str]  #: the layer instance, or None
+    kind: str  #: ``step`` or ``region``
+    depth: int  #: 0 for top-level steps
+    parent: int  #: index of the parent record in the snapshot, -1 at the top level
+    count: int  #: timed calls
+    total: int  #: sum of the durations
+    sumsq: int  #: sum of the squared durations
+    min: int  #: shortest duration (0 when ``count`` is 0)
+    max: int  #: longest duration
+    errors: int  #: calls that raised
+    untimed: int  #: calls that could not be timed
+
+
+_GroupKey = Tuple[Optional[str], str]
+_TOP: _GroupKey = (None, "")
+
+
+def _std_seconds(n: int, total: int, sumsq: int) -> float:
+    """Sample standard deviation in seconds from count, sum and sum of squares (ns)."""
+    if n < 2:
+        return 0.0
+    var = (sumsq - total * total / n) / (n - 1)
+    return math.sqrt(max(var, 0.0)) * 1e-9
+
+
+def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None) -> Summary:
+    """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
+
+    ``by="step"`` merges each step path across layer instances; ``by="layer"`` keeps one
+    row per (layer instance, step path). Rows come in tree order, siblings in order of first
+    use; rows that recorded nothing are left out. Fractions are shares of the grand total
+    (the sum of the top-level rows), so they add up at every depth.
+    """
+    if by not in ("step", "layer"):
+        raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
+    layer = by == "layer"
+    child_total = [0] * len(stats)
+    for s in stats:
+        if s.parent >= 0:
+            child_total[s.parent] += s.total
+
+    groups: Dict[_GroupKey, Dict[str, Any]] = {}
+    children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
+    for i, s in enumerate(stats):
+        key = (s.scope if layer else None, s.path)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = dict(
+                name=s.path, step=s.name, depth=s.depth, kind=s.kind, scope=key[0],
+                count=0, total=0, sumsq=0, min=None, max=0, self=0, errors=0, untimed=0,
+            )
+            if s.parent < 0:
+                pkey = _TOP
+            else:
+                p = stats[s.parent]
+                pkey = (p.scope if layer else None, p.path)
+            children_of.setdefault(pkey, []).append(key)
+            children_of[key] = []
+        if s.count:
+            g["min"] = s.min if g["min"] is None else min(g["min"], s.min)
+            g["max"] = max(g["max"], s.max)
+        g["count"] += s.count
+        g["total"] += s.total
+        g["sumsq"] += s.sumsq
+        g["self"] += s.total - child_total[i]
+        g["errors"] += s.errors
+        g["untimed"] += s.untimed
+
+    order: List[_GroupKey] = []
+    todo = list(reversed(children_of[_TOP]))
+    while todo:  # depth first, siblings in order of first use
+        key = todo.pop()
+        order.append(key)
+        todo.extend(reversed(children_of.get(key, ())))
+
+    grand = sum(groups[k]["total"] for k in order if groups[k]["depth"] == 0)
+    rows = []
+    for k in order:
+        g = groups[k]
+        n = g["count"]
+        if n == 0 and g["untimed"] == 0 and g["errors"] == 0:
+            continue
+        rows.append(Row(
+            name=g["name"], step=g["step"], depth=g["depth"], scope=g["scope"],
+            kind=g["kind"], count=n, total=g["total"] * 1e-9,
+            self_time=g["self"] * 1e-9, mean=(g["total"] / n * 1e-9) if n else 0.0,
+            min=(g["min"] or 0) * 1e-9, max=g["max"] * 1e-9,
+            std=_std_seconds(n, g["total"], g["sumsq"]),
+            fraction=(g["total"] / grand) if grand else 0.0,
+            self_fraction=(g["self"] / grand) if grand else 0.0,
+            errors=g["errors"], untimed=g["untimed"],
+        ))
+    return Summary(rows, unit=unit, by=by, grand_total=grand * 1e-9)

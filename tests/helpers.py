@@ -1,0 +1,83 @@
+"""Shared test helpers: the ``gpu`` skip mark, running a script, comparing outcomes, training.
+
+Import what you need: ``from .helpers import gpu, run_script, outcome, train_losses``.
+Fixtures (a clean registry per test, the ``clock`` fake clock) live in ``conftest.py``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+
+import pytest
+import torch
+
+from instrumented_convs.testing import FakeClock  # noqa: F401  (re-exported for tests)
+
+#: The repository root (scripts run from there, with it on ``PYTHONPATH``).
+ROOT = Path(__file__).resolve().parents[1]
+
+T = TypeVar("T")
+
+#: The marks of a test that needs a CUDA device: the ``gpu`` marker (registered in
+#: setup.cfg; ``pytest -m gpu`` selects them) and a skip when no device is present. For a
+#: whole module: ``pytestmark = GPU_MARKS``.
+GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def gpu(test: T) -> T:
+    """Decorator for a test (function or class) that needs a CUDA device: see :data:`GPU_MARKS`."""
+    for mark in GPU_MARKS:
+        test = mark(test)
+    return test
+
+
+def python_path() -> str:
+    """``PYTHONPATH`` for a child interpreter: the repository root, then the parent's."""
+    rest = os.environ.get("PYTHONPATH")
+    return str(ROOT) + (os.pathsep + rest if rest else "")
+
+
+def run_script(
+    *args: str, expect: int = 0, env: Optional[Dict[str, str]] = None, timeout: float = 600,
+    warnings: Optional[str] = "ignore::UserWarning",
+) -> "subprocess.CompletedProcess[str]":
+    """Run ``python [-W warnings] *args`` from the repository root; check its exit status.
+
+    The child gets ``PYTHONPATH`` = the repository root before the parent's ``PYTHONPATH``
+    (the folders over the main environment: torch-sparse, a PyG release) and
+    ``DGLBACKEND=pytorch``, plus
+    ``env``. Returns the completed process (``.stdout``, ``.stderr``); a wrong exit status
+    fails the test with both streams in the message.
+    """
+    full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
+    flags = ["-W", warnings] if warnings else []
+    proc = subprocess.run([sys.executable, *flags, *args], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == expect, proc.stdout + proc.stderr
+    return proc
+
+
+def outcome(fn: Callable[[], Any]) -> Tuple[Any, Optional[BaseException]]:
+    """``(result, None)`` or ``(None, exception)``: compare failures with the stock layer's."""
+    try:
+        return fn(), None
+    except Exception as exc:
+        return None, exc
+
+
+def train_losses(model: Any, inputs: Any, y: Any, steps: int = 5, lr: float = 0.01) -> list:
+    """Train ``model(*inputs)`` with Adam and NLL loss; return the loss of every step."""
+    import torch.nn.functional as F
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    trace = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.nll_loss(model(*inputs), y)
+        loss.backward()
+        opt.step()
+        trace.append(loss.item())
+    return trace
