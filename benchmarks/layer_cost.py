@@ -54,11 +54,16 @@ def _noop_steps() -> Callable[[], None]:
         except ImportError:
             continue
         for name, value in vars(mod).items():
-            if isinstance(value, _step.Step) or name in ("layer_step", "step"):
+            if isinstance(value, _step.Step) or name == "step":
                 saved.append((mod, name, value))
         for mod_, name, value in saved:
             if mod_ is mod:
                 setattr(mod, name, noop if isinstance(value, _step.Step) else (lambda *a, **k: noop))
+    # the layer's own step comes from the layer contract
+    from instrumented_convs._layers import InstrumentedLayer
+
+    saved.append((InstrumentedLayer, "_ic_step", InstrumentedLayer.__dict__["_ic_step"]))
+    InstrumentedLayer._ic_step = lambda self, device: noop  # type: ignore[method-assign]
 
     def restore() -> None:
         for mod, name, value in saved:

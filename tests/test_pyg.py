@@ -1,7 +1,6 @@
 """instrumented_convs.pyg.GCNConv against the real torch_geometric.nn.GCNConv."""
 from __future__ import annotations
 
-import itertools
 import logging
 
 import pytest
@@ -13,11 +12,17 @@ from torch_geometric.nn import GCNConv as Stock  # noqa: E402
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import _step, disabled, region, registry  # noqa: E402
+from instrumented_convs import disabled, region, registry  # noqa: E402
+from instrumented_convs.testing import depth  # noqa: E402
 
-from .conftest import outcome as _outcome  # noqa: E402
-from .conftest import train_losses  # noqa: E402
+from .helpers import gpu, train_losses  # noqa: E402
+from .helpers import outcome as _outcome  # noqa: E402
+import instrumented_convs.pyg as ipyg  # noqa: E402
 from instrumented_convs.pyg import GCNConv  # noqa: E402
+
+#: Whether the installed PyG's GCNConv.forward matches our copy (else the layer runs
+#: upstream's code inside its one GCNConv step: PyG 2.3 and 2.4, see tests/test_guard.py).
+DETAILED = ipyg.DETAILED["GCNConv.forward"]
 
 N, FIN, FOUT = 12, 6, 5
 KINDS = ["edge_index", "sparse_tensor", "torch_coo", "torch_csr"]
@@ -75,6 +80,15 @@ def _run(layer, x, adj, w, calls):
 @pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("improved", [False, True])
 def test_outputs_and_gradients_match_stock(kind, flow, weighted, bias, loops_norm, cached, improved):
+    MATRIX[(kind, flow, weighted, bias, loops_norm, cached, improved)] = _compare_with_stock(
+        kind, flow, weighted, bias, loops_norm, cached, improved)
+
+
+#: What each combination of the matrix compared: "outputs" or "failure" (stock raised).
+MATRIX: dict = {}
+
+
+def _compare_with_stock(kind, flow, weighted, bias, loops_norm, cached, improved):
     add_self_loops, normalize = loops_norm
     opts = dict(improved=improved, cached=cached, add_self_loops=add_self_loops,
                 normalize=normalize, bias=bias, flow=flow)
@@ -96,8 +110,8 @@ def test_outputs_and_gradients_match_stock(kind, flow, weighted, bias, loops_nor
     (s_out, s_exc, s_grads), (o_out, o_exc, o_grads) = results
     if s_exc is not None:
         _assert_same_failure(s_exc, o_exc)
-        assert _step.depth() == 0
-        return
+        assert depth() == 0
+        return "failure"
     assert o_exc is None, o_exc
     for a, b in zip(s_out, o_out):
         torch.testing.assert_close(b, a)
@@ -106,14 +120,49 @@ def test_outputs_and_gradients_match_stock(kind, flow, weighted, bias, loops_nor
             assert b is None
         else:
             torch.testing.assert_close(b, a)
+    return "outputs"
 
 
-def test_self_loops_without_normalization_is_refused_alike():
-    with pytest.raises(ValueError) as stock_err:
-        Stock(FIN, FOUT, add_self_loops=True, normalize=False)
-    with pytest.raises(ValueError) as ours_err:
-        GCNConv(FIN, FOUT, add_self_loops=True, normalize=False)
-    assert str(ours_err.value) == str(stock_err.value)
+def test_the_matrix_compared_outputs_where_stock_computes_them(request):
+    """Runs after the matrix (file order): what the 96 combinations per input kind compared.
+
+    The stock layer refuses sparse input (SparseTensor, torch.sparse) with
+    ``flow="target_to_source"`` (MessagePassing asks for the transposed matrix instead), on
+    every PyG release we test: 48 combinations per sparse kind, where only the failure is
+    compared. Everywhere else the outputs and gradients were compared.
+    """
+    if request.config.option.keyword or request.config.option.markexpr:
+        pytest.skip("part of the matrix was deselected")
+    kinds = KINDS if WITH_TORCH_SPARSE else [k for k in KINDS if k != "sparse_tensor"]
+    assert {k[0] for k in MATRIX} == set(kinds) and len(MATRIX) == 96 * len(kinds), \
+        "the matrix did not run whole (is the file run in order?)"
+    refused = {k for k in MATRIX if k[0] != "edge_index" and k[1] == "target_to_source"}
+    assert {k for k, v in MATRIX.items() if v == "failure"} == refused
+    assert list(MATRIX.values()).count("outputs") == 96 + 48 * (len(kinds) - 1)
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((FIN, FOUT), dict(add_self_loops=True, normalize=False)),  # refused by PyG >= 2.5
+    ((FIN, FOUT), dict(normalize=False)),  # add_self_loops' default: None (2.5+) or True
+    ((FIN, FOUT, True, True, False), {}),  # positional arguments
+    ((FIN,), {}),  # missing out_channels
+])
+def test_constructor_behaves_like_stock(args, kwargs):
+    stock, s_exc = _outcome(lambda: Stock(*args, **kwargs))
+    ours, o_exc = _outcome(lambda: GCNConv(*args, **kwargs))
+    if s_exc is not None:
+        _assert_same_failure(s_exc, o_exc)
+        return
+    assert o_exc is None, o_exc
+    for name in ("improved", "cached", "add_self_loops", "normalize", "flow", "aggr", "node_dim"):
+        assert getattr(ours, name) == getattr(stock, name), name
+    assert repr(ours) == repr(stock)
+
+
+def test_signature_is_the_stock_constructors():
+    import inspect
+
+    assert inspect.signature(GCNConv) == inspect.signature(Stock)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -162,10 +211,13 @@ def test_is_a_stock_layer_with_the_same_parameters_repr_and_state_dict():
 
 
 def test_pyg_generated_propagate_is_kept():
-    layer = GCNConv(FIN, FOUT)
-    # PyG compiles a class-specific propagate from a template; losing it would cost speed
-    assert layer.propagate.__module__.endswith("GCNConv_propagate")
-    assert layer.propagate.__module__.startswith("instrumented_convs.pyg")
+    # PyG >= 2.5 compiles a class-specific propagate from a template; losing it would cost
+    # speed. Older releases have no template: then neither layer has one.
+    layer, stock = GCNConv(FIN, FOUT), Stock(FIN, FOUT)
+    generated = stock.propagate.__module__.endswith("GCNConv_propagate")
+    assert layer.propagate.__module__.endswith("GCNConv_propagate") == generated
+    if generated:
+        assert layer.propagate.__module__.startswith("instrumented_convs.pyg")
 
 
 class Net(torch.nn.Module):
@@ -217,6 +269,8 @@ TORCH_SPARSE_STEPS = [
     ("torch_coo", TORCH_SPARSE_STEPS), ("torch_csr", TORCH_SPARSE_STEPS),
 ])
 def test_steps_of_a_three_layer_model(kind, expected):
+    if not DETAILED:  # upstream's forward inside the layer's step; its hooks still record
+        expected = ["GCNConv"] + [n.replace("propagate/", "") for n in expected if "/propagate/" in n]
     x, ei, ew = _graph()
     adj, _ = _adjacency(kind, ei, ew, False)
     model = Net(GCNConv)
@@ -246,8 +300,11 @@ def test_cache_hits_record_no_gcn_norm(kind):
             model(x, adj)
     s = registry.summary()
     assert s["forward/GCNConv"].count == 12
-    assert s["forward/GCNConv/gcn_norm"].count == 3  # first call of each layer only
-    assert s["forward/GCNConv/lin"].count == 12
+    if DETAILED:
+        assert s["forward/GCNConv/gcn_norm"].count == 3  # first call of each layer only
+        assert s["forward/GCNConv/lin"].count == 12
+    else:
+        assert "forward/GCNConv/gcn_norm" not in s and "forward/GCNConv/lin" not in s
 
 
 def test_name_layers_uses_module_paths():
@@ -263,17 +320,20 @@ def test_disabled_runs_the_stock_code(monkeypatch):
     import instrumented_convs.pyg as ipyg
 
     def fail(*a, **k):
-        raise AssertionError("instrumented gcn_norm used while disabled")
+        raise AssertionError("instrumented code used while disabled")
 
-    monkeypatch.setattr(ipyg, "gcn_norm", fail)
+    monkeypatch.setattr(ipyg, "_instrumented_gcn_norm", fail)
+    monkeypatch.setattr(GCNConv, "_instrumented_forward", fail)
+    monkeypatch.setattr(ipyg, "_FORWARD_OK", True)
     stock, ours = _pair()
     x, ei, ew = _graph()
     with disabled():
         torch.testing.assert_close(ours(x, ei, ew), stock(x, ei, ew))
+        torch.testing.assert_close(ipyg.gcn_norm(ei, ew, N), ipyg._stock_gcn_norm(ei, ew, N))
     assert len(registry.summary()) == 0
     with pytest.raises(AssertionError, match="while disabled"):
         ours(x, ei, ew)
-    assert _step.depth() == 0
+    assert depth() == 0
 
 
 @pytest.mark.parametrize("case", ["tuple_features", "wrong_feature_size", "index_out_of_range", "bad_edge_index_shape"])
@@ -299,12 +359,14 @@ def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case, kind):
     _, o_exc = _outcome(lambda: ours(x, adj, w))
     assert s_exc is not None
     assert o_exc is not None and type(o_exc) is type(s_exc)
-    assert _step.depth() == 0
+    assert depth() == 0
     # the next forward is recorded normally
     registry.reset()
     x2, ei2, ew2 = _graph()
     ours(x2, ei2, ew2)
-    assert registry.summary()["GCNConv/lin"].count == 1 and registry.summary()["GCNConv"].errors == 0
+    s = registry.summary()
+    assert s["GCNConv"].count == 1 and s["GCNConv"].errors == 0
+    assert ("GCNConv/lin" in s) == DETAILED
 
 
 def test_torch_compile_matches_and_breaks_no_more_graphs_than_stock():
@@ -323,7 +385,7 @@ def test_torch_compile_matches_and_breaks_no_more_graphs_than_stock():
     torch._dynamo.reset()
     compiled = torch.compile(ours_model, backend="aot_eager")
     torch.testing.assert_close(compiled(x, ei), stock_model(x, ei))
-    assert _step.depth() == 0
+    assert depth() == 0
 
 
 class ScriptableNet(torch.nn.Module):
@@ -342,9 +404,14 @@ def test_torch_jit_script_compiles_the_stock_layer_sharing_parameters(caplog):
     x, ei, _ = _graph()
     torch.manual_seed(0)
     model = ScriptableNet(GCNConv)
-    with caplog.at_level(logging.WARNING, logger="instrumented_convs.pyg"):
-        scripted = torch.jit.script(model)
+    _, stock_exc = _outcome(lambda: torch.jit.script(ScriptableNet(Stock)))
+    with caplog.at_level(logging.WARNING, logger="instrumented_convs"):
+        scripted, exc = _outcome(lambda: torch.jit.script(model))
     assert any("torch.jit.script" in r.message for r in caplog.records)
+    if stock_exc is not None:  # PyG < 2.5 needs layer.jittable() first: stock fails alike
+        assert type(exc) is type(stock_exc)
+        return
+    assert exc is None, exc
     torch.testing.assert_close(scripted(x, ei), model(x, ei))
     with torch.no_grad():
         model.conv1.lin.weight.mul_(2)
@@ -365,11 +432,7 @@ def test_to_stock_and_from_stock_share_parameters():
     torch.testing.assert_close(back(x, ei, ew), stock(x, ei, ew))
 
 
-gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
 @gpu
-@pytest.mark.gpu
 @pytest.mark.parametrize("kind", KINDS)
 def test_cuda_equivalence_and_event_timing(kind):
     stock, ours = _pair()
@@ -383,13 +446,6 @@ def test_cuda_equivalence_and_event_timing(kind):
     assert len(registry.pending) > 0  # CUDA events, not the CPU clock
     s = registry.summary()
     assert s["GCNConv/lin"].count == 1 and s["GCNConv"].total > 0
-
-
-def test_option_matrix_is_complete():
-    # guard against the matrix above silently shrinking
-    combos = list(itertools.product([False, True], [False, True], [(None, True), (False, True), (None, False)],
-                                    [True, False], [False, True], ["source_to_target", "target_to_source"], KINDS))
-    assert len(combos) == 384
 
 
 @pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])

@@ -1,0 +1,169 @@
+"""Guards for the upstream code that the detailed layers copy.
+
+A detailed layer (PyG ``GCNConv``, DGL ``GraphConv``...) runs a copy of upstream's
+``forward`` with steps around its parts. A copy must be *upstream plus steps, nothing else*,
+and it must follow upstream when upstream changes. Both are checked mechanically here, on
+the functions' syntax trees:
+
+- :func:`fingerprint` hashes a function's normalised syntax tree: docstring, annotations,
+  decorators and the function's name are dropped (they do not change what the body
+  computes), and with ``steps`` every ``with <step>:`` statement is replaced by its body.
+  Our copy, stripped of its steps, has the same fingerprint as the upstream function it
+  copies; a test proves it for every upstream version we support.
+- :func:`guard` runs once, when a layer module is imported: it fingerprints the *installed*
+  upstream function and checks the fingerprint against the ones the copy is known to match,
+  and that every global name the function reads is the very same object in our module as in
+  upstream's. On any mismatch the copy is not used: the layer logs one warning naming the
+  layer and the installed version, and runs upstream's own code inside its single
+  top-level step (coarse timing, exact results). Never different numbers.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import hashlib
+import inspect
+import logging
+import textwrap
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
+
+__all__ = ["Guard", "fingerprint", "function_tree", "global_names", "guard", "warn_fallback"]
+
+
+def function_tree(fn: Callable[..., Any]) -> ast.FunctionDef:
+    """The syntax tree of ``fn``'s definition, parsed from its source file."""
+    fn = inspect.unwrap(fn)
+    source = textwrap.dedent(inspect.getsource(fn))
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return node  # type: ignore[return-value]
+    raise TypeError(f"no function definition in the source of {fn!r}")
+
+
+class _Normalise(ast.NodeTransformer):
+    """Drops what does not change a function's computation; optionally strips step blocks."""
+
+    def __init__(self, is_step: Optional[Callable[[ast.expr], bool]]) -> None:
+        self.is_step = is_step
+
+    def visit_With(self, node: ast.With) -> Any:
+        self.generic_visit(node)
+        if self.is_step is not None and all(
+            item.optional_vars is None and self.is_step(item.context_expr) for item in node.items
+        ):
+            return node.body  # the step's body, spliced into the enclosing block
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        node.type_comment = None
+        return node
+
+
+def _normalised(tree: ast.FunctionDef, is_step: Optional[Callable[[ast.expr], bool]]) -> ast.FunctionDef:
+    tree = copy.deepcopy(tree)
+    tree.name = "_"
+    tree.decorator_list = []
+    tree.returns = None
+    tree.type_comment = None
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:] or [ast.Pass()]
+    tree.body = body
+    return _Normalise(is_step).visit(tree)
+
+
+def fingerprint(fn: Any, steps: Optional[Callable[[ast.expr], bool]] = None) -> str:
+    """A short hash of ``fn``'s normalised syntax tree (``fn`` a function or its tree).
+
+    ``steps(expr)`` says whether a ``with`` item is one of our steps; those ``with``
+    statements are replaced by their bodies before hashing.
+    """
+    tree = fn if isinstance(fn, ast.AST) else function_tree(fn)
+    dump = ast.dump(_normalised(tree, steps), annotate_fields=True, include_attributes=False)  # type: ignore[arg-type]
+    return hashlib.sha256(dump.encode()).hexdigest()[:16]
+
+
+def global_names(tree: ast.FunctionDef) -> Set[str]:
+    """The names ``tree`` reads that are not bound inside it: globals or builtins."""
+    bound: Set[str] = set()
+    loaded: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+    return loaded - bound
+
+
+class Guard:
+    """One copied upstream function and whether the installed upstream still matches it."""
+
+    __slots__ = ("name", "ok", "reason", "fingerprint")
+
+    def __init__(self, name: str, ok: bool, reason: str, fingerprint: Optional[str]) -> None:
+        """``ok`` means the copy may run; ``reason`` says why not."""
+        self.name = name
+        self.ok = ok
+        self.reason = reason
+        self.fingerprint = fingerprint
+
+    def __bool__(self) -> bool:
+        """Whether the copy may run."""
+        return self.ok
+
+    def __repr__(self) -> str:
+        """``Guard('name', ok=..., reason=...)``."""
+        return f"Guard({self.name!r}, ok={self.ok}, reason={self.reason!r})"
+
+
+def guard(
+    name: str,
+    upstream: Callable[..., Any],
+    known: Dict[str, str],
+    ours: Dict[str, Any],
+    replaced: Iterable[str] = (),
+) -> Guard:
+    """Check the installed ``upstream`` function against the copy of it in our module.
+
+    ``known`` maps the fingerprints our copy matches to the upstream versions they were
+    seen in; ``ours`` is our module's globals, where every global name the upstream
+    function reads must be the very object upstream's module binds (``replaced`` names are
+    ours on purpose: an instrumented function standing for upstream's).
+    """
+    try:
+        tree = function_tree(upstream)
+    except (OSError, TypeError) as exc:
+        return Guard(name, False, f"its source cannot be read ({exc})", None)
+    fp = fingerprint(tree)
+    if fp not in known:
+        return Guard(name, False, f"its code differs from the copy (fingerprint {fp})", fp)
+    theirs = getattr(inspect.unwrap(upstream), "__globals__", {})
+    skip = set(replaced)
+    for n in sorted(global_names(_normalised(tree, None)) - skip):
+        mine, other = ours.get(n, _MISSING), theirs.get(n, _MISSING)
+        if other is _MISSING and hasattr(builtins, n):
+            other = getattr(builtins, n)
+        if mine is _MISSING and hasattr(builtins, n):
+            mine = getattr(builtins, n)
+        if mine is _MISSING or mine is not other:
+            return Guard(name, False, f"the name {n!r} it reads is not upstream's object", fp)
+    return Guard(name, True, "", fp)
+
+
+_MISSING = object()
+
+
+def warn_fallback(logger: logging.Logger, layer: str, package: str, version: str, guards: List[Guard]) -> None:
+    """Log the one warning of a layer whose copies do not match the installed upstream."""
+    failed = [g for g in guards if not g.ok]
+    if not failed:
+        return
+    details = "; ".join(f"{g.name}: {g.reason}" for g in failed)
+    logger.warning(
+        "instrumented_convs: %s runs upstream's own code under %s %s (%s): its internal steps "
+        "are not recorded, only the %s step (coarse timing, exact results).",
+        layer, package, version, details, layer,
+    )
