@@ -1,6 +1,8 @@
-"""Seed 003's graph-augmentation loop, reduced to what matters for its bottleneck.
+"""The study's graph-augmentation loop (GraphSAINT with MH-Aug), reduced to its bottleneck.
 
-Each iteration of an MH-Aug style loop draws how much of the graph to drop, builds an
+Besides the 3-layer GCN of examples/arxiv.py and examples/cora.py, the published profiling
+this package grew out of also profiled GraphSAINT training with MH-Aug graph augmentation.
+Each iteration of its augmentation loop draws how much of the graph to drop, builds an
 augmented graph, and evaluates the AGGNet (a 2-hop GraphConv on 1-dimensional features of
 ones, allow_zero_in_degree=True) several times on the original and on the augmented graph
 to compute the acceptance ratio. The study found that aggregation loop to be the bottleneck,
@@ -29,7 +31,7 @@ from instrumented_convs.study import SHAPES, load_graph  # noqa: E402
 
 
 class AGGNet(torch.nn.Module):
-    """Seed 003's AGGNet: ``num_hop`` GraphConv(1, 1) layers on features of ones."""
+    """The augmentation study's AGGNet: ``num_hop`` GraphConv(1, 1) layers on features of ones."""
 
     def __init__(self, num_hop: int = 2, dropout: float = 0.0) -> None:
         super().__init__()
@@ -45,7 +47,7 @@ class AGGNet(torch.nn.Module):
 
 
 def truncnorm(mean: float, std: float, gen: torch.Generator) -> float:
-    """A draw from a normal clipped to [0, 1] (the seed used scipy's truncnorm)."""
+    """A draw from a normal clipped to [0, 1] (the study used scipy's truncnorm)."""
     return float(min(max(mean + std * torch.randn((), generator=gen).item(), 0.0), 1.0))
 
 
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> None:
         with torch.no_grad():
             with region("ego_message_passing"):
                 org_ego = agg(g)
-            with region("augmented_delta"):  # the seed's four aggregations
+            with region("augmented_delta"):  # the study's four aggregations
                 d_e = 1 - (agg(g) / org_ego).squeeze(1)
                 d_aug_e = 1 - (agg(aug_g) / org_ego).squeeze(1)
                 d_v = 1 - (agg(g) / org_ego).squeeze(1)
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", choices=sorted(SHAPES), default="synthetic-cora",
                         help="generated graph shape to augment (default: Cora's)")
     parser.add_argument("--iterations", type=int, default=20, help="augmentation-loop iterations")
-    parser.add_argument("--sigma", type=float, default=0.03, help="std of the drop-rate proposal (seed: 0.03)")
+    parser.add_argument("--sigma", type=float, default=0.03, help="std of the drop-rate proposal (the study's: 0.03)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (needs a CUDA build of DGL)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the graph and of the proposals")
     parser.add_argument("--quick", action="store_true", help="a tiny graph and 3 iterations: a smoke run")

@@ -3,7 +3,10 @@
     python scripts/example_docs.py [--only arxiv cora aggnet compare]
 
 Each page states the command, the machine and the library versions, so a reader can tell
-what produced the numbers. Progress bars are off; stderr (warnings) is not included.
+what produced the numbers. The study is a published profiling of a 3-layer GCN on ogbn-arxiv
+and Cora with PyG and DGL (which timed the layers' internal steps by copying the layers' source
+and inserting timers); the examples run it with the instrumented layers. The compare page uses
+``--with-sparse``: run this script with an interpreter that has torch-sparse. Progress bars are off; stderr (warnings) is not included.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ OUT = os.path.join(ROOT, "docs", "examples")
 PAGES: Dict[str, Tuple[str, str, List[List[str]]]] = {
     "arxiv": (
         "ogbn-arxiv study (examples/arxiv.py)",
-        "The seeds' 3-layer GCN on a generated graph of ogbn-arxiv's shape, with PyG (edge_index "
+        "The study's 3-layer GCN on a generated graph of ogbn-arxiv's shape, with PyG (edge_index "
         "and SparseTensor input) and DGL. The study ran 100 epochs; on this 2-core CPU machine "
         "the pages use 10 (PyG's edge_index path takes about 4 s per epoch here).",
         [["examples/arxiv.py", "--platform", "pyg", "--epochs", "10"],
@@ -31,21 +34,22 @@ PAGES: Dict[str, Tuple[str, str, List[List[str]]]] = {
     ),
     "cora": (
         "Cora study (examples/cora.py)",
-        "The seeds' Cora GCN (GCNConv, ReLU, GCNConv, ReLU, GCNConv, log_softmax) on a generated "
+        "The study's Cora GCN (GCNConv, ReLU, GCNConv, ReLU, GCNConv, log_softmax) on a generated "
         "graph of Cora's shape, 100 epochs.",
         [["examples/cora.py", "--platform", "pyg"], ["examples/cora.py", "--platform", "dgl"]],
     ),
     "aggnet": (
         "AGGNet augmentation loop (examples/aggnet.py)",
-        "Seed 003's graph-augmentation loop with its 2-hop GraphConv AGGNet, 20 iterations on a "
+        "The study's graph-augmentation loop (GraphSAINT with MH-Aug) with its 2-hop GraphConv AGGNet, 20 iterations on a "
         "generated Cora-shaped graph.",
         [["examples/aggnet.py"]],
     ),
     "compare": (
         "PyG vs DGL side by side (python -m instrumented_convs compare)",
-        "README's demo: the arxiv study for each framework on the generated ogbn-arxiv-shaped "
-        "graph (3 timed epochs each, after 1 warm-up), then one table aligned by role, and a "
-        "stacked bar chart (`--plot`).",
+        "The arxiv study for each framework on the generated ogbn-arxiv-shaped graph (3 timed "
+        "epochs each, after 1 warm-up), then one table aligned by role, and a stacked bar chart "
+        "(`--plot`). `python -m instrumented_convs demo` runs the same study (without "
+        "`--with-sparse`, which needs torch-sparse) and prints each framework's tables first.",
         [["-m", "instrumented_convs", "compare", "--with-sparse", "--brief", "--plot", "docs/compare.png"]],
     ),
 }

@@ -2,28 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _run(*args, expect=0):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DGLBACKEND="pytorch")
-    proc = subprocess.run([sys.executable, "-W", "ignore::UserWarning", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == expect, proc.stdout + proc.stderr
-    return proc
+from .helpers import run_script
 
 
 def test_step_cost_reports_every_variant(tmp_path):
     out = tmp_path / "s.json"
-    proc = _run("benchmarks/step_cost.py", "--n", "2000", "--rounds", "1", "--breakdown", "--json", str(out))
+    proc = run_script("benchmarks/step_cost.py", "--n", "2000", "--rounds", "1", "--breakdown", "--json", str(out))
     data = json.loads(out.read_text())
     assert {"disabled", "enabled, NVTX", "enabled, no NVTX", "enabled, nested"} <= set(data["ns_per_step"])
     assert {"registry lock", "NVTX push + pop"} <= set(data["breakdown_ns"])
@@ -34,7 +22,7 @@ def test_overhead_interleaves_four_variants_and_reports_ratios(tmp_path):
     pytest.importorskip("torch_geometric")
     pytest.importorskip("dgl")
     out = tmp_path / "o.json"
-    _run("benchmarks/overhead.py", "--quick", "--json", str(out))
+    run_script("benchmarks/overhead.py", "--quick", "--json", str(out))
     data = json.loads(out.read_text())
     cases = {r["case"] for r in data["results"]}
     assert cases >= {"PyG edge_index", "DGL"}
@@ -47,7 +35,7 @@ def test_overhead_interleaves_four_variants_and_reports_ratios(tmp_path):
 def test_layer_cost_reports_each_layer(tmp_path):
     pytest.importorskip("torch_geometric")
     out = tmp_path / "l.json"
-    _run("benchmarks/layer_cost.py", "--calls", "20", "--rounds", "2", "--json", str(out))
+    run_script("benchmarks/layer_cost.py", "--calls", "20", "--rounds", "2", "--json", str(out))
     data = json.loads(out.read_text())
     assert "PyG GCNConv, edge_index" in data
     assert all("enabled_minus_stock_us" in v and "noop_steps_minus_stock_us" in v for v in data.values())
@@ -55,5 +43,5 @@ def test_layer_cost_reports_each_layer(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_accuracy_benchmark_says_it_needs_a_gpu():
-    proc = _run("benchmarks/accuracy.py", expect=2)
+    proc = run_script("benchmarks/accuracy.py", expect=2)
     assert "needs a CUDA device" in proc.stderr

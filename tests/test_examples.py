@@ -1,11 +1,9 @@
-"""The study: the generated data, the examples end to end, and the compare command."""
+"""The study: the generated data, the examples end to end, and ``python -m instrumented_convs``."""
 from __future__ import annotations
 
-import os
+import json
 import struct
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,17 +12,19 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("dgl")
 
 from instrumented_convs import registry  # noqa: E402
-from instrumented_convs.compare import breakdown, side_by_side  # noqa: E402
-from instrumented_convs.study import SHAPES, DatasetNotFound, build_model, load_graph, synthetic_graph, train  # noqa: E402
+from instrumented_convs.study import (  # noqa: E402
+    SHAPES, DatasetNotFound, MissingDependency, build_model, load_graph, synthetic_graph, train)
+from instrumented_convs.study.compare import breakdown, side_by_side  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+from .helpers import ROOT, run_script  # noqa: E402
 
-
-def _run(*args, expect=0):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DGLBACKEND="pytorch")
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == expect, proc.stdout + proc.stderr
-    return proc.stdout
+#: ``python -c`` code that runs ``python -m instrumented_convs ARGS`` with torch_sparse and
+#: torch_scatter unimportable (``import`` raises ImportError), as where they are not installed:
+#: PyG then takes its pure-torch paths.
+WITHOUT_SPARSE = (
+    "import runpy, sys; sys.modules['torch_sparse'] = sys.modules['torch_scatter'] = None; "
+    "sys.argv[0] = 'instrumented_convs'; runpy.run_module('instrumented_convs', run_name='__main__', alter_sys=True)"
+)
 
 
 def test_generator_is_deterministic_and_has_the_shape():
@@ -75,7 +75,7 @@ def test_labels_are_learnable_well_above_chance(platform):
 def test_real_dataset_missing_explains_how_to_get_it(tmp_path):
     with pytest.raises(DatasetNotFound, match="pip install ogb"):
         load_graph("ogbn-arxiv", root=str(tmp_path))
-    out = _run("examples/arxiv.py", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), expect=2)
+    out = run_script("examples/arxiv.py", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), expect=2).stdout
     assert out == ""
 
 
@@ -85,7 +85,8 @@ def test_real_dataset_missing_explains_how_to_get_it(tmp_path):
     ("examples/cora.py", "pyg", ["gcn_norm", "lin", "propagate"]),
 ])
 def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, tmp_path):
-    out = _run(example, "--platform", platform, "--quick", "--no-progress", "--json", str(tmp_path / "run.json"))
+    out = run_script(example, "--platform", platform, "--quick", "--no-progress",
+                     "--json", str(tmp_path / "run.json")).stdout
     assert "Accuracy: train" in out
     assert "--- Epoch phases" in out and "--- Steps inside forward" in out
     phases = out.split("--- Epoch phases")[1].split("--- Steps inside forward")[0]
@@ -94,20 +95,19 @@ def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, 
     steps = out.split("--- Steps inside forward")[1]
     for row in rows:
         assert f"- {row} " in steps
-    import json
-
     payload = json.loads((tmp_path / "run.json").read_text())
     assert payload["platform"] == platform and payload["epochs"] == 3
     assert any(r["name"] == "epoch" and r["count"] == 3 for r in payload["summary"]["rows"])
 
 
 def test_arxiv_sparse_takes_the_fused_path():
-    out = _run("examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress")
+    pytest.importorskip("torch_sparse")
+    out = run_script("examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress").stdout
     assert "- message_and_aggregate " in out and "- fill_diag " in out and "- message " not in out
 
 
 def test_aggnet_example_counts_device_to_host_copies():
-    out = _run("examples/aggnet.py", "--quick", "--no-progress")
+    out = run_script("examples/aggnet.py", "--quick", "--no-progress").stdout
     assert "device-to-host copies: 9 (3.0 per iteration)" in out
     for region_name in ("calculate_delta_value", "graph_augmentation", "ego_message_passing", "augmented_delta", "accept"):
         assert f"- {region_name} " in out
@@ -117,7 +117,7 @@ def test_aggnet_example_counts_device_to_host_copies():
 
 @pytest.mark.parametrize("script", ["examples/arxiv.py", "examples/cora.py", "examples/aggnet.py"])
 def test_help_explains_every_flag(script):
-    out = _run(script, "--help")
+    out = run_script(script, "--help").stdout
     for flag in ("--quick", "--device", "--seed", "--no-progress"):
         assert flag in out
     if "aggnet" not in script:
@@ -127,7 +127,8 @@ def test_help_explains_every_flag(script):
 
 def test_compare_command_prints_side_by_side_and_writes_a_png(tmp_path):
     png = tmp_path / "breakdown.png"
-    out = _run("-m", "instrumented_convs", "compare", "--quick", "--brief", "--no-progress", "--plot", str(png))
+    out = run_script("-m", "instrumented_convs", "compare", "--quick", "--brief", "--no-progress",
+                     "--plot", str(png)).stdout
     assert "PyG (edge_index)" in out and "DGL" in out
     for role in ("normalisation", "dense transform", "sparse aggregation", "bias", "backward"):
         assert role in out
@@ -153,3 +154,56 @@ def test_breakdown_roles_add_up_to_the_epoch():
         assert b.per_epoch_ms["sparse aggregation"] > 0 and b.per_epoch_ms["dense transform"] > 0
     text = side_by_side([b])
     assert "epoch" in text.splitlines()[-1]
+
+
+def test_study_uses_only_the_public_face():
+    study = ROOT / "instrumented_convs" / "study"
+    for path in study.glob("*.py"):
+        text = path.read_text()
+        for private in ("instrumented_convs._", "from .._", "from ..", "import _step", "import _layers"):
+            assert private not in text, f"{path.name} reaches past the public face: {private!r}"
+
+
+def test_sparse_input_without_torch_sparse_says_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_sparse", None)  # import raises ImportError
+    with pytest.raises(MissingDependency, match="needs torch-sparse"):
+        build_model("pyg", load_graph("synthetic-quick"), hidden=8, sparse=True)
+
+
+def test_help_lists_the_three_commands():
+    out = run_script("-m", "instrumented_convs", "--help").stdout
+    listed = {line.split()[0]: line for line in out.splitlines() if line.startswith("    ") and line.split()}
+    assert {"demo", "compare", "bench"} <= set(listed)
+    assert all(len(listed[c].split()) > 3 for c in ("demo", "compare", "bench"))  # each with its line
+    assert "seed" not in out.lower()
+
+
+def test_demo_runs_without_torch_sparse():
+    """The first command a user runs needs only pure-Python packages (no torch-sparse/-scatter)."""
+    out = run_script("-c", WITHOUT_SPARSE, "demo", "--quick", "--no-progress").stdout
+    assert out.count("--- Steps inside forward") == 2  # PyG's and DGL's per-step tables
+    for row in ("gcn_norm", "propagate", "norm_src", "update_all"):
+        assert f"- {row} " in out
+    assert "--- PyG vs DGL, time per epoch by role" in out
+    assert "PyG (edge_index)" in out and "SparseTensor" not in out.split("--- PyG vs DGL")[1]
+    assert "Next:" in out and "bench" in out.split("Next:")[1]
+
+
+def test_demo_with_sparse_says_it_needs_torch_sparse():
+    proc = run_script("-c", WITHOUT_SPARSE, "demo", "--quick", "--with-sparse", "--no-progress", expect=2)
+    assert "needs torch-sparse" in proc.stderr and "pip install" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path):
+    out_json = tmp_path / "bench.json"
+    out = run_script("-m", "instrumented_convs", "bench", "--quick", "--cases", "DGL", "PyG SparseTensor",
+                     "--json", str(out_json)).stdout
+    assert "stock vs instrumented" in out and "enabled/stock" in out and "again/stock" in out
+    assert "noise floor" in out
+    results = json.loads(out_json.read_text())["results"]
+    assert "DGL" in {r["case"] for r in results}
+    if "PyG SparseTensor" not in {r["case"] for r in results}:
+        assert "skipped: needs torch-sparse" in out
+    for r in results:
+        assert set(r["median_s"]) == {"stock", "enabled", "disabled", "stock again"}

@@ -3,14 +3,17 @@
 The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``,
 ``lin`` vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's
 steps to a common role, and :func:`breakdown` turns a run's summary into milliseconds per
-epoch for each role; the rows add up to the epoch time. Rendering reads only those numbers.
+epoch for each role; the rows add up to the epoch time. :func:`side_by_side` (text) and
+:func:`instrumented_convs.study.plot.plot` (a chart) read only those numbers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
-from .report import Summary
+from instrumented_convs import Summary
+
+__all__ = ["ROLES", "LAYER", "OUTER", "Breakdown", "breakdown", "side_by_side"]
 
 #: (role, {platform: step names under ``<layer>/``}) in display order. A role's time is the
 #: inclusive time of its steps inside the layers, summed.
@@ -99,28 +102,3 @@ def side_by_side(runs: Sequence[Breakdown], title: str = "PyG vs DGL, time per e
         total += " | " + f"{b.epoch_ms:10.2f} {100.0:5.1f}%  {('mean of ' + str(b.epochs) + ' epochs').ljust(step_w[b.label])}"[:block_w]
     lines.append(total)
     return "\n".join(lines)
-
-
-def plot(runs: Sequence[Breakdown], path: str) -> None:
-    """A stacked bar chart (ms per epoch by role, one bar per framework) written to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    roles: List[str] = [r for r, _ in ROLES] + list(OUTER)
-    roles = [r for r in roles if any(b.per_epoch_ms.get(r, 0.0) > 0 for b in runs)]
-    fig, ax = plt.subplots(figsize=(7, 5))
-    bottoms = [0.0] * len(runs)
-    labels = [b.label for b in runs]
-    cmap = plt.get_cmap("tab10")
-    for i, role in enumerate(roles):
-        values = [max(b.per_epoch_ms.get(role, 0.0), 0.0) for b in runs]
-        ax.bar(labels, values, bottom=bottoms, label=role, color=cmap(i % 10))
-        bottoms = [a + v for a, v in zip(bottoms, values)]
-    ax.set_ylabel("milliseconds per epoch")
-    ax.set_title("Where an epoch goes: 3-layer GCN")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -1,0 +1,111 @@
+"""The study's model: a 3-layer GCN with the instrumented (or the stock) PyG or DGL layers.
+
+in -> hidden -> hidden -> classes, ReLU between the layers, log_softmax at the end: the model
+of the published profiling of PyG and DGL this package grew out of. :func:`build_model` also
+prepares the graph argument the framework's layer takes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from instrumented_convs import name_layers
+
+from .data import GraphData, MissingDependency
+
+__all__ = ["PygGCN", "DglGCN", "build_model", "require_torch_sparse"]
+
+
+def require_torch_sparse() -> Any:
+    """The ``torch_sparse`` module, or :class:`MissingDependency` saying how to get it."""
+    try:
+        import torch_sparse
+    except ImportError as exc:
+        raise MissingDependency(
+            "SparseTensor input (--sparse / --with-sparse) needs torch-sparse, which is not installed "
+            f"here ({exc}). Install it (pip install instrumented_convs[sparse], or torch-sparse from "
+            "https://data.pyg.org/whl/ for your torch version), or run without --sparse / --with-sparse: "
+            "PyG's edge_index path and DGL need only pure-Python packages."
+        ) from exc
+    return torch_sparse
+
+
+class PygGCN(torch.nn.Module):
+    """The study's 3-layer GCN with PyG layers (instrumented ``GCNConv`` unless ``conv_cls``)."""
+
+    def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
+        """Three layers: in -> hidden -> hidden -> classes."""
+        super().__init__()
+        if conv_cls is None:
+            from instrumented_convs.pyg import GCNConv as conv_cls
+        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
+                                          conv_cls(hidden, classes)])
+
+    def forward(self, x: Tensor, adj: Any) -> Tensor:
+        """in -> hidden -> hidden -> classes, ReLU between, log_softmax at the end."""
+        for conv in self.convs[:-1]:
+            x = F.relu(conv(x, adj))
+        return F.log_softmax(self.convs[-1](x, adj), dim=-1)
+
+
+class DglGCN(torch.nn.Module):
+    """The study's 3-layer GCN with DGL layers (instrumented ``GraphConv`` unless ``conv_cls``)."""
+
+    def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
+        """Three layers: in -> hidden -> hidden -> classes."""
+        super().__init__()
+        if conv_cls is None:
+            from instrumented_convs.dgl import GraphConv as conv_cls
+        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
+                                          conv_cls(hidden, classes)])
+
+    def forward(self, x: Tensor, graph: Any) -> Tensor:
+        """Same shape as :class:`PygGCN`; DGL layers take the graph first."""
+        for conv in self.convs[:-1]:
+            x = F.relu(conv(graph, x))
+        return F.log_softmax(self.convs[-1](graph, x), dim=-1)
+
+
+def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool = False,
+                stock: bool = False) -> Tuple[torch.nn.Module, Any]:
+    """The model for ``platform`` (``pyg``/``dgl``) and the graph argument it takes.
+
+    ``stock=True`` builds the same model with the upstream layers (same parameter names, so
+    ``state_dict`` moves between the two), for side-by-side measurements.
+
+    PyG takes ``edge_index``, or with ``sparse`` a ``torch_sparse.SparseTensor`` ``adj_t``
+    (the study's ``T.ToSparseTensor()`` setup; raises :class:`MissingDependency` without
+    torch-sparse). DGL takes a ``DGLGraph`` with self-loops added (GraphConv refuses nodes
+    without in-edges).
+    """
+    in_channels = data.x.size(1)
+    if platform == "pyg":
+        conv_cls = None
+        if stock:
+            from torch_geometric.nn import GCNConv as conv_cls
+        model: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes, conv_cls)
+        graph: Any = data.edge_index
+        if sparse:
+            SparseTensor = require_torch_sparse().SparseTensor
+            ei = data.edge_index
+            graph = SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(data.num_nodes, data.num_nodes))
+    elif platform == "dgl":
+        if sparse:
+            raise ValueError("--sparse is a PyG option (SparseTensor input)")
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import dgl
+
+        conv_cls = None
+        if stock:
+            from dgl.nn import GraphConv as conv_cls
+        model = DglGCN(in_channels, hidden, data.num_classes, conv_cls)
+        ei = data.edge_index
+        graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=data.num_nodes))
+    else:
+        raise ValueError(f"platform must be 'pyg' or 'dgl', not {platform!r}")
+    name_layers(model)
+    return model.to(data.x.device), graph
