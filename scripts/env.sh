@@ -1,43 +1,77 @@
 #!/usr/bin/env bash
-# Build (once) and print the directory of one of our pinned virtual environments.
+# Build (once) and print the directory of one of our pinned environments.
 #
-#   scripts/env.sh main   # Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, dgl 1.1.3, torch-sparse
-#   scripts/env.sh dgl2   # Python 3.11, torch 2.2.1, dgl 2.1.0
+#   scripts/env.sh main              # venv: Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, dgl 1.1.3
+#   scripts/env.sh dgl2              # venv: Python 3.11, torch 2.2.1, dgl 2.1.0
+#   scripts/env.sh sparse            # folder for PYTHONPATH over main: torch-scatter, torch-sparse
+#                                    # compiled against main's torch (~20 min the first time)
+#   scripts/env.sh torch-geometric==2.4.0
+#                                    # folder for PYTHONPATH over main: that PyG release alone
 #
-# Environments live outside the clone, in $INSTRUMENTED_CONVS_CACHE (default
-# ~/.cache/instrumented_convs/envs), keyed by a hash of the pinned requirement files, so
-# every CI run and every clone reuses them and a fresh machine builds each one once.
-# A build goes to a temporary folder and is renamed into place only when complete.
+# Everything lives outside the clone, in $INSTRUMENTED_CONVS_CACHE (default
+# ~/.cache/instrumented_convs/envs), keyed by a hash of what it is built from (the pinned
+# requirement files, the Python version, and for a folder over main, main's own key), so every
+# CI run and every clone reuses it and a fresh machine builds each one once. A build goes to a
+# temporary folder and is renamed into place only when complete.
 set -euo pipefail
-name=${1:?usage: scripts/env.sh main|dgl2}
+name=${1:?usage: scripts/env.sh main|dgl2|sparse|torch-geometric==X.Y.Z}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${INSTRUMENTED_CONVS_CACHE:-$HOME/.cache/instrumented_convs}
 py=${PYTHON:-python3.11}
 shopt -s nullglob
-files=("$root"/requirements/"$name".txt "$root"/requirements/"$name"-*.txt)
-[ -f "${files[0]}" ] || { echo "no requirements/$name.txt" >&2; exit 2; }
-hash=$( { "$py" -c 'import sys; print(sys.version)'; cat "${files[@]}"; } | sha256sum | cut -c1-12)
-dir=$cache/envs/$name-$hash
 mkdir -p "$cache/envs"
-exec 9>"$cache/envs/.$name.lock"
+
+key() {  # the hash of the Python version and the given files' contents, plus any extra text
+  { "$py" -c 'import sys; print(sys.version)'; cat "$@"; } | sha256sum | cut -c1-12
+}
+
+case "$name" in
+  main|dgl2)
+    files=("$root"/requirements/"$name".txt "$root"/requirements/"$name"-*.txt)
+    [ -f "${files[0]}" ] || { echo "no requirements/$name.txt" >&2; exit 2; }
+    dir=$cache/envs/$name-$(key "${files[@]}")
+    base=
+    ;;
+  sparse)
+    base=$(bash "$0" main)
+    dir=$cache/envs/sparse-$(key "$root/requirements/sparse.txt" <(echo "$base"))
+    ;;
+  torch-geometric==*)
+    base=$(bash "$0" main)
+    dir=$cache/envs/pyg-${name#torch-geometric==}-$(key <(echo "$name $base"))
+    ;;
+  *)
+    echo "unknown environment $name" >&2; exit 2 ;;
+esac
+
+exec 9>"$cache/envs/.${name//[^A-Za-z0-9.]/_}.lock"
 flock 9
 if [ ! -f "$dir/.complete" ]; then
   echo "building environment $name in $dir (once per machine)" >&2
   tmp=$dir.building
   rm -rf "$tmp"
-  "$py" -m venv "$tmp"
-  pip=("$tmp/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q)
-  "${pip[@]}" -r "$root/requirements/$name.txt" >&2
-  if [ -f "$root/requirements/$name-compiled.txt" ]; then
-    # C++ extensions compiled against the torch just installed (pip caches the wheels).
-    MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-build-isolation -r "$root/requirements/$name-compiled.txt" >&2
+  if [ -z "$base" ]; then
+    "$py" -m venv "$tmp"
+    pip=("$tmp/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q)
+    "${pip[@]}" -r "$root/requirements/$name.txt" >&2
+    if [ -f "$root/requirements/$name-nodeps.txt" ]; then
+      "${pip[@]}" --no-deps -r "$root/requirements/$name-nodeps.txt" >&2
+    fi
+    # A venv's scripts name its folder in their shebang lines: fix them after the rename.
+    mv "$tmp" "$dir"
+    grep -rlI --null "$tmp" "$dir/bin" 2>/dev/null | xargs -0 -r sed -i "s#$tmp#$dir#g"
+  else
+    # A folder over the main environment: installed by main's pip with --no-deps (its needs are
+    # main's), compiled extensions against main's torch (--no-build-isolation).
+    pip=("$base/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q
+         --no-deps --target "$tmp")
+    if [ "$name" = sparse ]; then
+      MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-build-isolation -r "$root/requirements/sparse.txt" >&2
+    else
+      "${pip[@]}" "$name" >&2
+    fi
+    mv "$tmp" "$dir"
   fi
-  if [ -f "$root/requirements/$name-nodeps.txt" ]; then
-    "${pip[@]}" --no-deps -r "$root/requirements/$name-nodeps.txt" >&2
-  fi
-  # A venv's scripts name its folder in their shebang lines: fix them after the rename.
-  mv "$tmp" "$dir"
-  grep -rlI --null "$tmp" "$dir/bin" 2>/dev/null | xargs -0 -r sed -i "s#$tmp#$dir#g"
   touch "$dir/.complete"
 fi
 echo "$dir"

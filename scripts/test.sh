@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
 # Set up the pinned environments (once per machine) and run every check CI runs:
-#   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3);
-#   2. the Sphinx docs, warnings as errors;
-#   3. smoke runs of the benchmarks;
-#   4. a short study under real Nsight Systems, checking our NVTX ranges in its report
+#   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3) with
+#      torch-scatter/torch-sparse from their compiled folder (scripts/env.sh sparse);
+#   2. the PyG version matrix: the PyG tests against every PyG release of
+#      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
+#   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
+#      requirements/main.txt as constraints), an example and the demo run from it;
+#   4. the Sphinx docs, warnings as errors, and smoke runs of the benchmarks;
+#   5. a short study under real Nsight Systems, checking our NVTX ranges in its report
 #      (installs Debian's nsight-systems first if it is missing and we are root);
-#   5. the core and DGL tests, and the DGL nsys check, in the newest-DGL environment
+#   6. the core and DGL tests, and the DGL nsys check, in the newest-DGL environment
 #      (torch 2.2.1, dgl 2.1.0, nvtx 0.2.17).
 # Usage: bash scripts/test.sh [extra pytest args]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
 export DGLBACKEND=pytorch
+start=$SECONDS
+stamp() { echo "   ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s so far)"; }
 
 main=$(bash scripts/env.sh main)
-echo "== main environment: $main"
+sparse=$(bash scripts/env.sh sparse)
+export PYTHONPATH="$root:$sparse${PYTHONPATH:+:$PYTHONPATH}"
+echo "== main environment: $main (+ $sparse)"; stamp
 # torch-sparse must import here: the SparseTensor equivalence tests must run, not skip.
 "$main/bin/python" - <<'PY'
 from importlib.metadata import version
@@ -25,15 +32,35 @@ print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "torc
 PY
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
 
-echo "== docs (sphinx -W)"
+echo "== PyG version matrix (requirements/pyg-matrix.txt, then the main environment's own)"; stamp
+for spec in $(grep -v '^\s*#' requirements/pyg-matrix.txt); do
+  dir=$(bash scripts/env.sh "$spec")
+  v=$(PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -c 'import torch_geometric as g; print(g.__version__)')
+  [ "torch-geometric==$v" = "$spec" ] || { echo "expected $spec, imported $v" >&2; exit 1; }
+  echo "-- torch-geometric $v"
+  INSTRUMENTED_CONVS_PYG_MATRIX=$v PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -m pytest \
+    -p no:cacheprovider -q -W ignore::DeprecationWarning tests/test_pyg.py tests/test_guard.py "$@"
+done
+
+echo "== a user's environment: pip install -e '.[pyg,dgl,nvtx]' in a fresh venv"; stamp
+user=$(mktemp -d)
+trap 'rm -rf "$user"' EXIT
+python3.11 -m venv "$user/venv"
+# requirements/main.txt as constraints: the pinned CPU torch, not whatever is newest
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m pip install --disable-pip-version-check -q \
+  -c "$root/requirements/main.txt" -e "$root[pyg,dgl,nvtx]")
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
+
+echo "== docs (sphinx -W)"; stamp
 rm -rf docs/_build
 "$main/bin/python" -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-echo "== benchmark smoke run"
+echo "== benchmark smoke run"; stamp
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
 
-echo "== Nsight Systems: our ranges in a real nsys report"
+echo "== Nsight Systems: our ranges in a real nsys report"; stamp
 if ! command -v nsys >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   bash scripts/install_nsys.sh >/dev/null
 fi
@@ -45,10 +72,12 @@ else
 fi
 
 dgl2=$(bash scripts/env.sh dgl2)
-echo "== newest-DGL environment: $dgl2"
+export PYTHONPATH="$root"
+echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
   tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
-  $(ls tests/test_dgl*.py 2>/dev/null) "$@"
+  tests/test_layering.py tests/test_guard.py $(ls tests/test_dgl*.py 2>/dev/null) "$@"
 # nvtx 0.2.17 here: its ranges must reach nsys 2022.4 too (see docs/nsys.md)
 "$dgl2/bin/python" scripts/nsys_check.py --python "$dgl2/bin/python" --platform dgl
+echo "== all checks passed"; stamp
