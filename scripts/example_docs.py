@@ -81,7 +81,8 @@ def _machine() -> str:
 def write_page(name: str) -> str:
     """Run the page's commands and write docs/examples/<name>.md; return its path."""
     title, intro, commands = PAGES[name]
-    env = dict(os.environ, PYTHONPATH=ROOT, DGLBACKEND="pytorch")
+    rest = os.environ.get("PYTHONPATH")  # keep the folders over the environment (torch-sparse)
+    env = dict(os.environ, PYTHONPATH=ROOT + (os.pathsep + rest if rest else ""), DGLBACKEND="pytorch")
     lines = [f"# {title}", "", intro, "",
              f"Machine: {_machine()}; {_versions()}; {datetime.date.today().isoformat()}.", ""]
     for cmd in commands:
