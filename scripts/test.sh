@@ -35,7 +35,7 @@ print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "torc
 PY
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
 
-echo "== PyG version matrix (requirements/pyg-matrix.txt, then the main environment's own)"; stamp
+echo "== PyG version matrix (requirements/pyg-matrix.txt; 2.8.1, the main environment's own, ran above)"; stamp
 for spec in $(grep -v '^\s*#' requirements/pyg-matrix.txt); do
   dir=$(bash scripts/env.sh "$spec")
   v=$(PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -c 'import torch_geometric as g; print(g.__version__)')

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 
 pytest.importorskip("torch_geometric")
+import torch_geometric  # noqa: E402
+from packaging.version import Version  # noqa: E402
 from torch_geometric.nn import GCNConv as Stock  # noqa: E402
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 
@@ -23,6 +25,7 @@ from instrumented_convs.pyg import GCNConv  # noqa: E402
 #: Whether the installed PyG's GCNConv.forward matches our copy (else the layer runs
 #: upstream's code inside its one GCNConv step: PyG 2.3 and 2.4, see tests/test_guard.py).
 DETAILED = ipyg.DETAILED["GCNConv.forward"]
+PYG_VERSION = Version(torch_geometric.__version__)
 
 N, FIN, FOUT = 12, 6, 5
 KINDS = ["edge_index", "sparse_tensor", "torch_coo", "torch_csr"]
@@ -129,7 +132,9 @@ def test_the_matrix_compared_outputs_where_stock_computes_them(request):
     The stock layer refuses sparse input (SparseTensor, torch.sparse) with
     ``flow="target_to_source"`` (MessagePassing asks for the transposed matrix instead), on
     every PyG release we test: 48 combinations per sparse kind, where only the failure is
-    compared. Everywhere else the outputs and gradients were compared.
+    compared. PyG 2.3's backward through a weighted SparseTensor fails too (its spmm returns
+    a gradient of the wrong layout for the edge weights: "SparseCompressedTensorBackward0
+    returned an invalid gradient"): 24 more. Everywhere else outputs and gradients were compared.
     """
     if request.config.option.keyword or request.config.option.markexpr:
         pytest.skip("part of the matrix was deselected")
@@ -137,8 +142,11 @@ def test_the_matrix_compared_outputs_where_stock_computes_them(request):
     assert {k[0] for k in MATRIX} == set(kinds) and len(MATRIX) == 96 * len(kinds), \
         "the matrix did not run whole (is the file run in order?)"
     refused = {k for k in MATRIX if k[0] != "edge_index" and k[1] == "target_to_source"}
+    if PYG_VERSION < Version("2.4"):
+        refused |= {k for k in MATRIX if k[0] == "sparse_tensor" and k[2]}  # weighted
     assert {k for k, v in MATRIX.items() if v == "failure"} == refused
-    assert list(MATRIX.values()).count("outputs") == 96 + 48 * (len(kinds) - 1)
+    assert list(MATRIX.values()).count("outputs") == len(MATRIX) - len(refused)
+    assert len(refused) == 48 * (len(kinds) - 1) + (24 if PYG_VERSION < Version("2.4") and WITH_TORCH_SPARSE else 0)
 
 
 @pytest.mark.parametrize("args, kwargs", [
@@ -383,9 +391,15 @@ def test_torch_compile_matches_and_breaks_no_more_graphs_than_stock():
     assert ours_expl.graph_break_count == stock_expl.graph_break_count
     assert ours_expl.graph_count == stock_expl.graph_count
     torch._dynamo.reset()
-    compiled = torch.compile(ours_model, backend="aot_eager")
-    torch.testing.assert_close(compiled(x, ei), stock_model(x, ei))
+    _, stock_exc = _outcome(lambda: torch.compile(stock_model, backend="aot_eager")(x, ei))
+    torch._dynamo.reset()
+    got, exc = _outcome(lambda: torch.compile(ours_model, backend="aot_eager")(x, ei))
     assert depth() == 0
+    if stock_exc is not None:  # PyG 2.5 with torch 2.13: AOT autograd fails on the stock layer
+        assert type(exc) is type(stock_exc)
+        return
+    assert exc is None, exc
+    torch.testing.assert_close(got, stock_model(x, ei))
 
 
 class ScriptableNet(torch.nn.Module):
@@ -454,6 +468,11 @@ def test_autocast_matches_stock(kind):
     x, ei, ew = _graph()
     adj, w = _adjacency(kind, ei, ew, True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        s, o = stock(x, adj, w), ours(x, adj, w)
+        s, s_exc = _outcome(lambda: stock(x, adj, w))
+        o, o_exc = _outcome(lambda: ours(x, adj, w))
+    if s_exc is not None:  # PyG 2.3's spmm refuses bfloat16 features with a float SparseTensor
+        _assert_same_failure(s_exc, o_exc)
+        return
+    assert o_exc is None, o_exc
     assert o.dtype == s.dtype
     torch.testing.assert_close(o, s)
