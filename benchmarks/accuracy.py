@@ -1,6 +1,6 @@
 """Are the numbers right? Our CUDA-event step times against the profiler's kernel times (GPU).
 
-On a CUDA device, runs forward passes of the seeds' 3-layer PyG GCN at ogbn-arxiv's shape
+On a CUDA device, runs forward passes of the study's 3-layer PyG GCN at ogbn-arxiv's shape
 (generated graph) under ``torch.profiler`` (CPU + CUDA activities, i.e. CUPTI). For every
 step it compares
 

@@ -2,8 +2,8 @@
 
 ``from instrumented_convs.pyg import GCNConv`` instead of ``from torch_geometric.nn import
 GCNConv``; nothing else changes. The class is a subclass of the stock layer, with the same
-constructor, parameters, ``state_dict``, ``repr`` and outputs. Its ``forward`` is
-upstream's ``GCNConv.forward`` (PyG 2.8) with steps around each part, calling upstream's
+constructor, parameters, ``state_dict``, ``repr`` and outputs. Its ``forward`` is a copy of
+upstream's ``GCNConv.forward`` (PyG 2.8.1) with steps around each part, calling upstream's
 own functions (``add_remaining_self_loops``, ``scatter``, ``torch_sparse``...). The steps of
 one forward, nested as they run::
 
@@ -14,14 +14,19 @@ one forward, nested as they run::
         add_self_loops, to_edge_index  torch.sparse COO/CSR input
         degree                       the (weighted) in-degree: scatter / torch_sparse.sum
         normalize                    deg^-1/2, inf -> 0, and the edge-weight products
-      lin                            the dense transform x @ W (the seeds' "mul")
+      lin                            the dense transform x @ W (the original study's "mul")
       propagate                      MessagePassing.propagate (PyG's generated code)
         message, aggregate           edge_index input
         message_and_aggregate        sparse input: PyG's fused spmm path
       bias
 
 While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
-runs the stock layer's code.
+runs the stock layer's code. The copies (``gcn_norm``, ``GCNConv.forward``) are upstream's
+code plus ``with <step>:`` blocks, nothing else (checked mechanically by tests/test_guard.py);
+at import, the installed PyG's functions are checked against the fingerprints the copies are
+known to match (:data:`KNOWN`), and where they differ the layer logs one warning and runs
+upstream's own code inside its single ``GCNConv`` step (coarse timing, exact results):
+:data:`DETAILED` says which copies run. PyG 2.3 and 2.4 run upstream's ``forward``.
 """
 import logging
 from typing import Any, Dict, Optional, Tuple

@@ -229,7 +229,7 @@ def test_pyg_generated_propagate_is_kept():
 
 
 class Net(torch.nn.Module):
-    """The seeds' 3-layer GCN."""
+    """The study's 3-layer GCN."""
 
     def __init__(self, conv_cls, cached=False):
         super().__init__()

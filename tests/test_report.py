@@ -15,7 +15,7 @@ MS = 1_000_000  # ns
 
 
 def _seed_like_run(clock):
-    """The seeds' epoch phases, with a 3-layer GCN's steps inside forward (exact times)."""
+    """The study's epoch phases, with a 3-layer GCN's steps inside forward (exact times)."""
     for _ in range(4):
         with region("forward"):
             for layer in range(3):
