@@ -18,7 +18,9 @@ from typing import Optional
 from ._config import Settings, configure, disable, disabled, enable, is_enabled, settings
 from ._layers import name_layers
 from ._registry import Entry, Registry, registry
-from ._step import Step, current_path, instrumenting, nvtx_backend, region, set_nvtx_backend, step
+from ._step import (
+    Step, current_path, instrumenting, mark_outputs, nvtx_backend, region, set_nvtx_backend, step,
+)
 from .report import Row, Summary, TableRenderer
 
 __version__ = "0.1.0"
@@ -49,6 +51,7 @@ __all__ = [
     "Step",
     "instrumenting",
     "current_path",
+    "mark_outputs",
 ]
 
 

@@ -7,6 +7,7 @@ read once, at import:
 - ``INSTRUMENTED_CONVS_DISABLE=1``: start disabled (every step is a no-op).
 - ``INSTRUMENTED_CONVS_NVTX=0``: never push NVTX ranges.
 - ``INSTRUMENTED_CONVS_RECORD_FUNCTION=0``: never open ``torch.profiler.record_function``.
+- ``INSTRUMENTED_CONVS_BACKWARD=0``: never time the backward of steps (see :mod:`._backward`).
 
 This module imports nothing from the package: it is the bottom of the house.
 """
@@ -30,6 +31,7 @@ def _env_flag(name: str, default: bool) -> bool:
 enabled: bool = not _env_flag("INSTRUMENTED_CONVS_DISABLE", False)
 nvtx: bool = _env_flag("INSTRUMENTED_CONVS_NVTX", True)
 record_function: bool = _env_flag("INSTRUMENTED_CONVS_RECORD_FUNCTION", True)
+backward: bool = _env_flag("INSTRUMENTED_CONVS_BACKWARD", True)
 
 
 class Settings(NamedTuple):
@@ -38,16 +40,18 @@ class Settings(NamedTuple):
     enabled: bool  #: steps record (:func:`enable` / :func:`disable`)
     nvtx: bool  #: steps push NVTX ranges
     record_function: bool  #: steps open profiler labels while a profiler records
+    backward: bool = True  #: steps time their backward too (autograd hooks)
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
-        global enabled, nvtx, record_function
+        global enabled, nvtx, record_function, backward
         enabled, nvtx, record_function = self.enabled, self.nvtx, self.record_function
+        backward = self.backward
 
 
 def settings() -> Settings:
     """The current switches, as a :class:`Settings` snapshot (``.restore()`` puts them back)."""
-    return Settings(enabled, nvtx, record_function)
+    return Settings(enabled, nvtx, record_function, backward)
 
 
 def enable() -> None:
@@ -79,8 +83,14 @@ def disabled() -> Iterator[None]:
         enabled = previous
 
 
-def configure(*, nvtx: Optional[bool] = None, record_function: Optional[bool] = None) -> Settings:
-    """Switch NVTX ranges and ``record_function`` labels on or off (``None`` keeps as is).
+def configure(
+    *, nvtx: Optional[bool] = None, record_function: Optional[bool] = None,
+    backward: Optional[bool] = None,
+) -> Settings:
+    """Switch NVTX ranges, ``record_function`` labels or backward timing on or off.
+
+    ``None`` keeps a switch as it is. ``backward=False`` takes effect at once: forwards set
+    up no autograd hooks, and hooks set up before record nothing.
 
     Returns the switches now in effect (``configure()`` alone only reads them).
     """
@@ -89,4 +99,6 @@ def configure(*, nvtx: Optional[bool] = None, record_function: Optional[bool] = 
         g["nvtx"] = bool(nvtx)
     if record_function is not None:
         g["record_function"] = bool(record_function)
+    if backward is not None:
+        g["backward"] = bool(backward)
     return settings()

@@ -11,7 +11,8 @@ NVTX backends, first found wins:
 
 ``record_function`` labels are opened only while a torch profiler is recording: a full
 ``torch.profiler.record_function`` costs ~9 us, so the step asks a cheap boolean first and
-then uses the fast C++ handle.
+then uses the fast C++ handle. :func:`compiling_probe` finds this torch's cheapest "is
+Dynamo tracing?" test, during which steps do nothing.
 """
 from __future__ import annotations
 
@@ -199,3 +200,19 @@ def open_record_function(name: str) -> Any:
         handle = torch.profiler.record_function(name)
     handle.__enter__()
     return handle
+
+
+def compiling_probe() -> Callable[[], bool]:
+    """The cheapest "is Dynamo tracing this code?" function of this torch version.
+
+    Dynamo turns the call into the constant ``True`` while tracing; eagerly it returns
+    ``False``. Steps return a no-op under tracing: Dynamo cannot trace their bookkeeping
+    (older versions fail with an internal error instead of breaking the graph).
+    """
+    try:
+        from torch._dynamo.external_utils import is_compiling
+
+        return is_compiling
+    except ImportError:  # pragma: no cover - very old torch
+        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+        return fn if fn is not None else (lambda: False)

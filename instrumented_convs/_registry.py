@@ -1,7 +1,8 @@
-"""The registry: streaming statistics per (scope, step path), thread-safe.
+"""The registry: streaming statistics per (scope, step path, phase), thread-safe.
 
-Each distinct step path in each scope is one :class:`Entry`, a node of a tree whose
-parent is the enclosing step. An entry keeps count, total, sum of squares, min and max of
+Each distinct step path in each scope and phase is one :class:`Entry`, a node of a tree
+whose parent is the enclosing step (for a backward entry: the backward of the enclosing
+step, or whatever step was open when the backward ran). An entry keeps count, total, sum of squares, min and max of
 its durations as integer nanoseconds, so the arithmetic is exact and memory does not grow
 with the number of calls. All writes happen under one lock, through a narrow API
 (:meth:`Registry.child`, :meth:`~Registry.record`, :meth:`~Registry.record_pending`,
@@ -24,20 +25,26 @@ Key = Union[str, Tuple[str, Optional[str]]]
 _NO_MIN = 1 << 62  # larger than any duration in ns
 
 
+def backward_key(key: Any) -> Tuple[Any, str]:
+    """The child key of the backward counterpart of a forward step keyed ``key``."""
+    return (key, "backward")
+
+
 class Entry:
     """Statistics of one step path in one scope, and the node of the nesting tree."""
 
     __slots__ = (
-        "name", "path", "scope", "kind", "parent", "children", "depth", "key", "retired",
+        "name", "path", "scope", "kind", "phase", "parent", "children", "depth", "key", "retired",
         "count", "total", "sumsq", "min", "max", "errors", "untimed",
     )
 
     def __init__(
         self, name: str, path: str, scope: Optional[str], kind: str,
-        parent: Optional["Entry"], depth: int, key: Any = None,
+        parent: Optional["Entry"], depth: int, key: Any = None, phase: str = "forward",
     ) -> None:
         """Create an empty entry (no calls recorded)."""
         self.key = key
+        self.phase = phase  #: ``forward`` or ``backward``
         #: True once ``reset()`` has replaced the tree this entry belongs to; a step still
         #: open on it asks :meth:`Registry.relocate` for its counterpart in the new tree.
         self.retired = False
@@ -81,24 +88,32 @@ class Registry:
         self.pending = PendingTimes(self._fold_locked)
 
     # -- writing ------------------------------------------------------------------------
-    def child(self, parent: Entry, name: str, scope: Optional[str] = None, kind: str = "step") -> Entry:
+    def child(
+        self, parent: Entry, name: str, scope: Optional[str] = None, kind: str = "step",
+        phase: str = "forward",
+    ) -> Entry:
         """The entry for step ``name`` nested in ``parent``, in ``scope`` or else the parent's.
 
-        Children that inherit the parent's scope are keyed by name alone, those with a scope
-        of their own by ``(name, scope)``. A retired ``parent`` is relocated first.
+        Forward children that inherit the parent's scope are keyed by name alone, those with
+        a scope of their own by ``(name, scope)``; a backward child by :func:`backward_key`
+        of that. A retired ``parent`` is relocated first.
         """
         with self._lock:
             if parent.retired:
                 parent = self._relocate_locked(parent)
-            return self._child_locked(parent, name, scope, kind)
+            return self._child_locked(parent, name, scope, kind, phase)
 
-    def _child_locked(self, parent: Entry, name: str, scope: Optional[str], kind: str) -> Entry:
-        key: Key = name if scope is None else (name, scope)
+    def _child_locked(
+        self, parent: Entry, name: str, scope: Optional[str], kind: str, phase: str = "forward",
+    ) -> Entry:
+        key: Any = name if scope is None else (name, scope)
+        if phase != "forward":
+            key = backward_key(key)
         entry = parent.children.get(key)
         if entry is None:
             path = f"{parent.path}/{name}" if parent.path else name
             own_scope = parent.scope if scope is None else scope
-            entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1, key)
+            entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1, key, phase)
             parent.children[key] = entry
         return entry
 
@@ -115,8 +130,9 @@ class Registry:
             e = e.parent
         node = self.root
         for old in reversed(chain):
-            scope = None if isinstance(old.key, str) else old.key[1]
-            node = self._child_locked(node, old.name, scope, old.kind)
+            key = old.key if old.phase == "forward" else old.key[0]
+            scope = None if isinstance(key, str) else key[1]
+            node = self._child_locked(node, old.name, scope, old.kind, old.phase)
         return node
 
     def record(self, entry: Entry, ns: int, error: bool = False) -> None:
@@ -221,6 +237,7 @@ class Registry:
                     e.name, e.path, e.scope, e.kind, e.depth,
                     index.get(id(e.parent), -1),
                     e.count, e.total, e.sumsq, e.min if e.count else 0, e.max, e.errors, e.untimed,
+                    e.phase,
                 )
                 for e in entries
             ]

@@ -25,7 +25,10 @@ CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
 class Frame:
     """One open step on a thread's stack: what its exit needs, read by name."""
 
-    __slots__ = ("entry", "start", "mode", "rf", "pushed", "owner", "dev", "spare")
+    __slots__ = (
+        "entry", "start", "mode", "rf", "pushed", "owner", "dev", "spare",
+        "log", "seq0", "anchor", "outputs", "task",
+    )
 
     def __init__(self) -> None:
         """An unused frame (also the bottom sentinel: no entry, no owner)."""
@@ -37,6 +40,12 @@ class Frame:
         self.owner: Any = None  #: the Step that opened the frame
         self.dev: Optional[int] = None  #: CUDA device index (None: the current device)
         self.spare: Optional[Frame] = None  #: the frame last opened directly above this one
+        # Backward timing (see _backward): forward steps log the autograd nodes they create.
+        self.log: Optional[list] = None  #: the anchor's log of nested steps, or None
+        self.seq0: int = -1  #: autograd sequence number at entry (-1: this step logs nothing)
+        self.anchor: bool = False  #: this step's exit walks the autograd graph it built
+        self.outputs: Any = None  #: the step's output tensors, when its code says them
+        self.task: Optional[int] = None  #: for a backward step: its autograd graph task id
 
     def __repr__(self) -> str:
         """``Frame('path', mode=...)``."""

@@ -30,10 +30,11 @@ class EntryStats(NamedTuple):
     max: int  #: longest duration
     errors: int  #: calls that raised
     untimed: int  #: calls that could not be timed
+    phase: str = "forward"  #: ``forward`` or ``backward``
 
 
-_GroupKey = Tuple[Optional[str], str]
-_TOP: _GroupKey = (None, "")
+_GroupKey = Tuple[Optional[str], str, str]
+_TOP: _GroupKey = (None, "", "")
 
 
 def _std_seconds(n: int, total: int, sumsq: int) -> float:
@@ -63,18 +64,18 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     groups: Dict[_GroupKey, Dict[str, Any]] = {}
     children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
     for i, s in enumerate(stats):
-        key = (s.scope if layer else None, s.path)
+        key = (s.scope if layer else None, s.path, s.phase)
         g = groups.get(key)
         if g is None:
             g = groups[key] = dict(
-                name=s.path, step=s.name, depth=s.depth, kind=s.kind, scope=key[0],
+                name=s.path, step=s.name, depth=s.depth, kind=s.kind, scope=key[0], phase=s.phase,
                 count=0, total=0, sumsq=0, min=None, max=0, self=0, errors=0, untimed=0,
             )
             if s.parent < 0:
                 pkey = _TOP
             else:
                 p = stats[s.parent]
-                pkey = (p.scope if layer else None, p.path)
+                pkey = (p.scope if layer else None, p.path, p.phase)
             children_of.setdefault(pkey, []).append(key)
             children_of[key] = []
         if s.count:
@@ -109,6 +110,6 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
             std=_std_seconds(n, g["total"], g["sumsq"]),
             fraction=(g["total"] / grand) if grand else 0.0,
             self_fraction=(g["self"] / grand) if grand else 0.0,
-            errors=g["errors"], untimed=g["untimed"],
+            errors=g["errors"], untimed=g["untimed"], phase=g["phase"],
         ))
     return Summary(rows, unit=unit, by=by, grand_total=grand * 1e-9)

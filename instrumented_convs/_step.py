@@ -13,6 +13,9 @@ can be entered recursively and from many threads at once. Entering a step:
 Leaving it stops the clock first, then closes the label and the range in ``finally``
 blocks, and records the duration (a CUDA pair is queued and resolved later). Exceptions
 propagate unchanged and leave both stacks balanced.
+
+With grad enabled and backward timing on, a step also notes the autograd sequence numbers
+at its entry and exit, so that its backward can be timed (:mod:`._backward`).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import _clock, _config, _ranges
+from . import _anchor, _backward, _clock, _config, _ranges
 from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
 from ._registry import registry
@@ -30,7 +33,7 @@ from ._stack import CPU, CUDA, UNTIMED, Frame, _tls, current_path, depth, open_s
 
 __all__ = [
     "Step", "step", "region", "instrumenting", "current_path", "depth", "open_steps",
-    "nvtx_backend", "set_nvtx_backend",
+    "nvtx_backend", "set_nvtx_backend", "mark_outputs",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,25 +46,14 @@ _prof = _ranges.profiler_state
 _record = registry.record  # the registry's narrow write API, bound once
 _auto_cuda = _clock.auto_cuda
 _record_event = _clock.record_event
+_seq = _anchor.seq_nr
+_log_exit = _anchor.log_exit
+_grad_enabled = torch.is_grad_enabled
+mark_outputs = _anchor.mark_outputs
+_backward.set_nvtx(_nvtx_push, _nvtx_pop)
 
 
-def _compiling_probe() -> Callable[[], bool]:
-    """The cheapest "is Dynamo tracing this code?" function of this torch version.
-
-    Dynamo turns the call into the constant ``True`` while tracing; eagerly it returns
-    ``False``. Steps return a no-op under tracing: Dynamo cannot trace their bookkeeping
-    (older versions fail with an internal error instead of breaking the graph).
-    """
-    try:
-        from torch._dynamo.external_utils import is_compiling
-
-        return is_compiling
-    except ImportError:  # pragma: no cover - very old torch
-        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-        return fn if fn is not None else (lambda: False)
-
-
-_is_compiling = _compiling_probe()
+_is_compiling = _ranges.compiling_probe()
 
 
 def instrumenting() -> bool:
@@ -77,6 +69,7 @@ def set_nvtx_backend(name: Optional[str] = None) -> str:
     global _nvtx, _nvtx_push, _nvtx_pop
     _nvtx = _ranges.make_backend(name)
     _nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
+    _backward.set_nvtx(_nvtx_push, _nvtx_pop)
     return _nvtx.name
 
 
@@ -110,6 +103,9 @@ class Step:
         """Open the step: registry entry, NVTX range, profiler label, then the clock."""
         stack = _tls.stack
         top = stack[-1]
+        if top.task is not None and top.task not in _backward.live:  # a backward raised
+            _backward.close_stale(stack)
+            top = stack[-1]
         name = self.name
         parent = top.entry
         if parent is None:  # the bottom sentinel: a top-level step
@@ -146,6 +142,16 @@ class Step:
             frame.rf = rf
             frame.pushed = pushed
             frame.dev = dev
+            frame.task = frame.outputs = None
+            log = top.log
+            if self.kind == "region":  # regions have no backward; steps inside them may
+                frame.log, frame.anchor, frame.seq0 = log, False, -1
+            elif log is not None:  # inside an anchor: log for its walk
+                frame.log, frame.anchor, frame.seq0 = log, False, _seq()
+            elif _config.backward and _grad_enabled():  # the outermost step: an anchor
+                frame.log, frame.anchor, frame.seq0 = [], True, _seq()
+            else:
+                frame.log, frame.anchor, frame.seq0 = None, False, -1
             if not cuda:
                 frame.mode = CPU
                 frame.start = _clock.cpu_now()  # clock last
@@ -180,6 +186,7 @@ class Step:
             stack.pop()
         else:
             t1 = _clock.cpu_now()
+            _backward.close_above(stack, self)
             found = pop_own(stack, self)
             if found is None:  # never entered on this thread: nothing to close
                 return None
@@ -204,6 +211,8 @@ class Step:
                 registry.record_pending(entry, start, end, exc_type is not None)
             else:
                 registry.record_untimed(entry, exc_type is not None)
+        if frame.seq0 >= 0:
+            _log_exit(frame, stack, entry, mode, exc_type is None)
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""
@@ -216,7 +225,7 @@ class Step:
             s = Step.__new__(Step)
             s.name, s.scope, s.cuda, s.dev, s.kind = name, scope, cuda, dev, kind
             with s:
-                return fn(*args, **kwargs)
+                return mark_outputs(fn(*args, **kwargs))
 
         return wrapper  # type: ignore[return-value]
 

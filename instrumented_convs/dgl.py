@@ -42,7 +42,7 @@ from dgl.utils import expand_as_pair
 
 from ._guard import guard, warn_fallback
 from ._layers import InstrumentedLayer
-from ._step import Step, instrumenting
+from ._step import Step, instrumenting, mark_outputs
 
 __all__ = ["GraphConv", "EdgeWeightNorm", "DETAILED"]
 
@@ -254,8 +254,8 @@ class GraphConv(InstrumentedLayer, _StockGraphConv):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
         with self._ic_step(graph.device):
             if _GRAPH_CONV_OK:
-                return _instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight)
-            return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
+                return mark_outputs(_instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
+            return mark_outputs(super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
 
     @classmethod
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
@@ -276,8 +276,8 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
             return super().forward(graph, edge_weight)
         with self._ic_step(graph.device):
             if _EDGE_WEIGHT_NORM_OK:
-                return _instrumented_edge_weight_norm_forward(self, graph, edge_weight)
-            return super().forward(graph, edge_weight)
+                return mark_outputs(_instrumented_edge_weight_norm_forward(self, graph, edge_weight))
+            return mark_outputs(super().forward(graph, edge_weight))
 
     @classmethod
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:

@@ -45,7 +45,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from ._guard import guard, warn_fallback
 from ._layers import InstrumentedLayer
-from ._step import Step, instrumenting, step
+from ._step import Step, instrumenting, mark_outputs, step
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
 
@@ -205,8 +205,8 @@ class GCNConv(InstrumentedLayer, _StockGCNConv):
             return super().forward(x, edge_index, edge_weight)
         with self._ic_step(x.device):
             if _FORWARD_OK:
-                return self._instrumented_forward(x, edge_index, edge_weight)
-            return super().forward(x, edge_index, edge_weight)
+                return mark_outputs(self._instrumented_forward(x, edge_index, edge_weight))
+            return mark_outputs(super().forward(x, edge_index, edge_weight))
 
     # The copy of upstream's GCNConv.forward. It stays in this class: PyG reads the call of
     # propagate and its type comment from the source of the class, cached by class name

@@ -5,6 +5,9 @@
 programs read numbers, never text. Fractions are shares of the *grand total*, the sum of the
 top-level steps: the top-level rows add up to 100%, and under every step its children's
 fractions plus its own self fraction add up to its fraction, so nothing is counted twice.
+
+A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
+the forward's, marked ``[backward]`` in the table; see :mod:`instrumented_convs._backward`).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ class Row:
     fraction: float  #: total / grand total
     self_fraction: float  #: self_time / grand total
     errors: int = 0  #: calls that ended with an exception (timed all the same)
-    untimed: int = 0  #: calls not timed (inside CUDA-graph capture)
+    untimed: int = 0  #: calls not timed (CUDA-graph capture, or a partial backward)
+    phase: str = "forward"  #: ``forward``, or ``backward`` for the backward of a step
 
     @property
     def parent(self) -> Optional[str]:
@@ -48,7 +52,9 @@ class Row:
 
 _FIELDS = [f.name for f in dataclasses.fields(Row)]
 _INT_FIELDS = {"depth", "count", "errors", "untimed"}
-_STR_FIELDS = {"name", "step", "scope", "kind"}
+_STR_FIELDS = {"name", "step", "scope", "kind", "phase"}
+#: The label suffix of backward rows in the table (and of their NVTX ranges).
+BACKWARD_MARK = " [backward]"
 
 
 def choose_unit(seconds: Sequence[float]) -> Tuple[str, float]:
@@ -122,12 +128,22 @@ class Summary:
         """The grand total in seconds, of which every ``fraction`` is a share."""
         return self.grand_total
 
-    def select(self, prefix: Optional[str] = None, max_depth: Optional[int] = None) -> "Summary":
-        """The rows under (and including) ``prefix``, down to ``max_depth``."""
+    def select(
+        self, prefix: Optional[str] = None, max_depth: Optional[int] = None,
+        phase: Optional[str] = None,
+    ) -> "Summary":
+        """The rows under (and including) ``prefix``, down to ``max_depth``, of ``phase``.
+
+        ``phase`` is ``"forward"``, ``"backward"`` or ``None`` (both); fractions stay shares
+        of this summary's grand total.
+        """
+        if phase not in (None, "forward", "backward"):
+            raise ValueError(f"phase must be 'forward', 'backward' or None, not {phase!r}")
         rows = [
             r for r in self.rows
             if (prefix is None or r.name == prefix or r.name.startswith(prefix + "/"))
             and (max_depth is None or r.depth <= max_depth)
+            and (phase is None or r.phase == phase)
         ]
         return Summary(rows, unit=self.unit, by=self.by, grand_total=self.grand_total)
 
@@ -201,6 +217,8 @@ class Summary:
         for record in frame.to_dict(orient="records"):
             values = {}
             for k in _FIELDS:
+                if k not in record:  # a frame saved before the field existed
+                    continue
                 v = record[k]
                 if k == "scope" and (v is None or v != v):  # NaN from pandas
                     v = None
@@ -246,7 +264,10 @@ class TableRenderer:
         else:
             unit, scale = choose_unit([r.mean for r in rows])
         by_layer = summary.by == "layer"
-        labels = [("  " * r.depth) + "- " + r.step for r in rows]
+        labels = [
+            ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
+            for r in rows
+        ]
         event_w = max([30] + [len(label) for label in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
 
@@ -283,6 +304,7 @@ class TableRenderer:
         )
         notes = [
             f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors
-        ] + [f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture)" for r in rows if r.untimed]
+        ] + [f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
+                 "that ran part of the step)" for r in rows if r.untimed]
         lines.extend(notes)
         return "\n".join(lines)

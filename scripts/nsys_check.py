@@ -3,7 +3,8 @@
 For each framework, runs ``examples/arxiv.py --quick`` under ``nsys profile -t nvtx``
 (bounded by ``timeout``), imports the ``.qdstrm`` if nsys did not, reads the ``nvtxsum`` /
 ``nvtx_sum`` report as CSV, and checks that every expected range of ours is there with the
-expected count (epochs x layers). Exits non-zero on any mismatch.
+expected count (epochs x layers), the backward ranges (``<step> [backward]``) included.
+Exits non-zero on any mismatch.
 
     python scripts/nsys_check.py [--python PYTHON] [--platform pyg dgl] [--epochs 2]
 """
@@ -33,6 +34,15 @@ PER_LAYER = {
 }
 # steps that occur twice per layer call (source and destination side)
 TWICE = {"dgl": {"degrees", "pow", "mul"}}
+# backward ranges ("<step> [backward]") per epoch of the 3-layer model (128 -> 128 -> 128 -> 40):
+# a step has a backward only where its forward did differentiable work. DGL's first layer
+# aggregates the input features (no grad) before its matmul, so its norm_src and update_all
+# have none; gcn_norm's weights need no grad.
+BACKWARD = {
+    "pyg": {"GCNConv": 3, "lin": 3, "propagate": 3, "message": 3, "aggregate": 3, "bias": 3},
+    "dgl": {"GraphConv": 3, "norm_src": 2, "norm_dst": 3, "mul": 5, "matmul": 3, "update_all": 2,
+            "bias": 3},
+}
 
 
 def expected(platform: str, epochs: int) -> Dict[str, int]:
@@ -42,6 +52,8 @@ def expected(platform: str, epochs: int) -> Dict[str, int]:
         counts[name] = LAYERS * epochs
     for name in TWICE.get(platform, ()):
         counts[name] = 2 * LAYERS * epochs
+    for name, n in BACKWARD[platform].items():
+        counts[name + " [backward]"] = n * epochs
     return counts
 
 

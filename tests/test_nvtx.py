@@ -241,3 +241,71 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
     """)
     assert nc.ranges(events) == [(1, "outer"), (2, "inner")]
     assert nc.balanced(events)
+
+
+def test_backward_ranges_are_real_nested_and_balanced(injection, tmp_path):
+    """Each step's backward is an NVTX range "<step> [backward]", nested like its forward,
+    inside the region the user put around ``backward()`` (CPU: autograd runs there)."""
+    pytest.importorskip("torch_geometric")
+    _, events = _run(injection, tmp_path, """
+        import torch
+        from instrumented_convs.pyg import GCNConv
+        conv = GCNConv(4, 3)
+        x = torch.randn(6, 4)
+        ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+        with region("forward"):
+            out = conv(x, ei)
+        with region("backward"):
+            out.sum().backward()
+    """)
+    names = nc.ranges(events)
+    start = names.index((1, "backward"))
+    assert names[start:] == [
+        (1, "backward"), (2, "GCNConv [backward]"), (3, "bias [backward]"),
+        (3, "propagate [backward]"), (4, "aggregate [backward]"), (4, "message [backward]"),
+        (3, "lin [backward]"),
+    ]
+    assert nc.balanced(events)
+
+
+def test_backward_ranges_stay_balanced_when_backward_raises(injection, tmp_path):
+    """A backward that raises inside a step's backward leaves no range open: the enclosing
+    region closes them, or (without one) the next step on that thread does."""
+    _, events = _run(injection, tmp_path, """
+        import torch
+
+        class Boom(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                raise RuntimeError("boom")
+
+        @step("block")
+        def block(x, w):
+            return (Boom.apply(x) * w).sum()
+
+        w = torch.ones(3, requires_grad=True)
+        for use_region in (True, False):
+            loss = block(torch.ones(3, requires_grad=True), w)
+            try:
+                if use_region:
+                    with region("backward"):
+                        loss.backward()
+                else:
+                    loss.backward()
+            except RuntimeError as exc:
+                assert "boom" in str(exc)
+            else:
+                raise SystemExit("expected the backward to raise")
+            del loss
+        with step("after"):
+            pass
+    """)
+    names = nc.ranges(events)
+    assert names.count((1, "block")) == 2
+    assert (2, "block [backward]") in names and (1, "block [backward]") in names
+    assert names[-1] == (1, "after")
+    assert nc.balanced(events)

@@ -1,0 +1,273 @@
+"""The backward of steps, while autograd runs: hooks that time each step's backward.
+
+:mod:`._anchor` finds, for each call of a step, the first node of its backward (the highest
+autograd sequence number among the nodes it created) and the last (the lowest), and hooks
+them with :func:`pre_hook` and :func:`post_hook` around a :class:`Record`. On one thread
+autograd runs the nodes of a graph in decreasing sequence number, so a step's backward is
+one contiguous run, nested exactly like its forward; the pre-hook opens it (clock, NVTX
+range and profiler label named ``<step> [backward]``, a frame on the running thread's stack)
+and the post-hook closes it. Records are referenced by the hooks only, so they die with the
+graph.
+
+Where backward rows go: the backward of an anchor (the outermost step of a walk) nests
+under the step open, when the backward starts, on the thread running it (the user's
+``region("backward")`` on CPU). On CUDA, autograd runs the nodes on its own device thread,
+where nothing is open: the rows nest under the step open on the thread that ran the
+forward (normally the caller, blocked in ``backward()``). Below the anchor, paths mirror the
+forward paths (regions skipped). Each thread keeps its own stack, so nothing leaks across.
+
+Robustness: a pass that does not run a step's last node (``torch.autograd.grad`` pruning it)
+closes the step at the end of the graph task (``queue_callback``) and counts the call as
+untimed; a backward that raises leaves frames whose graph task has died (we notice when the
+callback object given to the engine is freed): they are closed, as errors, by an enclosing
+step's exit, or at the next step or hook on that thread.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Optional, Set, Tuple
+
+import torch
+
+from . import _clock, _config, _ranges
+from ._registry import backward_key, registry
+from ._stack import CPU, CUDA, UNTIMED, Frame, _tls
+from .report import BACKWARD_MARK
+
+__all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "set_nvtx", "live"]
+
+logger = logging.getLogger(__name__)
+
+_task_id: Callable[[], int] = torch._C._current_graph_task_id
+_engine = torch.autograd.Variable._execution_engine
+_prof = _ranges.profiler_state
+_open_rf = _ranges.open_record_function
+_record = registry.record
+live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
+_push: Callable[[str], Any] = lambda name: None
+_pop: Callable[[], Any] = lambda: None
+
+
+def set_nvtx(push: Callable[[str], Any], pop: Callable[[], Any]) -> None:
+    """Use these NVTX push/pop functions (the step machinery's backend) for backward ranges."""
+    global _push, _pop
+    _push, _pop = push, pop
+
+
+class Record:
+    """The backward of one call of one step: where it records and its state in a pass."""
+
+    __slots__ = (
+        "name", "key", "scope", "kind", "parent", "depth", "cuda", "label", "fwd_stack",
+        "frame", "task", "bw", "bw_task", "hi", "lo",
+    )
+
+    def __init__(self, entry: Any, parent: Optional["Record"], depth: int, mode: int,
+                 fwd_stack: List[Frame]) -> None:
+        self.name, self.kind = entry.name, entry.kind
+        self.key = entry.key if entry.phase == "forward" else entry.key[0]
+        self.scope = None if isinstance(self.key, str) else self.key[1]
+        self.parent, self.depth = parent, depth
+        self.cuda = mode != CPU
+        self.label = entry.name + BACKWARD_MARK
+        self.fwd_stack = fwd_stack
+        self.frame: Optional[Frame] = None  # open in pass ``task`` on some thread's stack
+        self.task = -1
+        self.bw: Any = None  # the backward entry, valid for pass ``bw_task``
+        self.bw_task = -1
+        self.hi: Optional[Tuple[int, Any]] = None  # (seq, node) while the graph is walked
+        self.lo: Optional[Tuple[int, Any]] = None
+
+
+def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
+    """The registry entry of ``r``'s backward in pass ``task``: its parent's, mirrored."""
+    if r.bw_task == task:
+        return r.bw
+    if r.parent is not None:
+        parent = _bw_entry(r.parent, task, stack)
+    else:
+        parent = stack[-1].entry
+        if parent is None:  # nothing open here (a CUDA device thread): the forward thread's
+            fwd = r.fwd_stack
+            parent = fwd[-1].entry if fwd is not stack else None
+            if parent is None:
+                parent = registry.root
+    entry = parent.children.get(backward_key(r.key))
+    if entry is None:
+        entry = registry.child(parent, r.name, r.scope, r.kind, "backward")
+    r.bw, r.bw_task = entry, task
+    return entry
+
+
+class _TaskEnd:
+    """Queued at the end of a graph task: closes steps it left open; its death ends the task."""
+
+    __slots__ = ("task", "__weakref__")
+
+    def __init__(self, task: int) -> None:
+        self.task = task
+        live.add(task)
+
+    def __call__(self) -> None:
+        try:
+            stack = _tls.stack
+            for frame in [f for f in stack if f.task == self.task]:  # a pruned last node
+                stack.remove(frame)
+                _abandon(frame, error=False)
+        except Exception:  # never break the user's backward
+            logger.exception("instrumented_convs: closing backward steps failed")
+
+    def __del__(self) -> None:
+        live.discard(self.task)
+
+
+def _close(frame: Frame) -> None:
+    """Close a backward frame's profiler label and NVTX range (on the thread that opened them)."""
+    frame.task = None
+    try:
+        if frame.rf is not None:
+            frame.rf.__exit__(None, None, None)
+    finally:
+        if frame.pushed:
+            _pop()
+
+
+def _abandon(frame: Frame, error: bool) -> None:
+    """Close a backward frame whose last node did not run: untimed (an error if it raised)."""
+    r = frame.owner
+    try:
+        _close(frame)
+    finally:
+        if r.frame is frame:
+            r.frame = None
+            registry.record_untimed(frame.entry, error)
+
+
+def close_stale(stack: List[Frame]) -> None:
+    """Close the backward frames on top of ``stack`` whose graph task has died (it raised)."""
+    while True:
+        top = stack[-1]
+        if top.task is None or top.task in live:
+            return
+        stack.pop()
+        _abandon(top, error=True)
+
+
+def close_above(stack: List[Frame], owner: Any) -> None:
+    """Close the backward frames above ``owner``'s frame: its block ended, so they died."""
+    for i in range(len(stack) - 1, 0, -1):
+        frame = stack[i]
+        if frame.owner is owner:
+            return
+        if frame.task is not None:
+            del stack[i]
+            _abandon(frame, error=True)
+
+
+def _start(records: Tuple[Record, ...]) -> None:
+    """The pre-hook of a step's first node: open the backward of ``records``, outer first."""
+    if not (_config.enabled and _config.backward):
+        return
+    task = _task_id()
+    stack = _tls.stack
+    if stack[-1].task is not None and stack[-1].task not in live:
+        close_stale(stack)
+    if task not in live:
+        _engine.queue_callback(_TaskEnd(task))
+    for r in records:
+        if r.frame is not None:
+            if r.task == task:
+                continue
+            old = r.frame  # open since a pass that died elsewhere: untimed
+            if old in stack:
+                stack.remove(old)
+                _abandon(old, error=True)
+            r.frame = None
+        entry = _bw_entry(r, task, stack)
+        top = stack[-1]
+        frame = top.spare
+        if frame is None:
+            frame = top.spare = Frame()
+        frame.entry, frame.owner, frame.task, frame.dev = entry, r, task, None
+        frame.log, frame.seq0, frame.anchor, frame.outputs = None, -1, False, None
+        frame.pushed, frame.rf = False, None
+        if _config.nvtx:
+            _push(r.label)
+            frame.pushed = True
+        if _config.record_function and _prof._is_profiler_enabled:
+            frame.rf = _open_rf(r.label)
+        if not r.cuda:
+            frame.mode = CPU
+            frame.start = _clock.cpu_now()
+        else:
+            start = None
+            if not torch.cuda.is_current_stream_capturing():
+                try:
+                    start = _clock.record_event(None)
+                except RuntimeError:
+                    start = None
+            frame.mode = UNTIMED if start is None else CUDA
+            frame.start = start
+        stack.append(frame)
+        r.frame, r.task = frame, task
+
+
+def _end(records: Tuple[Record, ...]) -> None:
+    """The post-hook of a step's last node: close the backward of ``records``, inner first."""
+    t1 = _clock.cpu_now()
+    if not (_config.enabled and _config.backward):
+        return
+    task = _task_id()
+    stack = _tls.stack
+    for r in records:
+        frame = r.frame
+        if frame is None or r.task != task:  # its first node did not run in this pass
+            registry.record_untimed(_bw_entry(r, task, stack))
+            continue
+        r.frame = None
+        mode, entry = frame.mode, frame.entry
+        end = None
+        if mode == CUDA:
+            try:
+                end = _clock.record_event(None)
+            except RuntimeError:
+                mode = UNTIMED
+        if stack[-1] is frame:
+            stack.pop()
+        elif frame in stack:
+            stack.remove(frame)
+        else:  # opened on another thread (a graph on two devices): time it, close it there
+            _record_time(mode, entry, frame.start, t1, end)
+            continue
+        try:
+            _close(frame)
+        finally:
+            _record_time(mode, entry, frame.start, t1, end)
+
+
+def _record_time(mode: int, entry: Any, start: Any, t1: int, end: Any) -> None:
+    """Record a CPU duration (``start`` to ``t1``, ns), a CUDA event pair, or an untimed call."""
+    if mode == CPU:
+        _record(entry, t1 - start)
+    elif mode == CUDA:
+        registry.record_pending(entry, start, end)
+    else:
+        registry.record_untimed(entry)
+
+
+def pre_hook(records: Tuple[Record, ...]) -> Callable[[Any], None]:
+    def hook(grad_outputs: Any) -> None:
+        try:
+            _start(records)
+        except Exception:  # never break the user's backward
+            logger.exception("instrumented_convs: starting a backward step failed")
+    return hook
+
+
+def post_hook(records: Tuple[Record, ...]) -> Callable[[Any, Any], None]:
+    def hook(grad_inputs: Any, grad_outputs: Any) -> None:
+        try:
+            _end(records)
+        except Exception:  # never break the user's backward
+            logger.exception("instrumented_convs: ending a backward step failed")
+    return hook
