@@ -83,9 +83,8 @@ def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[
     ``anchor`` and each item of ``log`` (nested steps, in exit order) are
     ``(seq0, seq1, entry, depth, mode, outputs)``. Without outputs of its own, the anchor's
     are looked for among the local variables of the frame ``caller_depth`` levels up (from
-    here); if
-    its newest node is not reachable from them, its own record is dropped (its nested
-    steps keep theirs) rather than time a part of it.
+    here); if its newest node is not reachable from them, its own record is dropped (its
+    nested steps keep theirs) rather than time a part of it.
     """
     seq0, seq1 = anchor[0], anchor[1]
     roots: List[Any] = []
@@ -118,7 +117,9 @@ def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[
             r.hi = (s, node)
         if r.lo is None or s < r.lo[0]:
             r.lo = (s, node)
-        todo.extend(n for n, _ in node.next_functions if n is not None)
+        for n, _ in node.next_functions:
+            if n is not None:
+                todo.append(n)
     if not explicit and (seq1 - 1) not in seen:
         root = recs[0]
         root.hi = root.lo = None

@@ -122,8 +122,12 @@ class _TaskEnd:
 
 
 def _close(frame: Frame) -> None:
-    """Close a backward frame's profiler label and NVTX range (on the thread that opened them)."""
-    frame.task = None
+    """Close a backward frame's profiler label and NVTX range (on the thread that opened them).
+
+    The frame is reused by later steps: it lets go of its record, so the record dies with
+    its graph.
+    """
+    frame.task = frame.owner = None
     try:
         if frame.rf is not None:
             frame.rf.__exit__(None, None, None)

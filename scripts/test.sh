@@ -80,7 +80,7 @@ echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
   tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
-  tests/test_layering.py tests/test_guard.py $(ls tests/test_dgl*.py 2>/dev/null) "$@"
+  tests/test_layering.py tests/test_guard.py tests/test_backward.py $(ls tests/test_dgl*.py 2>/dev/null) "$@"
 # nvtx 0.2.17 here: its ranges must reach nsys 2022.4 too (see docs/nsys.md)
 "$dgl2/bin/python" scripts/nsys_check.py --python "$dgl2/bin/python" --platform dgl
 echo "== all checks passed"; stamp

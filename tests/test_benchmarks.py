@@ -18,7 +18,7 @@ def test_step_cost_reports_every_variant(tmp_path):
     assert "ns per step" in proc.stdout
 
 
-def test_overhead_interleaves_four_variants_and_reports_ratios(tmp_path):
+def test_overhead_interleaves_five_variants_and_reports_ratios(tmp_path):
     pytest.importorskip("torch_geometric")
     pytest.importorskip("dgl")
     out = tmp_path / "o.json"
@@ -27,8 +27,8 @@ def test_overhead_interleaves_four_variants_and_reports_ratios(tmp_path):
     cases = {r["case"] for r in data["results"]}
     assert cases >= {"PyG edge_index", "DGL"}
     for r in data["results"]:
-        assert set(r["median_s"]) == {"stock", "enabled", "disabled", "stock again"}
-        assert set(r["ratio_median"]) == {"enabled", "disabled", "stock again"}
+        assert set(r["median_s"]) == {"stock", "enabled", "no backward", "disabled", "stock again"}
+        assert set(r["ratio_median"]) == {"enabled", "no backward", "disabled", "stock again"}
         assert all(v > 0 for v in r["median_s"].values())
 
 
@@ -45,3 +45,14 @@ def test_layer_cost_reports_each_layer(tmp_path):
 def test_accuracy_benchmark_says_it_needs_a_gpu():
     proc = run_script("benchmarks/accuracy.py", expect=2)
     assert "needs a CUDA device" in proc.stderr
+
+
+def test_backward_hooks_benchmark_reports_every_mechanism(tmp_path):
+    out = tmp_path / "b.json"
+    proc = run_script("benchmarks/backward_hooks.py", "--nodes", "5", "--reps", "2", "--rounds", "1",
+                      "--json", str(out))
+    data = json.loads(out.read_text())["us"]
+    assert {"tensor hook", "node pre+post", "multi-grad hook", "identity Function",
+            "@step, backward on", "@step, backward off"} <= set(data)
+    assert data["bare us per node"] > 0
+    assert "extra us per autograd node" in proc.stdout

@@ -11,10 +11,12 @@ import torch
 pytest.importorskip("torch_geometric")
 pytest.importorskip("dgl")
 
+import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import registry  # noqa: E402
 from instrumented_convs.study import (  # noqa: E402
     SHAPES, DatasetNotFound, MissingDependency, build_model, load_graph, synthetic_graph, train)
-from instrumented_convs.study.compare import breakdown, side_by_side  # noqa: E402
+from instrumented_convs.study.compare import (  # noqa: E402
+    BACKWARD_OF, LAYER, ROLES, backward_role, breakdown, side_by_side)
 
 from .helpers import ROOT, run_script  # noqa: E402
 
@@ -130,7 +132,8 @@ def test_compare_command_prints_side_by_side_and_writes_a_png(tmp_path):
     out = run_script("-m", "instrumented_convs", "compare", "--quick", "--brief", "--no-progress",
                      "--plot", str(png)).stdout
     assert "PyG (edge_index)" in out and "DGL" in out
-    for role in ("normalisation", "dense transform", "sparse aggregation", "bias", "backward"):
+    for role in ("normalisation", "dense transform", "sparse aggregation", "bias",
+                 "sparse aggregation (backward)", "rest of backward"):
         assert role in out
     assert "ms per epoch" in out
     data = png.read_bytes()
@@ -139,21 +142,86 @@ def test_compare_command_prints_side_by_side_and_writes_a_png(tmp_path):
     assert width > 300 and height > 200
 
 
-def test_breakdown_roles_add_up_to_the_epoch():
-    data = load_graph("synthetic-quick")
-    for platform in ("pyg", "dgl"):
-        registry.reset()
-        torch.manual_seed(0)
-        model, graph = build_model(platform, data, hidden=16)
-        train(model, data, graph, epochs=3, warmup=0)
-        s = registry.summary()
-        b = breakdown(s, platform)
-        assert b.epochs == 3
-        assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
-        assert all(v >= 0 for v in b.per_epoch_ms.values())
-        assert b.per_epoch_ms["sparse aggregation"] > 0 and b.per_epoch_ms["dense transform"] > 0
+def _study_summary(platform, backward=True, epochs=2):
+    """The summary of a small study run (generated 1,000-node graph, width 16)."""
+    ic.configure(backward=backward)
+    data = load_graph("synthetic-quick", platform=platform)
+    registry.reset()
+    torch.manual_seed(0)
+    model, graph = build_model(platform, data, hidden=16)
+    train(model, data, graph, epochs=epochs, warmup=0)
+    return registry.summary()
+
+
+def _ms(summary, path, phase="forward"):
+    """A path's total of one phase in ms per epoch."""
+    return sum(r.total for r in summary.rows if r.name == path and r.phase == phase) * 1e3 / summary["epoch"].count
+
+
+@pytest.mark.parametrize("platform", ["pyg", "dgl"])
+def test_breakdown_roles_add_up_to_the_epoch(platform):
+    s = _study_summary(platform, epochs=3)
+    b = breakdown(s, platform)
+    assert b.epochs == 3
+    assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
+    assert all(v >= 0 for v in b.per_epoch_ms.values())
+    assert b.per_epoch_ms["sparse aggregation"] > 0 and b.per_epoch_ms["dense transform"] > 0
     text = side_by_side([b])
     assert "epoch" in text.splitlines()[-1]
+
+
+@pytest.mark.parametrize("platform", ["pyg", "dgl"])
+def test_breakdown_splits_the_backward_by_role(platform):
+    s = _study_summary(platform, backward=True)
+    b = breakdown(s, platform)
+    per = b.per_epoch_ms
+    assert b.backward_split and "backward" not in per
+    assert set(BACKWARD_OF) <= set(per)
+    for role in ("dense transform (backward)", "sparse aggregation (backward)", "bias (backward)",
+                 "rest of backward"):
+        assert per[role] > 0, role
+    assert all(v >= 0 for v in per.values()), per
+    # PyG's gcn_norm is not differentiated (the edge weights need no grad); DGL's norms are
+    if platform == "pyg":
+        assert per["normalisation (backward)"] == 0 and b.steps["normalisation (backward)"] == "-"
+    else:
+        assert per["normalisation (backward)"] > 0 and b.steps["normalisation (backward)"] == "norm_src + norm_dst"
+    layer = f"epoch/backward/{LAYER[platform]}"
+    in_layer = sum(per[backward_role(r)] for r, _ in ROLES) + per["layer glue (backward)"]
+    assert in_layer == pytest.approx(_ms(s, layer, "backward"))
+    assert sum(per[r] for r in BACKWARD_OF) == pytest.approx(_ms(s, "epoch/backward"))
+    assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
+    text = side_by_side([b])
+    assert "sparse aggregation (backward)" in text and "rest of backward" in text
+    assert "\n  backward " not in text
+
+
+@pytest.mark.parametrize("platform", ["pyg", "dgl"])
+def test_breakdown_without_backward_timing_has_one_backward_role(platform):
+    s = _study_summary(platform, backward=False)
+    assert not [r for r in s.rows if r.phase == "backward"]
+    b = breakdown(s, platform)
+    per = b.per_epoch_ms
+    assert not b.backward_split
+    assert per["backward"] == pytest.approx(_ms(s, "epoch/backward")) and per["backward"] > 0
+    assert not set(BACKWARD_OF) & set(per)
+    assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
+    assert "\n  backward " in side_by_side([b])
+
+
+def test_side_by_side_and_plot_take_split_and_unsplit_runs_together(tmp_path):
+    pytest.importorskip("matplotlib")
+    from instrumented_convs.study.plot import plot
+
+    split = breakdown(_study_summary("dgl", backward=True, epochs=1), "dgl", "split")
+    whole = breakdown(_study_summary("pyg", backward=False, epochs=1), "pyg", "whole")
+    text = side_by_side([split, whole])
+    rows = {line.split("|")[0].strip(): line for line in text.splitlines()[4:-2]}
+    assert "backward" in rows and "rest of backward" in rows
+    assert rows["rest of backward"].split("|")[2].split()[0] == "0.00"  # the unsplit run lacks it
+    png = tmp_path / "mixed.png"
+    plot([split, whole], str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_study_uses_only_the_public_face():
@@ -206,4 +274,4 @@ def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path):
     if "PyG SparseTensor" not in {r["case"] for r in results}:
         assert "skipped: needs torch-sparse" in out
     for r in results:
-        assert set(r["median_s"]) == {"stock", "enabled", "disabled", "stock again"}
+        assert set(r["median_s"]) == {"stock", "enabled", "no backward", "disabled", "stock again"}

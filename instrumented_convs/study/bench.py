@@ -5,13 +5,16 @@ edge_index, PyG SparseTensor, DGL graph), four copies of the study's 3-layer GCN
 same weights:
 
 - ``stock``: torch_geometric.nn.GCNConv / dgl.nn.GraphConv;
-- ``enabled``: instrumented_convs' layers, recording, NVTX on (the nvtx package if installed);
+- ``enabled``: instrumented_convs' layers, recording forward and backward, NVTX on (the
+  nvtx package if installed);
+- ``no backward``: the same with backward timing off (``configure(backward=False)``): the
+  difference to ``enabled`` is what timing the backward costs;
 - ``disabled``: instrumented_convs' layers inside ``disabled()``;
 - ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the
   noise floor of the measurement (an A/A comparison).
 
 After warm-up, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of
-each is timed in turn, A B C D D C B A ..., so drifts of the machine hit all four alike. The
+each is timed in turn, A B C D E E D C B A ..., so drifts of the machine hit all alike. The
 table gives each variant's median epoch time and interquartile range, and the ratios to
 stock as the median of the per-round ratios. On CUDA the epoch is timed with CUDA events
 around it (a synchronize per epoch, outside the measured code).
@@ -40,7 +43,7 @@ from .models import build_model
 __all__ = ["VARIANTS", "CASES", "measure_case", "add_bench_arguments", "run_bench", "write_json"]
 
 #: The variants timed in each round, in order (the order alternates between rounds).
-VARIANTS = ("stock", "enabled", "disabled", "stock again")
+VARIANTS = ("stock", "enabled", "no backward", "disabled", "stock again")
 #: (platform, SparseTensor input, label) of each case.
 CASES = (("pyg", False, "PyG edge_index"), ("pyg", True, "PyG SparseTensor"), ("dgl", False, "DGL"))
 #: What each case needs installed: (module, pip name).
@@ -88,7 +91,7 @@ def _iqr(xs: List[float]) -> float:
 
 def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, warmup: int, hidden: int,
                  device: torch.device) -> Dict[str, Any]:
-    """Interleaved epochs of the four variants; medians, IQRs and medians of per-round ratios."""
+    """Interleaved epochs of the variants; medians, IQRs and medians of per-round ratios."""
     torch.manual_seed(0)
     ours, graph = build_model(platform_, data, hidden=hidden, sparse=sparse)
     stock, _ = build_model(platform_, data, hidden=hidden, sparse=sparse, stock=True)
@@ -96,12 +99,16 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
     torch.manual_seed(0)
     ours_off, _ = build_model(platform_, data, hidden=hidden, sparse=sparse)
     ours_off.load_state_dict(ours.state_dict())
+    torch.manual_seed(0)
+    ours_no_bw, _ = build_model(platform_, data, hidden=hidden, sparse=sparse)
+    ours_no_bw.load_state_dict(ours.state_dict())
     stock2, _ = build_model(platform_, data, hidden=hidden, sparse=sparse, stock=True)
     stock2.load_state_dict(ours.state_dict())
     if platform_ == "dgl" or sparse:
         graph = graph.to(device)
     epochs = {"stock": _epoch_fn(stock.to(device), graph, data),
               "enabled": _epoch_fn(ours.to(device), graph, data),
+              "no backward": _epoch_fn(ours_no_bw.to(device), graph, data),
               "disabled": _epoch_fn(ours_off.to(device), graph, data),
               "stock again": _epoch_fn(stock2.to(device), graph, data)}
     timed = _timer(device)
@@ -110,6 +117,12 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
         if variant == "disabled":
             with ic.disabled():
                 return timed(epochs[variant])
+        if variant == "no backward":
+            saved = ic.configure(backward=False)
+            try:
+                return timed(epochs[variant])
+            finally:
+                saved.restore()
         return timed(epochs[variant])
 
     for _ in range(warmup):
@@ -173,8 +186,8 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
     print(f"Training-epoch time, stock vs instrumented ({args.rounds} interleaved rounds after "
           f"{args.warmup} warm-up; NVTX backend {ic.nvtx_backend()}; {device})")
     print(f"  {'shape':16s} {'case':17s} {'stock ms (IQR)':>18s} {'enabled ms (IQR)':>18s} "
-          f"{'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} {'enabled/stock':>14s} {'disabled/stock':>15s} "
-          f"{'again/stock':>12s}")
+          f"{'no-bw ms (IQR)':>18s} {'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} {'enabled/stock':>14s} "
+          f"{'no-bw/stock':>12s} {'disabled/stock':>15s} {'again/stock':>12s}")
     for shape in args.shapes:
         data = load_graph(shape).to(device)
         for platform_, sparse, label in CASES:
@@ -188,7 +201,8 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
             m, q, r = res["median_s"], res["iqr_s"], res["ratio_median"]
             print(f"  {shape:16s} {label:17s} "
                   + " ".join(f"{m[v] * 1e3:10.2f} ({q[v] * 1e3:5.2f})" for v in VARIANTS)
-                  + f" {r['enabled']:14.4f} {r['disabled']:15.4f} {r['stock again']:12.4f}", flush=True)
+                  + f" {r['enabled']:14.4f} {r['no backward']:12.4f} {r['disabled']:15.4f}"
+                  f" {r['stock again']:12.4f}", flush=True)
             results.append({"shape": shape, "case": label, **res})
     if args.json:
         write_json(args.json, results, device)

@@ -138,6 +138,11 @@ def report(run: StudyRun) -> str:
         lines.append(f"Epoch time: {epoch.mean * 1e3:.2f} ms (mean of {epoch.count} epochs, std {epoch.std * 1e3:.2f} ms)")
     lines += ["", s.select("epoch", max_depth=1).table(title="Epoch phases"), "",
               s.select("epoch/forward").table(title="Steps inside forward")]
+    back = s.select("epoch/backward")
+    if any(row.phase == "backward" for row in back):
+        covered = sum(row.total for row in back.children("epoch/backward") if row.phase == "backward")
+        lines += ["", back.table(title="Steps inside backward"),
+                  f"The layers' backward steps cover {covered / back['epoch/backward'].total:.1%} of backward."]
     return "\n".join(lines)
 
 
