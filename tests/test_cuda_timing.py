@@ -267,3 +267,38 @@ def test_cuda_event_factory_swaps_the_pool_and_empties_it_after():
         pool.put(made[0], 0)
         assert pool.available(0) == 1
     assert pool.available(0) == 0  # no fake event outlives the block
+
+
+@gpu
+def test_cuda_backward_rows_nest_under_the_callers_region_without_synchronizing(monkeypatch):
+    """On CUDA autograd runs backward on its own device thread, where nothing is open: the
+    backward rows must still nest under the caller's region, be timed by CUDA events (no
+    synchronize), and leave every thread's stack balanced."""
+    from instrumented_convs import region
+
+    x = torch.randn(4096, 256, device="cuda")
+    w = torch.randn(256, 256, device="cuda", requires_grad=True)
+
+    @step("block")
+    def block(h):
+        with step("matmul"):
+            h = h @ w
+        return h.relu()
+
+    block(x).sum().backward()  # warm up (CUDA context, device thread)
+    torch.cuda.synchronize()
+    registry.reset()
+    calls = []
+    real_sync = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k))
+    for _ in range(5):
+        with region("forward"):
+            loss = block(x).sum()
+        with region("backward"):
+            loss.backward()
+    assert calls == []
+    s = registry.summary()
+    back = [r for r in s.rows if r.phase == "backward"]
+    assert [(r.name, r.count) for r in back] == [("backward/block", 5), ("backward/block/matmul", 5)]
+    assert all(r.min > 0 for r in back)
+    assert s["backward"].self_time >= 0 and depth() == 0
