@@ -158,11 +158,15 @@ def close_stale(stack: List[Frame]) -> None:
 
 
 def close_above(stack: List[Frame], owner: Any) -> None:
-    """Close the backward frames above ``owner``'s frame: its block ended, so they died."""
-    for i in range(len(stack) - 1, 0, -1):
+    """Close the backward frames above ``owner``'s frame: its block ended, so they died.
+
+    Nothing is closed when ``owner`` has no frame on this stack.
+    """
+    below = next((i for i in range(len(stack) - 1, 0, -1) if stack[i].owner is owner), None)
+    if below is None:
+        return
+    for i in range(len(stack) - 1, below, -1):
         frame = stack[i]
-        if frame.owner is owner:
-            return
         if frame.task is not None:
             del stack[i]
             _abandon(frame, error=True)

@@ -2,11 +2,12 @@
 
 Each distinct step path in each scope and phase is one :class:`Entry`, a node of a tree
 whose parent is the enclosing step (for a backward entry: the backward of the enclosing
-step, or whatever step was open when the backward ran). An entry keeps count, total, sum of squares, min and max of
-its durations as integer nanoseconds, so the arithmetic is exact and memory does not grow
-with the number of calls. All writes happen under one lock, through a narrow API
-(:meth:`Registry.child`, :meth:`~Registry.record`, :meth:`~Registry.record_pending`,
-:meth:`~Registry.record_untimed`, :meth:`~Registry.add`, :meth:`~Registry.reset`).
+step, or whatever step was open when the backward ran). An entry keeps count, total, sum
+of squares, min and max of its durations as integer nanoseconds, so the arithmetic is
+exact and memory does not grow with the number of calls. All writes happen under one lock,
+through a narrow API (:meth:`Registry.child`, :meth:`~Registry.record`,
+:meth:`~Registry.record_pending`, :meth:`~Registry.record_untimed`, :meth:`~Registry.add`,
+:meth:`~Registry.reset`).
 
 The registry is storage only: it knows nothing of PyG or DGL, nothing of rendering, and no
 arithmetic beyond sums. :meth:`Registry.snapshot` hands plain records to

@@ -834,3 +834,19 @@ def test_serialisation_keeps_phase_and_reads_files_without_it():
     assert [r.name for r in old_csv] == [r.name for r in s] and {r.phase for r in old_csv} == {"forward"}
     old_df = Summary.from_dataframe(s.to_dataframe().drop(columns=["phase"]))
     assert len(old_df) == len(s) and {r.phase for r in old_df} == {"forward"}
+
+
+def test_closing_frames_above_a_step_not_on_this_stack_closes_nothing():
+    """A step exited on a thread where it was never entered must not close that thread's
+    live backward frames (close_above only closes what lies above the step's own frame)."""
+    from instrumented_convs._stack import Frame, thread_stack
+
+    stack = thread_stack()
+    frame = Frame()
+    frame.task = -7  # a backward frame of some running graph task
+    stack.append(frame)
+    try:
+        _bw.close_above(stack, object())
+        assert stack[-1] is frame
+    finally:
+        stack.remove(frame)
