@@ -19,8 +19,9 @@ forward paths (regions skipped). Each thread keeps its own stack, so nothing lea
 Robustness: a pass that does not run a step's last node (``torch.autograd.grad`` pruning it)
 closes the step at the end of the graph task (``queue_callback``) and counts the call as
 untimed; a backward that raises leaves frames whose graph task has died (we notice when the
-callback object given to the engine is freed): they are closed, as errors, by an enclosing
-step's exit, or at the next step or hook on that thread.
+callback object given to the engine is freed): they are closed, as errors, right then if
+they are on the freeing thread, else by an enclosing step's exit or at the next step or
+hook on that thread.
 """
 from __future__ import annotations
 
@@ -119,6 +120,12 @@ class _TaskEnd:
 
     def __del__(self) -> None:
         live.discard(self.task)
+        try:  # a backward that raised: close its frames now if they are on this thread
+            stack = _tls.stack
+            if stack[-1].task == self.task:
+                close_stale(stack)
+        except Exception:  # never fail in a finaliser (e.g. at interpreter exit)
+            pass
 
 
 def _close(frame: Frame) -> None:
