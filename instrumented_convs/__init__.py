@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ._config import Settings, configure, disable, disabled, enable, is_enabled, settings
+from ._instrument import instrument, uninstrument
 from ._layers import name_layers
 from ._registry import Entry, Registry, registry
 from ._step import (
@@ -31,6 +32,8 @@ __all__ = [
     "step",
     "region",
     "name_layers",
+    "instrument",
+    "uninstrument",
     # reading
     "registry",
     "summary",

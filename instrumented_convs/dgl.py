@@ -40,6 +40,7 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
+from . import _dgl_generic
 from ._guard import guard, warn_fallback
 from ._layers import InstrumentedLayer
 from ._step import Step, instrumenting, mark_outputs
@@ -283,3 +284,11 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         """The constructor arguments of ``layer`` (stock or ours)."""
         return (), dict(norm=layer._norm, eps=layer._eps)
+
+
+# -- every other conv module of dgl.nn.pytorch.conv: generic layers (hooks, no copied code)
+_GENERIC = _dgl_generic.make_all(__name__, detailed=frozenset(__all__))
+globals().update(_GENERIC)
+__all__ += sorted(_GENERIC)
+#: Conv classes of DGL with no instrumented version here, and why.
+NOT_INSTRUMENTED = _dgl_generic.NOT_INSTRUMENTED

@@ -43,8 +43,9 @@ from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
+from . import _pyg_generic
 from ._guard import guard, warn_fallback
-from ._layers import InstrumentedLayer
+from ._pyg_generic import DetailedPyG
 from ._step import Step, instrumenting, mark_outputs, step
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
@@ -188,7 +189,7 @@ def gcn_norm(
     return _instrumented_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
 
 
-class GCNConv(InstrumentedLayer, _StockGCNConv):
+class GCNConv(DetailedPyG, _StockGCNConv):
     """``torch_geometric.nn.GCNConv`` with its internal steps timed (a true drop-in)."""
 
     # PyG generates ``propagate`` from this class's *source*: it finds the call
@@ -292,3 +293,11 @@ class GCNConv(InstrumentedLayer, _StockGCNConv):
         if layer.decomposed_layers != 1:
             kwargs["decomposed_layers"] = layer.decomposed_layers
         return (layer.in_channels, layer.out_channels), kwargs
+
+
+# -- every other conv class of torch_geometric.nn.conv: generic layers (hooks, no copied code)
+_GENERIC = _pyg_generic.make_all(__name__, detailed=frozenset(__all__))
+globals().update(_GENERIC)
+__all__ += sorted(_GENERIC)
+#: Conv classes of PyG with no instrumented version here, and why.
+NOT_INSTRUMENTED = _pyg_generic.NOT_INSTRUMENTED

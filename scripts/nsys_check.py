@@ -29,7 +29,7 @@ LAYERS = 3
 PER_EPOCH = {"epoch": 1, "forward": 1, "loss": 1, "backward": 1, "optimizer.step": 1}
 PER_LAYER = {
     "pyg": ["GCNConv", "gcn_norm", "add_remaining_self_loops", "degree", "normalize", "lin",
-            "propagate", "message", "aggregate", "bias"],
+            "propagate", "collect", "message", "aggregate", "bias"],
     "dgl": ["GraphConv", "zero_in_degree_check", "norm_src", "norm_dst", "matmul", "update_all", "bias"],
 }
 # steps that occur twice per layer call (source and destination side)
@@ -39,7 +39,8 @@ TWICE = {"dgl": {"degrees", "pow", "mul"}}
 # aggregates the input features (no grad) before its matmul, so its norm_src and update_all
 # have none; gcn_norm's weights need no grad.
 BACKWARD = {
-    "pyg": {"GCNConv": 3, "lin": 3, "propagate": 3, "message": 3, "aggregate": 3, "bias": 3},
+    "pyg": {"GCNConv": 3, "lin": 3, "propagate": 3, "collect": 3, "message": 3, "aggregate": 3,
+            "bias": 3},
     "dgl": {"GraphConv": 3, "norm_src": 2, "norm_dst": 3, "mul": 5, "matmul": 3, "update_all": 2,
             "bias": 3},
 }

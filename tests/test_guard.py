@@ -206,7 +206,7 @@ def undo():
     _check_warning(proc, "GCNConv", "torch_geometric")
     assert "DETAILED ['GCNConv.forward']" in proc.stdout
     # coarse: the layer's step, and the message passing hooks that upstream calls
-    assert "ROWS ['GCNConv', 'GCNConv/message', 'GCNConv/aggregate']" in proc.stdout
+    assert "ROWS ['GCNConv', 'GCNConv/collect', 'GCNConv/message', 'GCNConv/aggregate']" in proc.stdout
 
 
 def test_pyg_gcn_norm_drift_runs_upstreams_gcn_norm(tmp_path):

@@ -35,12 +35,17 @@ ALLOWED: Dict[str, Set[str]] = {
     "testing": {"_clock", "_stack"},
     "_guard": set(),
     "_layers": {"_step"},
-    "pyg": {"_guard", "_layers", "_step"},
-    "dgl": {"_guard", "_layers", "_step"},
+    "_generic": {"_layers", "_stack", "_step"},
+    "_pyg_generic": {"_config", "_generic", "_layers", "_step"},
+    "_dgl_generic": {"_generic", "_stack", "_step"},
+    "pyg": {"_guard", "_layers", "_pyg_generic", "_step"},
+    "dgl": {"_dgl_generic", "_guard", "_layers", "_step"},
+    "_instrument": {"_generic", "_layers", "_pyg_generic"},
 }
 CORE = list(ALLOWED)
 #: Modules that need a framework to import (skipped in an environment without it).
-NEEDS = {"pyg": "torch_geometric", "dgl": "dgl"}
+NEEDS = {"pyg": "torch_geometric", "dgl": "dgl", "_pyg_generic": "torch_geometric",
+         "_dgl_generic": "dgl"}
 
 
 def package_imports(module: str) -> Set[str]:

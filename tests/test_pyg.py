@@ -258,7 +258,8 @@ def test_three_layer_model_trains_to_identical_losses(kind):
 EDGE_INDEX_STEPS = [
     "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_remaining_self_loops",
     "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
-    "GCNConv/propagate", "GCNConv/propagate/message", "GCNConv/propagate/aggregate", "GCNConv/bias",
+    "GCNConv/propagate", "GCNConv/propagate/collect", "GCNConv/propagate/message",
+    "GCNConv/propagate/aggregate", "GCNConv/bias",
 ]
 SPARSE_TENSOR_STEPS = [
     "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/fill_value", "GCNConv/gcn_norm/fill_diag",

@@ -1,0 +1,129 @@
+"""DGL's message passing and fused kernels as steps inside every generic DGL layer.
+
+DGL layers call the graph's methods (``graph.update_all``, ``graph.apply_edges``), the
+function ``edge_softmax``, and under them DGL's fused sparse kernels, the autograd functions
+``GSpMM``, ``GSDDMM``, ``EdgeSoftmax`` (and their ``_hetero`` variants) of
+``dgl/backend/pytorch/sparse.py``, plus ``SEGMENTMM``/``GATHERMM`` (typed linear layers).
+Every caller reaches a kernel as ``<Function>.apply(...)`` and a graph method through the
+class, both looked up at call time, so wrapping these attributes (once, when the first
+generic DGL layer is built) sees every call without copying any DGL code. Steps::
+
+    update_all        graph.update_all: message + reduce (multi_update_all likewise)
+      gspmm           the fused message-and-reduce kernel (builtin message functions)
+    apply_edges       graph.apply_edges
+      gsddmm          the fused edge kernel
+    edge_softmax      the fused edge softmax (dgl.ops.edge_softmax)
+    segment_mm, gather_mm
+
+A wrapper records only while a generic layer's forward runs on this thread
+(:data:`._generic.inside`); everywhere else (stock layers, user code, the detailed
+``GraphConv``) it calls DGL's own function after one thread-local read.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any, Callable, Dict, List, Tuple
+
+from ._generic import GenericLayer, inside
+from ._stack import thread_stack
+from ._step import Step, instrumenting
+
+__all__ = ["GenericDGL", "install", "installed", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_installed: List[Tuple[Any, str, Any]] = []  # (owner, attribute, original)
+
+#: What is wrapped: (module path, class name, attribute, step name).
+WRAPPED = (
+    ("dgl.heterograph", "DGLGraph", "update_all", "update_all"),
+    ("dgl.heterograph", "DGLGraph", "multi_update_all", "update_all"),
+    ("dgl.heterograph", "DGLGraph", "apply_edges", "apply_edges"),
+    ("dgl.backend.pytorch.sparse", "GSpMM", "apply", "gspmm"),
+    ("dgl.backend.pytorch.sparse", "GSpMM_hetero", "apply", "gspmm"),
+    ("dgl.backend.pytorch.sparse", "GSDDMM", "apply", "gsddmm"),
+    ("dgl.backend.pytorch.sparse", "GSDDMM_hetero", "apply", "gsddmm"),
+    ("dgl.backend.pytorch.sparse", "EdgeSoftmax", "apply", "edge_softmax"),
+    ("dgl.backend.pytorch.sparse", "EdgeSoftmax_hetero", "apply", "edge_softmax"),
+    ("dgl.backend.pytorch.sparse", "SEGMENTMM", "apply", "segment_mm"),
+    ("dgl.backend.pytorch.sparse", "GATHERMM", "apply", "gather_mm"),
+)
+
+
+def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
+    """``fn`` inside the step ``name`` while a generic layer runs on this thread."""
+    st = Step(name)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not inside.n or not instrumenting():
+            return fn(*args, **kwargs)
+        owner = thread_stack()[-1].owner
+        if owner is not None and owner.name == name:  # the detailed GraphConv's own step
+            return fn(*args, **kwargs)
+        with st:
+            return fn(*args, **kwargs)
+
+    wrapper._ic_step = name  # type: ignore[attr-defined]
+    return wrapper if method else staticmethod(wrapper)
+
+
+def install() -> None:
+    """Wrap DGL's graph methods and kernels (:data:`WRAPPED`); idempotent, thread-safe."""
+    import importlib
+
+    with _lock:
+        if _installed:
+            return
+        for module, owner_name, attr, name in WRAPPED:
+            owner = getattr(importlib.import_module(module), owner_name, None)
+            fn = getattr(owner, attr, None) if owner is not None else None
+            if fn is None or hasattr(fn, "_ic_step"):
+                if owner is not None:
+                    logger.debug("DGL has no %s.%s.%s: not timed", module, owner_name, attr)
+                continue
+            original = owner.__dict__.get(attr)  # None: inherited (Function.apply)
+            method = attr != "apply"  # a graph method, or an autograd Function's classmethod
+            setattr(owner, attr, _wrap(fn, name, method))
+            _installed.append((owner, attr, original))
+
+
+def installed() -> bool:
+    """Whether DGL's methods and kernels are wrapped in this process."""
+    return bool(_installed)
+
+
+class GenericDGL(GenericLayer):
+    """Mixin of the generic DGL layers: DGL's message passing and kernels as steps."""
+
+    def _ic_after_init(self) -> None:
+        """Child hooks, and DGL's graph methods and kernels wrapped (once per process)."""
+        super()._ic_after_init()
+        install()
+
+
+#: Classes of ``dgl.nn.pytorch.conv.__all__`` that get no instrumented version, and why.
+NOT_INSTRUMENTED: Dict[str, str] = {}
+
+
+def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
+    """A generic instrumented class for every class of ``dgl.nn.pytorch.conv.__all__`` not in
+    ``detailed`` or :data:`NOT_INSTRUMENTED`, named as upstream, living in ``module``."""
+    import dgl.nn.pytorch.conv as conv
+    import torch
+
+    from ._generic import make_class
+
+    made: Dict[str, type] = {}
+    for name in conv.__all__:
+        if name in detailed or name in NOT_INSTRUMENTED:
+            continue
+        stock = getattr(conv, name, None)
+        if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
+            NOT_INSTRUMENTED[name] = "not a torch.nn.Module class"
+            continue
+        made[name] = make_class(stock, module, GenericDGL)
+    return made

@@ -1,0 +1,246 @@
+"""Generic instrumented layers: every conv class without a detailed version, by hooks only.
+
+A generic layer is a subclass of a stock conv class, made at import by :func:`make_class`
+(``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no
+upstream code. Its ``forward`` is the stock ``forward`` inside the layer's own step (named
+after the class, scoped per instance), and each call of a direct child module (``lin``,
+``lin_l``, ``nn``, ``fc``...) inside it is a step named after the attribute, through a
+forward pre-hook and an always-called forward hook on the child (items of a ``ModuleList``
+or ``ModuleDict`` are named ``convs.0``, ``convs.<key>``). The framework modules add the
+framework's own steps (PyG: :mod:`._pyg_generic`; DGL: :mod:`._dgl_generic`).
+
+While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
+runs the stock code and the hooks return at their first check.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+import threading
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._layers import InstrumentedLayer, instance_scope
+from ._stack import thread_stack
+from ._step import Step, instrumenting, mark_outputs
+
+__all__ = ["GenericLayer", "make_class", "inside", "device_of", "stock_copy", "strip_hooks"]
+
+
+class _Inside(threading.local):
+    """How many generic layers' forwards are running on this thread (framework steps gate on it)."""
+
+    n = 0
+
+
+#: Per-thread depth of running generic forwards: DGL's graph and kernel wrappers record a
+#: step only while it is positive, so stock layers elsewhere record nothing.
+inside = _Inside()
+
+
+def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.device]:
+    """The device of a forward's first tensor (or graph) argument; None if it has none."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor):
+            return a.device
+        if isinstance(a, (tuple, list)):
+            for b in a:
+                if isinstance(b, Tensor):
+                    return b.device
+        elif isinstance(a, dict):
+            for b in a.values():
+                if isinstance(b, Tensor):
+                    return b.device
+        else:
+            d = getattr(a, "device", None)  # a DGL graph; a SparseTensor's is a method
+            if isinstance(d, torch.device):
+                return d
+    return None
+
+
+class _EnterChild:
+    """Forward pre-hook of a child module: opens its step inside a generic layer."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: Step) -> None:
+        """The hook opening ``step``."""
+        self.step = step
+
+    def __call__(self, module: Any, args: Any) -> None:
+        """Open the step when a generic forward runs on this thread and we are instrumenting."""
+        if inside.n and instrumenting():
+            self.step.__enter__()
+
+
+class _ExitChild:
+    """Always-called forward hook of a child module: closes the step its pre-hook opened."""
+
+    __slots__ = ("step",)
+
+    def __init__(self, step: Step) -> None:
+        """The hook closing ``step``."""
+        self.step = step
+
+    def __call__(self, module: Any, args: Any, result: Any) -> None:
+        """Close the step if it is the innermost open one (an exception counts as an error)."""
+        s = self.step
+        if thread_stack()[-1].owner is s:
+            s.__exit__(sys.exc_info()[0], None, None)
+
+
+def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
+    """Direct children by attribute name; items of ModuleList/ModuleDict as ``name.key``."""
+    for name, child in module.named_children():
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            for key, item in child.named_children():
+                yield f"{name}.{key}".replace("/", "|"), item
+        else:
+            yield name, child
+
+
+def _hooked(child: torch.nn.Module) -> bool:
+    return any(isinstance(h, _EnterChild) for h in child._forward_pre_hooks.values())
+
+
+def attach(layer: torch.nn.Module, skip: FrozenSet[str]) -> None:
+    """Hook every direct child of ``layer`` (not in ``skip``) as a step; idempotent."""
+    for name, child in _children(layer):
+        if name in skip or _hooked(child):
+            continue
+        s = Step(name)
+        child.register_forward_pre_hook(_EnterChild(s))
+        try:
+            child.register_forward_hook(_ExitChild(s), always_call=True)
+        except TypeError:  # pragma: no cover - torch < 2.0 has no always_call
+            child.register_forward_hook(_ExitChild(s))
+
+
+def strip_hooks(module: torch.nn.Module) -> None:
+    """Remove our child hooks from every direct child of ``module``."""
+    for _, child in _children(module):
+        for hooks in (child._forward_pre_hooks, child._forward_hooks):
+            for key, hook in list(hooks.items()):
+                if isinstance(hook, (_EnterChild, _ExitChild)):
+                    del hooks[key]
+                    getattr(child, "_forward_hooks_always_called", {}).pop(key, None)
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")
+
+
+def _shallow(m: torch.nn.Module, drop_ours: bool = False) -> torch.nn.Module:
+    """A new module object sharing ``m``'s parameters, buffers and children, with its own
+    dictionaries of them and of its forward hooks (without ours if ``drop_ours``)."""
+    c = copy.copy(m)
+    for attr in ("_parameters", "_buffers", "_modules", *_HOOK_DICTS):
+        d = m.__dict__.get(attr)
+        if d is not None:
+            c.__dict__[attr] = type(d)(d)
+    if drop_ours:
+        for attr in _HOOK_DICTS[:2]:
+            hooks = c.__dict__[attr]
+            for key, hook in list(hooks.items()):
+                if isinstance(hook, (_EnterChild, _ExitChild)):
+                    del hooks[key]
+                    c.__dict__.get("_forward_hooks_always_called", {}).pop(key, None)
+    return c
+
+
+def _copy_children(layer: torch.nn.Module, drop_ours: bool) -> None:
+    """Give ``layer`` shallow copies of its children (and of containers' items)."""
+    for name, child in list(layer._modules.items()):
+        if child is None:
+            continue
+        child = _shallow(child, drop_ours)
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            for key, item in list(child._modules.items()):
+                if item is not None:
+                    child._modules[key] = _shallow(item, drop_ours)
+        layer._modules[name] = child
+
+
+def stock_copy(layer: torch.nn.Module, stock: type) -> torch.nn.Module:
+    """A stock-class copy of ``layer`` sharing its parameters, buffers and grandchildren;
+    its children are shallow copies without our hooks (TorchScript cannot compile them)."""
+    out = _shallow(layer)
+    out.__class__ = stock
+    for attr in ("_ic_scope", "_ic_steps"):
+        out.__dict__.pop(attr, None)
+    _copy_children(out, drop_ours=True)
+    return out
+
+
+class GenericLayer(InstrumentedLayer):
+    """Mixin of the generic layers: child hooks at construction, stock copies for scripting."""
+
+    #: Children not timed as steps (PyG's aggregation module runs inside ``aggregate``).
+    _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The stock constructor, arguments passed through unchanged; then the child hooks."""
+        super().__init__(*args, **kwargs)
+        self._ic_after_init()
+
+    def _ic_after_init(self) -> None:
+        """Per-framework set-up after the stock constructor (and after :func:`convert`)."""
+        attach(self, self._ic_skip)  # type: ignore[arg-type]
+
+    def to_stock(self) -> Any:
+        """A stock layer sharing this layer's parameters, buffers and children (no hooks)."""
+        return stock_copy(self, self._ic_stock)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_stock(cls, layer: Any) -> Any:
+        """An instrumented layer sharing the parameters, buffers and children of ``layer``."""
+        if type(layer) is not cls._ic_stock:
+            raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
+                            f"not a {type(layer).__name__}")
+        out = _shallow(layer)
+        _copy_children(out, drop_ours=False)  # our hooks go on copies, not on ``layer``'s children
+        return convert(out, cls)
+
+
+def convert(layer: Any, cls: type) -> Any:
+    """Turn ``layer`` (an instance of ``cls._ic_stock``) into a ``cls`` in place."""
+    layer.__class__ = cls
+    layer._ic_scope = instance_scope(cls._ic_stock.__name__)
+    after = getattr(layer, "_ic_after_init", None)
+    if after is not None:
+        after()
+    return layer
+
+
+def _forward(stock: type) -> Callable[..., Any]:
+    stock_forward = stock.forward
+
+    @functools.wraps(stock_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not instrumenting():
+            return stock_forward(self, *args, **kwargs)
+        inside.n += 1
+        try:
+            with self._ic_step(device_of(args, kwargs)):
+                return mark_outputs(stock_forward(self, *args, **kwargs))
+        finally:
+            inside.n -= 1
+
+    forward.__doc__ = f"The stock ``{stock.__name__}.forward`` inside the layer's own step."
+    return forward
+
+
+def make_class(stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None) -> type:
+    """The generic instrumented subclass of ``stock``, living in ``module`` under its name."""
+    ns: Dict[str, Any] = {
+        "__module__": module,
+        "__qualname__": stock.__name__,
+        "__doc__": f"``{stock.__module__}.{stock.__name__}`` with its steps timed "
+                   "(a generic instrumented layer: hooks, no copied code).",
+        "_ic_stock": stock,
+        "forward": _forward(stock),
+    }
+    ns.update(namespace or {})
+    return type(stock.__name__, (mixin, stock), ns)

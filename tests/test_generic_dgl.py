@@ -1,0 +1,68 @@
+"""Generic DGL layers: DGL's kernels as steps inside our layers only, detailed layers nested in
+generic ones, HeteroGraphConv wrapping convs."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs import registry
+
+dgl = pytest.importorskip("dgl")
+from dgl.nn import pytorch as dnn  # noqa: E402
+
+from instrumented_convs import dgl as D  # noqa: E402
+
+
+def _dgl_graph():
+    g = torch.Generator().manual_seed(0)
+    src, dst = torch.randint(0, 10, (30,), generator=g), torch.randint(0, 10, (30,), generator=g)
+    return dgl.add_self_loop(dgl.graph((src, dst), num_nodes=10)), torch.randn(10, 8, generator=g)
+
+
+def test_dgl_kernels_are_steps_only_inside_instrumented_layers():
+    graph, x = _dgl_graph()
+    torch.manual_seed(0)
+    ours = D.GATConv(8, 4, 2)
+    assert D.GATConv.__module__ == "instrumented_convs.dgl"
+    ours(graph, x).sum().backward()
+    s = registry.summary()
+    for path in ("GATConv/fc", "GATConv/apply_edges/gsddmm", "GATConv/edge_softmax",
+                 "GATConv/update_all/gspmm"):
+        assert s[path].count == 1, path
+    assert any(r.name == "GATConv/update_all/gspmm" and r.phase == "backward" for r in s.rows)
+    registry.reset()
+    dnn.GATConv(8, 4, 2)(graph, x)  # a stock layer, DGL's functions wrapped: records nothing
+    with graph.local_scope():  # user code calling DGL's functions directly
+        graph.ndata["h"] = x
+        graph.update_all(dgl.function.copy_u("h", "m"), dgl.function.sum("m", "h"))
+    assert len(registry.summary()) == 0
+
+
+def test_dgl_detailed_graph_conv_inside_a_generic_layer_keeps_its_steps():
+    graph, x = _dgl_graph()
+    torch.manual_seed(0)
+    stock = dnn.GroupRevRes(dnn.GraphConv(4, 4), groups=2)
+    ours = ic.instrument(copy.deepcopy(stock))
+    assert type(ours) is D.GroupRevRes and type(ours.gnn_modules[0]) is D.GraphConv
+    # GroupRevRes frees its input's storage: each run gets its own copy
+    assert torch.equal(ours(graph, x.clone()), stock(graph, x.clone()))
+    s = registry.summary()
+    paths = [r.name for r in s.rows if r.phase == "forward"]
+    assert "GroupRevRes/gnn_modules.0/GraphConv/update_all" in paths
+    assert not any(p.endswith("update_all/update_all") for p in paths), paths
+
+
+def test_dgl_hetero_graph_conv_wrapping_convs():
+    hg = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])),
+                          ("b", "s", "a"): (torch.tensor([0, 1]), torch.tensor([2, 0]))})
+    feats = {"a": torch.randn(3, 8), "b": torch.randn(2, 8)}
+    torch.manual_seed(0)
+    stock = dnn.HeteroGraphConv({"r": dnn.GraphConv(8, 4), "s": dnn.SAGEConv(8, 4, "gcn")})
+    ours = ic.instrument(copy.deepcopy(stock))
+    out, want = ours(hg, feats), stock(hg, feats)
+    assert all(torch.equal(out[k], want[k]) for k in want)
+    s = registry.summary(by="layer")
+    assert {r.scope for r in s.rows if r.depth == 0} == {"mods.r", "mods.s"}
