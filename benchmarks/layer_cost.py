@@ -7,10 +7,14 @@ steady) it times many calls of a stock layer, the instrumented layer enabled, an
 instrumented layer disabled, interleaved round by round, and subtracts. Multiply by the
 layer calls of an epoch to get what instrumentation adds to it.
 
-A fourth variant, ``no-op steps``, runs the instrumented layer with every one of its step
-objects replaced by a do-nothing context manager: its difference to ``stock`` is the cost of
-the instrumented forward's own structure (extra Python frames, the per-forward checks), and
-``enabled`` minus ``no-op steps`` is the cost of the steps themselves.
+A fourth variant, ``no-op steps``, runs a detailed layer (GCNConv, GraphConv) with every one
+of its step objects replaced by a do-nothing context manager: its difference to ``stock`` is
+the cost of the instrumented forward's own structure (extra Python frames, the per-forward
+checks), and ``enabled`` minus ``no-op steps`` is the cost of the steps themselves. Generic
+layers (SAGEConv, GATConv: hooks and wrappers, see ``instrumented_convs._generic``) have no
+such variant. For DGL's generic layers a fifth, ``stock, DGL unwrapped``, runs the stock layer
+with DGL's own functions put back (``_dgl_generic.uninstall``): its difference to ``stock``
+is what our wrappers of ``update_all`` and the kernels cost stock layers (one check each).
 
     python benchmarks/layer_cost.py [--calls 2000] [--rounds 15] [--json FILE]
 """
@@ -86,6 +90,17 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
         stock, ours = Stock(16, 16), GCNConv(16, 16)
         ours.load_state_dict(stock.state_dict())
         cases["PyG GCNConv, edge_index"] = {"stock": lambda: stock(x, ei), "ours": lambda: ours(x, ei)}
+        from torch_geometric.nn import GATConv as PGATConv
+        from torch_geometric.nn import SAGEConv as PSAGEConv
+
+        from instrumented_convs.pyg import GATConv as OGATConv
+        from instrumented_convs.pyg import SAGEConv as OSAGEConv
+
+        for name, s_, o_ in (("PyG SAGEConv, edge_index", PSAGEConv(16, 16), OSAGEConv(16, 16)),
+                             ("PyG GATConv, edge_index", PGATConv(16, 4, 4), OGATConv(16, 4, 4))):
+            o_.load_state_dict(s_.state_dict())
+            cases[name] = {"stock": lambda s_=s_: s_(x, ei), "ours": lambda o_=o_: o_(x, ei),
+                           "generic": True}
         try:
             from torch_sparse import SparseTensor
 
@@ -105,6 +120,16 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
         dstock, dours = DStock(16, 16), GraphConv(16, 16)
         dours.load_state_dict(dstock.state_dict())
         cases["DGL GraphConv"] = {"stock": lambda: dstock(g, x), "ours": lambda: dours(g, x)}
+        from dgl.nn import GATConv as DGATConv
+        from dgl.nn import SAGEConv as DSAGEConv
+
+        from instrumented_convs.dgl import GATConv as OGATConv
+        from instrumented_convs.dgl import SAGEConv as OSAGEConv
+
+        for name, s_, o_ in (("DGL SAGEConv", DSAGEConv(16, 16, "mean"), OSAGEConv(16, 16, "mean")),
+                             ("DGL GATConv", DGATConv(16, 4, 4), OGATConv(16, 4, 4))):
+            o_.load_state_dict(s_.state_dict())
+            cases[name] = {"stock": lambda s_=s_: s_(g, x), "ours": lambda o_=o_: o_(g, x), "dgl": True}
     except ImportError:
         pass
     return cases
@@ -129,8 +154,22 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
         finally:
             restore()
 
+    def unwrapped() -> float:
+        from instrumented_convs import _dgl_generic
+
+        _dgl_generic.uninstall()
+        try:
+            return loop(fns["stock"])
+        finally:
+            _dgl_generic.install()
+
+    generic = fns.get("generic") or fns.get("dgl")
     variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]),
-                "disabled": disabled, "no-op steps": noop_steps}
+                "disabled": disabled}
+    if not generic:
+        variants["no-op steps"] = noop_steps
+    if fns.get("dgl"):
+        variants["stock, DGL unwrapped"] = unwrapped
     with torch.no_grad():
         for v in variants.values():
             v()
@@ -141,11 +180,13 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
             ic.registry.reset()
     med = {k: statistics.median(v) for k, v in samples.items()}
     diffs = {k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])])
-             for k in ("enabled", "disabled", "no-op steps")}
+             for k in samples if k != "stock"}
+    nan = float("nan")
     return {"stock_us": med["stock"], "enabled_us": med["enabled"], "disabled_us": med["disabled"],
-            "noop_steps_us": med["no-op steps"],
+            "noop_steps_us": med.get("no-op steps", nan),
             "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"],
-            "noop_steps_minus_stock_us": diffs["no-op steps"]}
+            "noop_steps_minus_stock_us": diffs.get("no-op steps", nan),
+            "stock_minus_unwrapped_us": -diffs.get("stock, DGL unwrapped", nan)}
 
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
@@ -158,14 +199,17 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     out = {}
     print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
           f"no_grad, NVTX backend {ic.nvtx_backend()})")
+    print("  (no-op steps: detailed layers only; wrapped-unwrapped: a stock DGL layer with and "
+          "without our wrappers of DGL's functions)")
     print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "
-          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s}")
+          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s} {'wrapped-unwrapped':>18s}")
     for name, fns in _cases().items():
         r = measure(fns, args.calls, args.rounds)
         out[name] = r
         print(f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
               f"{r['noop_steps_us']:12.1f} {r['enabled_minus_stock_us']:14.1f} "
-              f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f}")
+              f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f} "
+              f"{r['stock_minus_unwrapped_us']:18.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

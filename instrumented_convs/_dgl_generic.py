@@ -30,7 +30,7 @@ from ._generic import GenericLayer, inside
 from ._stack import thread_stack
 from ._step import Step, instrumenting
 
-__all__ = ["GenericDGL", "install", "installed", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
+__all__ = ["GenericDGL", "install", "uninstall", "installed", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,17 @@ def install() -> None:
             method = attr != "apply"  # a graph method, or an autograd Function's classmethod
             setattr(owner, attr, _wrap(fn, name, method))
             _installed.append((owner, attr, original))
+
+
+def uninstall() -> None:
+    """Give DGL its own graph methods and kernels back (benchmarks compare both states)."""
+    with _lock:
+        while _installed:
+            owner, attr, original = _installed.pop()
+            if original is None:
+                delattr(owner, attr)  # it was inherited (autograd.Function.apply)
+            else:
+                setattr(owner, attr, original)
 
 
 def installed() -> bool:

@@ -74,19 +74,27 @@ def _wrap(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
 
 
 def _implemented(stock: type, name: str) -> bool:
+    """Whether ``stock`` has its own ``name`` (PyG tells fused or edge-updating layers so)."""
     fn = getattr(stock, name, None)
-    return callable(fn) and not getattr(fn, "__isabstractmethod__", False)
+    return (callable(fn) and not getattr(fn, "__isabstractmethod__", False)
+            and fn is not getattr(MessagePassing, name, None))
 
 
 def method_wrappers(stock: type) -> Dict[str, Any]:
     """The wrapped message-passing methods of ``stock`` (a MessagePassing class)."""
     ns: Dict[str, Any] = {}
-    for name in ("message", "aggregate", "update", "message_and_aggregate", "edge_update"):
+    for name in ("message", "aggregate", "update"):
+        ns[name] = _wrap(getattr(stock, name), name)
+    for name in ("message_and_aggregate", "edge_update"):  # only where the layer has them
         if _implemented(stock, name):
             ns[name] = _wrap(getattr(stock, name), name)
     for name in ("_collect", "__collect__"):  # the python propagate's gather (all versions)
         if callable(getattr(stock, name, None)):
             ns[name] = _wrap(getattr(stock, name), "collect")
+    if not hasattr(MessagePassing, "_set_jittable_templates"):  # PyG < 2.5: nothing generated
+        for name in ("propagate", "edge_updater"):
+            if callable(getattr(stock, name, None)):
+                ns[name] = _wrap(getattr(stock, name), name)
     return ns
 
 

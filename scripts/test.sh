@@ -42,7 +42,8 @@ for spec in $(grep -v '^\s*#' requirements/pyg-matrix.txt); do
   [ "torch-geometric==$v" = "$spec" ] || { echo "expected $spec, imported $v" >&2; exit 1; }
   echo "-- torch-geometric $v"
   INSTRUMENTED_CONVS_PYG_MATRIX=$v PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -m pytest \
-    -p no:cacheprovider -q -W ignore::DeprecationWarning tests/test_pyg.py tests/test_guard.py "$@"
+    -p no:cacheprovider -q -W ignore::DeprecationWarning tests/test_pyg.py tests/test_guard.py \
+    tests/test_generic.py tests/test_all_convs.py -k "not dgl" "$@"
 done
 
 echo "== a user's environment: pip install -e '.[pyg,dgl,nvtx]' in a fresh venv"; stamp
@@ -54,6 +55,17 @@ python3.11 -m venv "$user/venv"
   -c "$root/requirements/main.txt" -e "$root[pyg,dgl,nvtx]")
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
+
+echo "== upstream's own tests of the most used layers, our classes swapped in"; stamp
+# No registry has upstream's test files and CI has no GitHub: they run when a machine has them
+# cached (scripts/upstream_tests.py --source ..., see docs/layers.md), and say so otherwise.
+for fw in pyg dgl; do
+  if "$main/bin/python" scripts/upstream_tests.py "$fw" --check-cache 2>/dev/null; then
+    "$main/bin/python" scripts/upstream_tests.py "$fw" -- -q -p no:cacheprovider -W ignore::DeprecationWarning | tail -n 9
+  else
+    echo "-- $fw: upstream's test files are not cached on this machine: not run (docs/layers.md says how)"
+  fi
+done
 
 echo "== docs (sphinx -W)"; stamp
 rm -rf docs/_build
@@ -80,7 +92,8 @@ echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
   tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
-  tests/test_layering.py tests/test_guard.py tests/test_backward.py $(ls tests/test_dgl*.py 2>/dev/null) "$@"
+  tests/test_layering.py tests/test_guard.py tests/test_backward.py $(ls tests/test_dgl*.py 2>/dev/null) \
+  tests/test_generic_dgl.py tests/test_all_convs.py "$@"
 # nvtx 0.2.17 here: its ranges must reach nsys 2022.4 too (see docs/nsys.md)
 "$dgl2/bin/python" scripts/nsys_check.py --python "$dgl2/bin/python" --platform dgl
 echo "== all checks passed"; stamp

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -50,11 +51,13 @@ LAYERS = [("SAGEConv", (8, 16), {}), ("GATConv", (8, 4), {"heads": 2}), ("GINCon
 def test_torch_jit_script_compiles_a_stock_copy_sharing_parameters(name, args, kwargs, caplog):
     x, ei = _graph()
     stock, ours = _pair(name, *args, **kwargs)
-    _, stock_exc = outcome(lambda: torch.jit.script(copy.deepcopy(stock)))
+    _, stock_exc = outcome(lambda: torch.jit.script(copy.deepcopy(stock))(x, ei))
     with caplog.at_level(logging.WARNING, logger="instrumented_convs"):
         scripted, exc = outcome(lambda: torch.jit.script(ours))
+        if exc is None:
+            _, exc = outcome(lambda: scripted(x, ei))
     assert any("torch.jit.script" in r.message for r in caplog.records)
-    if stock_exc is not None:  # PyG < 2.5: layers need .jittable(); stock fails alike
+    if stock_exc is not None:  # PyG < 2.5 needs .jittable(); 2.5's GATConv script has no forward
         assert type(exc) is type(stock_exc)
         return
     assert exc is None, exc
@@ -132,7 +135,8 @@ def test_pyg_sequential_and_modulelists_mixing_ours_and_stock_layers():
     assert not torch.equal(model(x, ei), ref(x, ei))
     s = registry.summary(by="layer")
     assert {"module_0", "module_2", "module_3"} <= {r.scope for r in s.rows if r.depth == 0}
-    assert "GCNConv/gcn_norm" in registry.summary()  # the detailed version
+    if P.DETAILED["GCNConv.forward"]:  # the detailed version (PyG 2.5 and later)
+        assert "GCNConv/gcn_norm" in registry.summary()
     ic.uninstrument(model)
     assert type(model.module_0) is gnn.SAGEConv and type(model.module_3) is gnn.GCNConv
     registry.reset()
@@ -159,7 +163,10 @@ def test_to_hetero_models_time_every_edge_type():
     ei = torch.stack([torch.randint(0, 5, (12,), generator=g), torch.randint(0, 6, (12,), generator=g)])
     data["a", "to", "b"].edge_index, data["b", "rev", "a"].edge_index = ei, ei.flip(0)
     torch.manual_seed(0)
-    model = to_hetero(Net(), data.metadata())
+    model, exc = outcome(lambda: to_hetero(Net(), data.metadata()))
+    if exc is not None:  # PyG 2.3 to 2.5 cannot trace with torch 2.13: stock fails alike
+        assert "Union" in str(exc)
+        pytest.skip(f"to_hetero fails with this PyG and torch: {exc}")
     ref = copy.deepcopy(model)
     model(data.x_dict, data.edge_index_dict)  # lazy shapes
     ref.load_state_dict(model.state_dict())
@@ -180,12 +187,17 @@ def test_hetero_conv_times_each_relation_as_a_child():
     ours = ic.instrument(copy.deepcopy(stock))
     out, want = ours(x, edges), stock(x, edges)
     assert all(torch.equal(out[k], want[k]) for k in want)
-    s = registry.summary()
-    assert s["HeteroConv/convs.<a___to___b>/SAGEConv"].count == 1
-    assert s["HeteroConv/convs.<b___rev___a>/GATConv/propagate/message"].count == 1
+    names = [r.name for r in registry.summary().rows if r.phase == "forward"]
+    # each relation's conv is a child step named after its key in HeteroConv's ModuleDict
+    assert sum(1 for n in names if re.fullmatch(r"HeteroConv/convs\.[^/]+/SAGEConv", n)) == 1
+    assert sum(1 for n in names if re.fullmatch(r"HeteroConv/convs\.[^/]+/GATConv/propagate/message", n)) == 1
 
 
 def test_torch_jit_script_in_a_fresh_process_where_no_stock_layer_was_built():
+    from torch_geometric.nn import MessagePassing
+
+    if not hasattr(MessagePassing, "_set_jittable_templates"):
+        pytest.skip("PyG < 2.5 scripts only layers made .jittable(), stock or ours")
     # PyG generates a class's scriptable propagate in its constructor; the stock copy that
     # TorchScript compiles never ran it, so to_stock() has PyG generate it.
     code = ("import torch, warnings; warnings.simplefilter('ignore')\n"

@@ -310,3 +310,38 @@ def test_backward_ranges_stay_balanced_when_backward_raises(injection, tmp_path)
     assert (2, "block [backward]") in names and (1, "block [backward]") in names
     assert names[-1] == (1, "after")
     assert nc.balanced(events)
+
+
+def test_generic_layers_ranges_are_real_and_balanced(injection, tmp_path):
+    """Generic layers (hooks and wrappers) push the same ranges as their steps, balanced
+    also when a child module raises (PyG) and for DGL's kernels."""
+    pytest.importorskip("torch_geometric")
+    pytest.importorskip("dgl")
+    _, events = _run(injection, tmp_path, """
+        import os
+        os.environ["DGLBACKEND"] = "pytorch"
+        import torch, dgl
+        from instrumented_convs.pyg import SAGEConv
+        from instrumented_convs.dgl import GATConv
+        ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+        conv = SAGEConv(4, 3)
+        conv(torch.randn(6, 4), ei)
+        try:
+            conv(torch.randn(6, 5), ei)  # lin_l raises inside its step
+        except RuntimeError:
+            pass
+        else:
+            raise SystemExit("expected a RuntimeError")
+        g = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=6))
+        GATConv(4, 2, 1)(g, torch.randn(6, 4))
+    """)
+    names = nc.ranges(events)
+    sage = [(1, "SAGEConv"), (2, "propagate"), (3, "collect"), (3, "message"), (3, "aggregate"),
+            (3, "update"), (2, "lin_l"), (2, "lin_r")]
+    assert names[:8] == sage
+    assert names[8:15] == sage[:7]  # the second call, up to lin_l, which raised
+    gat = names[names.index((1, "GATConv")):]
+    for expected in [(2, "fc"), (2, "apply_edges"), (3, "gsddmm"), (2, "edge_softmax"),
+                     (2, "update_all"), (3, "gspmm")]:
+        assert expected in gat, (expected, gat)
+    assert nc.balanced(events)

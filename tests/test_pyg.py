@@ -279,7 +279,10 @@ TORCH_SPARSE_STEPS = [
 ])
 def test_steps_of_a_three_layer_model(kind, expected):
     if not DETAILED:  # upstream's forward inside the layer's step; its hooks still record
-        expected = ["GCNConv"] + [n.replace("propagate/", "") for n in expected if "/propagate/" in n]
+        inner = [n.replace("propagate/", "") for n in expected if "/propagate/" in n]
+        if "GCNConv/collect" not in inner:  # PyG 2.3/2.4's python propagate gathers when fused too
+            inner.insert(0, "GCNConv/collect")
+        expected = ["GCNConv"] + inner
     x, ei, ew = _graph()
     adj, _ = _adjacency(kind, ei, ew, False)
     model = Net(GCNConv)

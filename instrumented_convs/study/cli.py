@@ -27,7 +27,7 @@ from instrumented_convs import Summary, registry
 
 from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
 from .loop import TrainResult, train
-from .models import build_model, require_torch_sparse
+from .models import MODELS, build_model, require_torch_sparse
 
 __all__ = ["add_study_arguments", "StudyRun", "run_study", "report", "write_json", "study_main", "main"]
 
@@ -44,8 +44,9 @@ DEMO_HELP = (
     "aggregation, ...). Needs torch-geometric and dgl; torch-sparse only for --with-sparse.")
 COMPARE_HELP = (
     "Runs the study (as examples/arxiv.py does) with the instrumented PyG GCNConv and DGL\n"
-    "GraphConv on the same data, prints each framework's accuracy and tables, then one table of\n"
-    "both frameworks' time per epoch aligned by role, and with --plot FILE.png a stacked bar chart.")
+    "GraphConv (--model sage: SAGEConv, mean aggregation) on the same data, prints each\n"
+    "framework's accuracy and tables, then one table of both frameworks' time per epoch aligned\n"
+    "by role, and with --plot FILE.png a stacked bar chart.")
 BENCH_DEFAULTS = (
     "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv synthetic-cora for the\n"
     "study's size too (minutes on a CPU).")
@@ -59,6 +60,8 @@ def add_study_arguments(parser: argparse.ArgumentParser, datasets: Tuple[str, ..
     parser.add_argument("--dataset", choices=datasets, default=default_dataset,
                         help="the real dataset (needs its files under --root; no download here) or a "
                              "generated graph of the same shape (the default)")
+    parser.add_argument("--model", choices=tuple(MODELS), default="gcn",
+                        help="the 3-layer model: GCN (GCNConv / GraphConv) or GraphSAGE (SAGEConv, mean)")
     parser.add_argument("--root", default="data", help="folder holding the real datasets' files")
     parser.add_argument("--hidden-channels", type=int, default=128, help="hidden layer width")
     parser.add_argument("--epochs", type=int, default=epochs, help="timed training epochs (default: %(default)s)")
@@ -85,6 +88,7 @@ class StudyRun:
     result: TrainResult
     summary: Summary
     sparse: bool
+    model: str = "gcn"
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -105,7 +109,8 @@ def run_study(args: Any) -> StudyRun:
         require_torch_sparse()  # fail before generating the data
     data = load_graph(dataset, root=args.root, platform=args.platform, seed=args.seed).to(args.device)
     torch.manual_seed(args.seed)
-    model, graph = build_model(args.platform, data, hidden=args.hidden_channels, sparse=args.sparse)
+    name = getattr(args, "model", "gcn")
+    model, graph = build_model(args.platform, data, args.hidden_channels, args.sparse, model=name)
     if args.platform == "dgl":
         graph = graph.to(args.device)
     progress = None if args.no_progress else _progress(epochs, f"{args.platform} {dataset}")
@@ -121,7 +126,7 @@ def run_study(args: Any) -> StudyRun:
     finally:
         if progress is not None:
             progress.close()
-    return StudyRun(args.platform, data, result, registry.summary(), args.sparse)
+    return StudyRun(args.platform, data, result, registry.summary(), args.sparse, name)
 
 
 def report(run: StudyRun) -> str:
@@ -130,7 +135,7 @@ def report(run: StudyRun) -> str:
     epoch = s["epoch"] if "epoch" in s else None
     lines = [
         run.data.describe(),
-        f"{run.platform}{' (SparseTensor)' if run.sparse else ''}: {r.epochs} timed epochs, final loss {r.final_loss:.4f}",
+        f"{run.platform}{' (SparseTensor)' if run.sparse else ''}{'' if run.model == 'gcn' else ', ' + MODELS[run.model]}: {r.epochs} timed epochs, final loss {r.final_loss:.4f}",
         f"Accuracy: train {r.train_acc:.4f}  valid {r.valid_acc:.4f}  test {r.test_acc:.4f}  "
         f"(chance {1 / run.data.num_classes:.4f})",
     ]
@@ -150,7 +155,7 @@ def write_json(run: StudyRun, path: str) -> None:
     """Write the run's accuracies and summary to ``path``."""
     import json
 
-    payload = {"platform": run.platform, "sparse": run.sparse, "dataset": run.data.name,
+    payload = {"platform": run.platform, "sparse": run.sparse, "dataset": run.data.name, "model": run.model,
                "accuracy": {"train": run.result.train_acc, "valid": run.result.valid_acc, "test": run.result.test_acc},
                "epochs": run.result.epochs, "summary": run.summary.to_dict()}
     with open(path, "w") as fh:
@@ -197,7 +202,7 @@ def _compare(args: argparse.Namespace) -> int:
                 print(report(run))
                 print()
             label = "PyG (SparseTensor)" if sparse else {"pyg": "PyG (edge_index)", "dgl": "DGL"}[platform]
-            runs.append(breakdown(run.summary, platform, label))
+            runs.append(breakdown(run.summary, platform, label, model=args.model))
         print(side_by_side(runs))
         for b in runs:
             print(f"{b.label}: {b.epoch_ms:.2f} ms per epoch")

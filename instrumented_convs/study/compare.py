@@ -2,7 +2,9 @@
 
 The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``,
 ``lin`` vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's
-steps to a common role, and :func:`breakdown` turns a run's summary into milliseconds per
+steps to a common role (:data:`MODEL_ROLES` does the same for each model: the GCN's table,
+and GraphSAGE's, whose ``SAGEConv`` has no normalisation or bias step of its own), and
+:func:`breakdown` turns a run's summary into milliseconds per
 epoch for each role; the rows add up to the epoch time. The backward is split the same way
 when the run timed it (the layers' ``[backward]`` rows under ``epoch/backward``): each role
 has a backward counterpart (:func:`backward_role`), and autograd's work outside the layers is
@@ -17,8 +19,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from instrumented_convs import Row, Summary
 
-__all__ = ["ROLES", "LAYER", "OUTER", "BACKWARD_OF", "ORDER", "Breakdown", "backward_role", "breakdown",
-           "side_by_side"]
+from .models import MODELS
+
+__all__ = ["ROLES", "LAYER", "MODEL_ROLES", "MODEL_LAYER", "OUTER", "BACKWARD_OF", "ORDER", "Breakdown",
+           "backward_role", "breakdown", "side_by_side"]
 
 #: (role, {platform: step names under ``<layer>/``}) in display order. A role's time is the
 #: inclusive time of its steps inside the layers, summed.
@@ -30,6 +34,19 @@ ROLES: Tuple[Tuple[str, Dict[str, Tuple[str, ...]]], ...] = (
     ("activation (in layer)", {"pyg": (), "dgl": ("activation",)}),
 )
 LAYER = {"pyg": "GCNConv", "dgl": "GraphConv"}
+#: The same for GraphSAGE (``--model sage``): the same roles, the ``SAGEConv`` steps. The
+#: biases are inside the dense steps (PyG's ``lin_l``, DGL's ``fc_self`` with mean aggregation).
+SAGE_ROLES: Tuple[Tuple[str, Dict[str, Tuple[str, ...]]], ...] = (
+    ("normalisation", {"pyg": (), "dgl": ()}),
+    ("dense transform", {"pyg": ("lin_l", "lin_r"), "dgl": ("fc_neigh", "fc_self")}),
+    ("sparse aggregation", {"pyg": ("propagate",), "dgl": ("update_all",)}),
+    ("bias", {"pyg": (), "dgl": ()}),
+    ("activation (in layer)", {"pyg": (), "dgl": ()}),
+)
+#: Each model's roles (:data:`ROLES` is the GCN's) and layer names (:data:`LAYER`); the
+#: models' role names are the same, so :data:`ORDER` and :data:`BACKWARD_OF` serve them all.
+MODEL_ROLES = {"gcn": ROLES, "sage": SAGE_ROLES}
+MODEL_LAYER = {"gcn": LAYER, "sage": {"pyg": "SAGEConv", "dgl": "SAGEConv"}}
 
 
 def backward_role(role: str) -> str:
@@ -60,6 +77,7 @@ class Breakdown:
     epochs: int
     per_epoch_ms: Dict[str, float]
     steps: Dict[str, str]
+    model: str = "gcn"
 
     @property
     def epoch_ms(self) -> float:
@@ -72,27 +90,35 @@ class Breakdown:
         return "rest of backward" in self.per_epoch_ms
 
 
-def _layer_roles(ms: Callable[[str, str], float], present: Callable[[str, str], bool], platform: str,
-                 phase: str) -> Tuple[Dict[str, float], Dict[str, str]]:
+def _layer_roles(summary: Summary, ms: Callable[[str, str], float], present: Callable[[str, str], bool],
+                 platform: str, phase: str, model: str) -> Tuple[Dict[str, float], Dict[str, str]]:
     """The ms per epoch and the steps of the layer's roles and glue in one phase of the epoch."""
-    layer = LAYER[platform]
+    layer = MODEL_LAYER[model][platform]
     layer_path = f"epoch/{phase}/{layer}"
     name = backward_role if phase == "backward" else (lambda role: role)
     per: Dict[str, float] = {}
     steps: Dict[str, str] = {}
-    for role, names in ROLES:
+    roles = MODEL_ROLES[model]
+    for role, names in roles:
         mine = names[platform]
         if phase == "backward":  # only the steps whose forward did something differentiable
             mine = tuple(s for s in mine if present(f"{layer_path}/{s}", phase))
         per[name(role)] = sum(ms(f"{layer_path}/{s}", phase) for s in mine)
         steps[name(role)] = " + ".join(mine) if mine else "-"
     per[name("layer glue")] = ms(layer_path, phase) - sum(per.values())
-    steps[name("layer glue")] = f"{layer}{' [backward]' if phase == 'backward' else ''} self time"
+    # steps of the layer in no role (DGL SAGEConv's feat_drop) are glue too: say which
+    assigned = {s for _, names in roles for s in names[platform]}
+    others = sorted({r.step for r in summary.children(layer_path) if r.phase == phase} - assigned)
+    steps[name("layer glue")] = " + ".join(
+        [f"{layer}{' [backward]' if phase == 'backward' else ''} self time"] + others)
     return per, steps
 
 
-def breakdown(summary: Summary, platform: str, label: Optional[str] = None) -> Breakdown:
+def breakdown(summary: Summary, platform: str, label: Optional[str] = None, model: str = "gcn") -> Breakdown:
     """Per-epoch milliseconds by role from a study summary (``epoch/forward/<layer>/...``).
+
+    ``model`` is the study's model (``"gcn"`` or ``"sage"``): it picks the layer and the role
+    table (:data:`MODEL_ROLES`, :data:`MODEL_LAYER`).
 
     With backward rows under ``epoch/backward/<layer>`` (backward timing on, the default),
     the backward is split by role too (:data:`BACKWARD_OF`); without them it is one role,
@@ -100,7 +126,9 @@ def breakdown(summary: Summary, platform: str, label: Optional[str] = None) -> B
     """
     epoch = summary["epoch"]
     n = epoch.count
-    layer = LAYER[platform]
+    if model not in MODEL_ROLES:
+        raise ValueError(f"model must be one of {sorted(MODEL_ROLES)}, not {model!r}")
+    layer = MODEL_LAYER[model][platform]
 
     def rows(path: str, phase: str) -> List[Row]:
         return [r for r in summary.rows if r.name == path and r.phase == phase]
@@ -112,14 +140,14 @@ def breakdown(summary: Summary, platform: str, label: Optional[str] = None) -> B
     def present(path: str, phase: str) -> bool:
         return bool(rows(path, phase))
 
-    per, steps = _layer_roles(ms, present, platform, "forward")
+    per, steps = _layer_roles(summary, ms, present, platform, "forward", model)
     per["rest of forward"] = ms("epoch/forward") - ms(f"epoch/forward/{layer}")
     steps["rest of forward"] = "ReLU, log_softmax"
     per["loss"] = ms("epoch/loss")
     steps["loss"] = "region"
     bw_layer = f"epoch/backward/{layer}"
     if present(bw_layer, "backward"):
-        bw_per, bw_steps = _layer_roles(ms, present, platform, "backward")
+        bw_per, bw_steps = _layer_roles(summary, ms, present, platform, "backward", model)
         per.update(bw_per)
         steps.update(bw_steps)
         per["rest of backward"] = ms("epoch/backward") - ms(bw_layer, "backward")
@@ -131,15 +159,21 @@ def breakdown(summary: Summary, platform: str, label: Optional[str] = None) -> B
     steps["optimizer.step"] = "region"
     per["epoch glue"] = ms("epoch") - sum(ms(f"epoch/{p}") for p in PHASES)
     steps["epoch glue"] = "zero_grad"
-    return Breakdown(platform, label or platform, n, per, steps)
+    return Breakdown(platform, label or platform, n, per, steps, model)
 
 
-def side_by_side(runs: Sequence[Breakdown], title: str = "PyG vs DGL, time per epoch by role") -> str:
+def side_by_side(runs: Sequence[Breakdown], title: Optional[str] = None) -> str:
     """A text table: one row per role, per framework its ms/epoch, share, and its steps.
+
+    ``title`` defaults to ``PyG vs DGL, time per epoch by role``, with the model's name
+    (``3-layer GraphSAGE``) when the runs are not the GCN.
 
     Roles no run has time for are left out; a backward role that a run lacks (its backward
     was not split, or the step did nothing differentiable) reads 0.
     """
+    if title is None:
+        models = sorted({b.model for b in runs} - {"gcn"})
+        title = "PyG vs DGL, " + "".join(f"{MODELS.get(m, m)}, " for m in models) + "time per epoch by role"
     roles = [r for r in ORDER if any(b.per_epoch_ms.get(r, 0.0) for b in runs)]
     role_w = max(len(r) for r in roles + ["role"])
     step_w = {b.label: max([len("steps")] + [len(b.steps.get(r, "-")) for r in roles]) for b in runs}

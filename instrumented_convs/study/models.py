@@ -1,13 +1,15 @@
 """The study's model: a 3-layer GCN with the instrumented (or the stock) PyG or DGL layers.
 
 in -> hidden -> hidden -> classes, ReLU between the layers, log_softmax at the end: the model
-of the published profiling of PyG and DGL this package grew out of. :func:`build_model` also
-prepares the graph argument the framework's layer takes.
+of the published profiling of PyG and DGL this package grew out of. ``model="sage"`` builds
+the same network with GraphSAGE layers (``SAGEConv``, mean aggregation). :func:`build_model`
+also prepares the graph argument the framework's layer takes.
 """
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +19,10 @@ from instrumented_convs import name_layers
 
 from .data import GraphData, MissingDependency
 
-__all__ = ["PygGCN", "DglGCN", "build_model", "require_torch_sparse"]
+__all__ = ["PygGCN", "DglGCN", "build_model", "require_torch_sparse", "MODELS"]
+
+#: The study's models (``--model``) and how the reports name them.
+MODELS: Dict[str, str] = {"gcn": "3-layer GCN", "sage": "3-layer GraphSAGE"}
 
 
 def require_torch_sparse() -> Any:
@@ -35,7 +40,11 @@ def require_torch_sparse() -> Any:
 
 
 class PygGCN(torch.nn.Module):
-    """The study's 3-layer GCN with PyG layers (instrumented ``GCNConv`` unless ``conv_cls``)."""
+    """The study's 3-layer network with PyG layers (instrumented ``GCNConv`` unless ``conv_cls``).
+
+    ``conv_cls(in, out)`` builds a layer taking ``(x, edge_index or adj_t)``: the stock
+    ``GCNConv``, or ``SAGEConv`` for the GraphSAGE model (:func:`build_model`).
+    """
 
     def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
         """Three layers: in -> hidden -> hidden -> classes."""
@@ -53,7 +62,11 @@ class PygGCN(torch.nn.Module):
 
 
 class DglGCN(torch.nn.Module):
-    """The study's 3-layer GCN with DGL layers (instrumented ``GraphConv`` unless ``conv_cls``)."""
+    """The study's 3-layer network with DGL layers (instrumented ``GraphConv`` unless ``conv_cls``).
+
+    ``conv_cls(in, out)`` builds a layer taking ``(graph, feat)``: the stock ``GraphConv``, or
+    ``functools.partial(SAGEConv, aggregator_type="mean")`` for GraphSAGE (:func:`build_model`).
+    """
 
     def __init__(self, in_channels: int, hidden: int, classes: int, conv_cls: Any = None) -> None:
         """Three layers: in -> hidden -> hidden -> classes."""
@@ -70,24 +83,53 @@ class DglGCN(torch.nn.Module):
         return F.log_softmax(self.convs[-1](graph, x), dim=-1)
 
 
+def _conv_cls(platform: str, model: str, stock: bool) -> Any:
+    """The layer class (``conv_cls(in, out)``) of ``model`` for ``platform``."""
+    if model == "gcn":
+        if platform == "pyg":
+            if stock:
+                from torch_geometric.nn import GCNConv
+            else:
+                from instrumented_convs.pyg import GCNConv
+            return GCNConv
+        if stock:
+            from dgl.nn import GraphConv
+        else:
+            from instrumented_convs.dgl import GraphConv
+        return GraphConv
+    if platform == "pyg":  # SAGEConv's default aggregation is the mean
+        if stock:
+            from torch_geometric.nn import SAGEConv
+        else:
+            from instrumented_convs.pyg import SAGEConv
+        return SAGEConv
+    if stock:
+        from dgl.nn import SAGEConv as DglSAGEConv
+    else:
+        from instrumented_convs.dgl import SAGEConv as DglSAGEConv
+    return functools.partial(DglSAGEConv, aggregator_type="mean")
+
+
 def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool = False,
-                stock: bool = False) -> Tuple[torch.nn.Module, Any]:
+                stock: bool = False, model: str = "gcn") -> Tuple[torch.nn.Module, Any]:
     """The model for ``platform`` (``pyg``/``dgl``) and the graph argument it takes.
 
-    ``stock=True`` builds the same model with the upstream layers (same parameter names, so
-    ``state_dict`` moves between the two), for side-by-side measurements.
+    ``model`` is ``"gcn"`` (``GCNConv`` / ``GraphConv``) or ``"sage"`` (the same 3-layer
+    network with ``SAGEConv``, mean aggregation: PyG ``SAGEConv(in, out)``, DGL
+    ``SAGEConv(in, out, "mean")``). ``stock=True`` builds the same model with the upstream
+    layers (same parameter names, so ``state_dict`` moves between the two), for side-by-side
+    measurements.
 
     PyG takes ``edge_index``, or with ``sparse`` a ``torch_sparse.SparseTensor`` ``adj_t``
     (the study's ``T.ToSparseTensor()`` setup; raises :class:`MissingDependency` without
     torch-sparse). DGL takes a ``DGLGraph`` with self-loops added (GraphConv refuses nodes
-    without in-edges).
+    without in-edges), for either model.
     """
+    if model not in MODELS:
+        raise ValueError(f"model must be one of {sorted(MODELS)}, not {model!r}")
     in_channels = data.x.size(1)
     if platform == "pyg":
-        conv_cls = None
-        if stock:
-            from torch_geometric.nn import GCNConv as conv_cls
-        model: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes, conv_cls)
+        net: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes, _conv_cls(platform, model, stock))
         graph: Any = data.edge_index
         if sparse:
             SparseTensor = require_torch_sparse().SparseTensor
@@ -99,13 +141,10 @@ def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool 
         os.environ.setdefault("DGLBACKEND", "pytorch")
         import dgl
 
-        conv_cls = None
-        if stock:
-            from dgl.nn import GraphConv as conv_cls
-        model = DglGCN(in_channels, hidden, data.num_classes, conv_cls)
+        net = DglGCN(in_channels, hidden, data.num_classes, _conv_cls(platform, model, stock))
         ei = data.edge_index
         graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=data.num_nodes))
     else:
         raise ValueError(f"platform must be 'pyg' or 'dgl', not {platform!r}")
-    name_layers(model)
-    return model.to(data.x.device), graph
+    name_layers(net)
+    return net.to(data.x.device), graph
