@@ -165,7 +165,7 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
 
     generic = fns.get("generic") or fns.get("dgl")
     variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]),
-                "disabled": disabled}
+                "disabled": disabled, "stock again": lambda: loop(fns["stock"])}
     if not generic:
         variants["no-op steps"] = noop_steps
     if fns.get("dgl"):
@@ -186,7 +186,8 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
             "noop_steps_us": med.get("no-op steps", nan),
             "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"],
             "noop_steps_minus_stock_us": diffs.get("no-op steps", nan),
-            "stock_minus_unwrapped_us": -diffs.get("stock, DGL unwrapped", nan)}
+            "stock_minus_unwrapped_us": -diffs.get("stock, DGL unwrapped", nan),
+            "aa_us": diffs["stock again"]}
 
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
@@ -200,16 +201,16 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
           f"no_grad, NVTX backend {ic.nvtx_backend()})")
     print("  (no-op steps: detailed layers only; wrapped-unwrapped: a stock DGL layer with and "
-          "without our wrappers of DGL's functions)")
+          "without our wrappers of DGL's functions; A/A: stock again minus stock, the noise floor)")
     print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "
-          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s} {'wrapped-unwrapped':>18s}")
+          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s} {'wrapped-unwrapped':>18s} {'A/A':>6s}")
     for name, fns in _cases().items():
         r = measure(fns, args.calls, args.rounds)
         out[name] = r
         print(f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
               f"{r['noop_steps_us']:12.1f} {r['enabled_minus_stock_us']:14.1f} "
               f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f} "
-              f"{r['stock_minus_unwrapped_us']:18.2f}")
+              f"{r['stock_minus_unwrapped_us']:18.2f} {r['aa_us']:6.1f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

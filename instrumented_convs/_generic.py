@@ -1,22 +1,21 @@
-"""Generic instrumented layers: every conv class without a detailed version, by hooks only.
+"""Generic instrumented layers: every conv class without a detailed version, no copied code.
 
 A generic layer is a subclass of a stock conv class, made at import by :func:`make_class`
 (``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no
 upstream code. Its ``forward`` is the stock ``forward`` inside the layer's own step (named
 after the class, scoped per instance), and each call of a direct child module (``lin``,
 ``lin_l``, ``nn``, ``fc``...) inside it is a step named after the attribute, through a
-forward pre-hook and an always-called forward hook on the child (items of a ``ModuleList``
-or ``ModuleDict`` are named ``convs.0``, ``convs.<key>``). The framework modules add the
+``forward`` set on the child instance (items of a ``ModuleList`` or ``ModuleDict`` are
+named ``convs.0``, ``convs.<key>``). The framework modules add the
 framework's own steps (PyG: :mod:`._pyg_generic`; DGL: :mod:`._dgl_generic`).
 
 While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
-runs the stock code and the hooks return at their first check.
+runs the stock code and the children's ``forward`` return at their first check.
 """
 from __future__ import annotations
 
 import copy
 import functools
-import sys
 import threading
 from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, Optional, Tuple
 
@@ -24,7 +23,6 @@ import torch
 from torch import Tensor
 
 from ._layers import InstrumentedLayer, instance_scope
-from ._stack import thread_stack
 from ._step import Step, instrumenting, mark_outputs
 
 __all__ = ["GenericLayer", "make_class", "inside", "device_of", "stock_copy", "strip_hooks"]
@@ -61,35 +59,30 @@ def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.d
     return None
 
 
-class _EnterChild:
-    """Forward pre-hook of a child module: opens its step inside a generic layer."""
+class _TimedForward:
+    """A child module's ``forward``, set on the instance: inside a generic layer's forward it
+    runs the class's ``forward`` in a step named after the child's attribute.
 
-    __slots__ = ("step",)
+    An instance attribute rather than module hooks: a module with forward hooks takes
+    torch's slow call path even when the hooks do nothing (several microseconds per call, so
+    a disabled layer would not run at stock speed), and a ``with`` block closes the step
+    when the child raises.
+    """
 
-    def __init__(self, step: Step) -> None:
-        """The hook opening ``step``."""
+    __slots__ = ("module", "step")
+
+    def __init__(self, module: torch.nn.Module, step: Step) -> None:
+        """Time ``module``'s calls as ``step``."""
+        self.module = module
         self.step = step
 
-    def __call__(self, module: Any, args: Any) -> None:
-        """Open the step when a generic forward runs on this thread and we are instrumenting."""
-        if inside.n and instrumenting():
-            self.step.__enter__()
-
-
-class _ExitChild:
-    """Always-called forward hook of a child module: closes the step its pre-hook opened."""
-
-    __slots__ = ("step",)
-
-    def __init__(self, step: Step) -> None:
-        """The hook closing ``step``."""
-        self.step = step
-
-    def __call__(self, module: Any, args: Any, result: Any) -> None:
-        """Close the step if it is the innermost open one (an exception counts as an error)."""
-        s = self.step
-        if thread_stack()[-1].owner is s:
-            s.__exit__(sys.exc_info()[0], None, None)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The class's ``forward``, in the step while a generic forward runs on this thread."""
+        m = self.module
+        if not inside.n or not instrumenting():
+            return type(m).forward(m, *args, **kwargs)
+        with self.step:
+            return type(m).forward(m, *args, **kwargs)
 
 
 def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
@@ -103,30 +96,22 @@ def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
 
 
 def _hooked(child: torch.nn.Module) -> bool:
-    return any(isinstance(h, _EnterChild) for h in child._forward_pre_hooks.values())
+    return isinstance(child.__dict__.get("forward"), _TimedForward)
 
 
 def attach(layer: torch.nn.Module, skip: FrozenSet[str]) -> None:
-    """Hook every direct child of ``layer`` (not in ``skip``) as a step; idempotent."""
+    """Time every direct child of ``layer`` (not in ``skip``) as a step; idempotent."""
     for name, child in _children(layer):
-        if name in skip or _hooked(child):
-            continue
-        s = Step(name)
-        child.register_forward_pre_hook(_EnterChild(s))
-        try:
-            child.register_forward_hook(_ExitChild(s), always_call=True)
-        except TypeError:  # pragma: no cover - torch < 2.0 has no always_call
-            child.register_forward_hook(_ExitChild(s))
+        if name in skip or _hooked(child) or "forward" in child.__dict__:
+            continue  # (a forward set on the instance by someone else is left alone)
+        child.__dict__["forward"] = _TimedForward(child, Step(name))
 
 
 def strip_hooks(module: torch.nn.Module) -> None:
-    """Remove our child hooks from every direct child of ``module``."""
+    """Remove our timing from every direct child of ``module``."""
     for _, child in _children(module):
-        for hooks in (child._forward_pre_hooks, child._forward_hooks):
-            for key, hook in list(hooks.items()):
-                if isinstance(hook, (_EnterChild, _ExitChild)):
-                    del hooks[key]
-                    getattr(child, "_forward_hooks_always_called", {}).pop(key, None)
+        if _hooked(child):
+            del child.__dict__["forward"]
 
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")
@@ -134,19 +119,19 @@ _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_ca
 
 def _shallow(m: torch.nn.Module, drop_ours: bool = False) -> torch.nn.Module:
     """A new module object sharing ``m``'s parameters, buffers and children, with its own
-    dictionaries of them and of its forward hooks (without ours if ``drop_ours``)."""
+    dictionaries of them and of its forward hooks; our timing dropped (``drop_ours``) or
+    bound to the new object."""
     c = copy.copy(m)
     for attr in ("_parameters", "_buffers", "_modules", *_HOOK_DICTS):
         d = m.__dict__.get(attr)
         if d is not None:
             c.__dict__[attr] = type(d)(d)
-    if drop_ours:
-        for attr in _HOOK_DICTS[:2]:
-            hooks = c.__dict__[attr]
-            for key, hook in list(hooks.items()):
-                if isinstance(hook, (_EnterChild, _ExitChild)):
-                    del hooks[key]
-                    c.__dict__.get("_forward_hooks_always_called", {}).pop(key, None)
+    timed = c.__dict__.get("forward")
+    if isinstance(timed, _TimedForward):
+        if drop_ours:
+            del c.__dict__["forward"]
+        else:
+            c.__dict__["forward"] = _TimedForward(c, timed.step)
     return c
 
 
@@ -165,7 +150,7 @@ def _copy_children(layer: torch.nn.Module, drop_ours: bool) -> None:
 
 def stock_copy(layer: torch.nn.Module, stock: type) -> torch.nn.Module:
     """A stock-class copy of ``layer`` sharing its parameters, buffers and grandchildren;
-    its children are shallow copies without our hooks (TorchScript cannot compile them)."""
+    its children are shallow copies without our timing (TorchScript cannot compile it)."""
     out = _shallow(layer)
     out.__class__ = stock
     for attr in ("_ic_scope", "_ic_steps"):
@@ -175,13 +160,13 @@ def stock_copy(layer: torch.nn.Module, stock: type) -> torch.nn.Module:
 
 
 class GenericLayer(InstrumentedLayer):
-    """Mixin of the generic layers: child hooks at construction, stock copies for scripting."""
+    """Mixin of the generic layers: timed children from construction, stock copies for scripting."""
 
     #: Children not timed as steps (PyG's aggregation module runs inside ``aggregate``).
     _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor, arguments passed through unchanged; then the child hooks."""
+        """The stock constructor, arguments passed through unchanged; then the timed children."""
         super().__init__(*args, **kwargs)
         self._ic_after_init()
 
@@ -190,7 +175,7 @@ class GenericLayer(InstrumentedLayer):
         attach(self, self._ic_skip)  # type: ignore[arg-type]
 
     def to_stock(self) -> Any:
-        """A stock layer sharing this layer's parameters, buffers and children (no hooks)."""
+        """A stock layer sharing this layer's parameters, buffers and grandchildren (untimed)."""
         return stock_copy(self, self._ic_stock)  # type: ignore[arg-type]
 
     @classmethod
@@ -200,7 +185,7 @@ class GenericLayer(InstrumentedLayer):
             raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
                             f"not a {type(layer).__name__}")
         out = _shallow(layer)
-        _copy_children(out, drop_ours=False)  # our hooks go on copies, not on ``layer``'s children
+        _copy_children(out, drop_ours=False)  # timing goes on copies, not on ``layer``'s children
         return convert(out, cls)
 
 
@@ -238,7 +223,7 @@ def make_class(stock: type, module: str, mixin: type, namespace: Optional[Dict[s
         "__module__": module,
         "__qualname__": stock.__name__,
         "__doc__": f"``{stock.__module__}.{stock.__name__}`` with its steps timed "
-                   "(a generic instrumented layer: hooks, no copied code).",
+                   "(a generic instrumented layer: no copied code).",
         "_ic_stock": stock,
         "forward": _forward(stock),
     }

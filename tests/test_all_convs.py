@@ -8,6 +8,7 @@ with the reason.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import pickle
 from typing import Any, Dict, List, Tuple
@@ -79,7 +80,14 @@ def _count_calls(layer: torch.nn.Module) -> Dict[str, List[int]]:
     running = [False]
     for name, child in _children(layer):
         c = counts.setdefault(name, [0])
-        child.register_forward_hook(lambda m, a, r, c=c: c.__setitem__(0, c[0] + running[0]))
+
+        # also sees direct child.forward() calls; chains to ours where the child is shared
+        # (PyG's act=Sigmoid() default argument is one module for every layer)
+        def counted(*args, c=c, child=child, prev=child.__dict__.get("forward"), **kwargs):
+            c[0] += running[0]
+            return (prev or functools.partial(type(child).forward, child))(*args, **kwargs)
+
+        child.forward = counted
     layer.register_forward_pre_hook(lambda m, a: running.__setitem__(0, True))
     layer.register_forward_hook(lambda m, a, r: running.__setitem__(0, False))
     return counts
