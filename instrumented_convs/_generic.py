@@ -25,7 +25,7 @@ from torch import Tensor
 from ._layers import InstrumentedLayer, instance_scope
 from ._step import Step, instrumenting, mark_outputs
 
-__all__ = ["GenericLayer", "make_class", "inside", "device_of", "stock_copy", "strip_hooks"]
+__all__ = ["GenericLayer", "make_class", "with_note", "inside", "device_of", "stock_copy", "strip_hooks"]
 
 
 class _Inside(threading.local):
@@ -217,13 +217,19 @@ def _forward(stock: type) -> Callable[..., Any]:
     return forward
 
 
+def with_note(stock: type, note: str) -> str:
+    """``stock``'s docstring (tools read it: PyG's cheatsheet finds the paper there) with a
+    last paragraph saying what the instrumented class is."""
+    return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
+
+
 def make_class(stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None) -> type:
     """The generic instrumented subclass of ``stock``, living in ``module`` under its name."""
     ns: Dict[str, Any] = {
         "__module__": module,
         "__qualname__": stock.__name__,
-        "__doc__": f"``{stock.__module__}.{stock.__name__}`` with its steps timed "
-                   "(a generic instrumented layer: no copied code).",
+        "__doc__": with_note(stock, "a generic instrumented layer: its steps are timed, no "
+                                    "upstream code is copied"),
         "_ic_stock": stock,
         "forward": _forward(stock),
     }

@@ -98,6 +98,32 @@ def method_wrappers(stock: type) -> Dict[str, Any]:
     return ns
 
 
+def original_methods(stock: type) -> Dict[str, Any]:
+    """``propagate`` (and ``edge_updater``) as written, before PyG generated code for ``stock``.
+
+    PyG >= 2.5 keeps the written one as ``_orig_propagate`` of the class it generates for, and
+    switches to it for ``decomposed_layers > 1`` and explain mode. It takes it from the class
+    at that moment; a subclass made after the stock class generated its code would find the
+    stock's *generated* one there, so our classes carry the written one in their own dict.
+    """
+    if not hasattr(MessagePassing, "_set_jittable_templates") or not issubclass(stock, MessagePassing):
+        return {}
+    out: Dict[str, Any] = {}
+    for name in ("propagate", "edge_updater"):
+        if name == "edge_updater" and not _implemented(stock, "edge_update"):
+            continue
+        for k in stock.__mro__:
+            d = k.__dict__
+            if f"_orig_{name}" in d:
+                out[name] = d[f"_orig_{name}"]
+                break
+            fn = d.get(name)
+            if fn is not None and not getattr(fn, "__module__", "").endswith(f"_{name}"):
+                out[name] = fn
+                break
+    return out
+
+
 #: Methods PyG generates on the class at its first construction, and their step names.
 _GENERATED = {
     "propagate": "propagate", "_jinja_propagate": "propagate", "_orig_propagate": "propagate",
@@ -145,11 +171,15 @@ class DetailedPyG(InstrumentedLayer):
     (their copied ``forward`` has its own ``propagate`` step)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Wrap the stock class's python gather (``_collect``) for the subclass."""
+        """Wrap the stock class's python gather (``_collect``) for the subclass, and give it
+        the written ``propagate`` for PyG to generate from (see :func:`original_methods`)."""
         super().__init_subclass__(**kwargs)
-        for name, fn in method_wrappers(cls.__dict__.get("_ic_stock", object)).items():
+        stock = cls.__dict__.get("_ic_stock", object)
+        for name, fn in method_wrappers(stock).items():
             if name in ("_collect", "__collect__"):
                 setattr(cls, name, fn)
+        for name, fn in original_methods(stock).items():
+            setattr(cls, name, fn)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor; then PyG's generated gather runs inside a collect step."""
@@ -191,7 +221,7 @@ def generate(layer: Any) -> None:
     """Have PyG generate ``propagate`` for ``layer``'s class if it has not yet (a layer whose
     class was swapped by instrument()/uninstrument(): PyG generates at construction only)."""
     cls = type(layer)
-    if "propagate" in cls.__dict__ or not hasattr(layer, "_set_jittable_templates"):
+    if "_jinja_propagate" in cls.__dict__ or not hasattr(layer, "_set_jittable_templates"):
         return
     if "_ic_stock" in cls.__dict__:
         prepare_class(cls)
@@ -224,6 +254,8 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
         if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
             NOT_INSTRUMENTED[name] = "not a torch.nn.Module class"
             continue
-        ns = method_wrappers(stock) if issubclass(stock, MessagePassing) else {}
+        ns: Dict[str, Any] = {}
+        if issubclass(stock, MessagePassing):
+            ns = {**method_wrappers(stock), **original_methods(stock)}
         made[name] = make_class(stock, module, GenericPyG, ns)
     return made

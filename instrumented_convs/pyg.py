@@ -190,7 +190,9 @@ def gcn_norm(
 
 
 class GCNConv(DetailedPyG, _StockGCNConv):
-    """``torch_geometric.nn.GCNConv`` with its internal steps timed (a true drop-in)."""
+    """``torch_geometric.nn.GCNConv`` with its internal steps timed (a true drop-in): the
+    graph convolutional operator from the `"Semi-supervised Classification with Graph
+    Convolutional Networks" <https://arxiv.org/abs/1609.02907>`_ paper."""
 
     # PyG generates ``propagate`` from this class's *source*: it finds the call
     # ``self.propagate(...)`` after stripping comments with a regex that also eats the rest
