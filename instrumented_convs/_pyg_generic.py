@@ -174,7 +174,9 @@ class DetailedPyG(InstrumentedLayer):
         """Wrap the stock class's python gather (``_collect``) for the subclass, and give it
         the written ``propagate`` for PyG to generate from (see :func:`original_methods`)."""
         super().__init_subclass__(**kwargs)
-        stock = cls.__dict__.get("_ic_stock", object)
+        stock = cls.__dict__.get("_ic_stock")
+        if stock is None:  # a user's subclass of ours: it inherits all of this
+            return
         for name, fn in method_wrappers(stock).items():
             if name in ("_collect", "__collect__"):
                 setattr(cls, name, fn)
@@ -198,7 +200,8 @@ class GenericPyG(GenericLayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor, unchanged, with PyG's code generation made to work for us."""
         if isinstance(self, MessagePassing):
-            prepare_class(type(self))
+            # our class (the nearest, for a user's subclass of it, which inherits its reading)
+            prepare_class(next(k for k in type(self).__mro__ if "_ic_stock" in k.__dict__))
         super().__init__(*args, **kwargs)
 
     def to_stock(self) -> Any:

@@ -232,3 +232,27 @@ def test_decomposed_layers_switch_to_pygs_python_propagate_as_stock_does(name):
     (seen, out, exc), (our_seen, our_out, our_exc) = runs
     assert our_seen == seen and our_exc == exc
     assert out is None or (torch.equal(our_out, out) and len(seen) == 2)
+
+
+def test_users_subclasses_of_our_layers_work_and_record():
+    x, ei = _graph()
+
+    class Doubled(P.SAGEConv):
+        def forward(self, x, edge_index):
+            return 2 * super().forward(x, edge_index)
+
+    class Scaled(P.GCNConv):
+        def forward(self, x, edge_index, edge_weight=None):
+            return 3 * super().forward(x, edge_index, edge_weight)
+
+    torch.manual_seed(0)
+    stock = gnn.SAGEConv(8, 16)
+    torch.manual_seed(0)
+    ours = Doubled(8, 16)
+    assert torch.equal(ours(x, ei), 2 * stock(x, ei))
+    torch.manual_seed(0)
+    stock_gcn = gnn.GCNConv(8, 16)
+    torch.manual_seed(0)
+    assert torch.equal(Scaled(8, 16)(x, ei), 3 * stock_gcn(x, ei))
+    s = registry.summary()
+    assert s["SAGEConv/propagate/collect"].count == 1 and s["GCNConv/propagate/collect"].count == 1
