@@ -11,7 +11,7 @@ A fourth variant, ``no-op steps``, runs a detailed layer (GCNConv, GraphConv) wi
 of its step objects replaced by a do-nothing context manager: its difference to ``stock`` is
 the cost of the instrumented forward's own structure (extra Python frames, the per-forward
 checks), and ``enabled`` minus ``no-op steps`` is the cost of the steps themselves. Generic
-layers (SAGEConv, GATConv: hooks and wrappers, see ``instrumented_convs._generic``) have no
+layers (SAGEConv, GATConv: wrappers, no copied code, see ``instrumented_convs._generic``) have no
 such variant. For DGL's generic layers a fifth, ``stock, DGL unwrapped``, runs the stock layer
 with DGL's own functions put back (``_dgl_generic.uninstall``): its difference to ``stock``
 is what our wrappers of ``update_all`` and the kernels cost stock layers (one check each).

@@ -111,7 +111,7 @@ class GenericDGL(GenericLayer):
     """Mixin of the generic DGL layers: DGL's message passing and kernels as steps."""
 
     def _ic_after_init(self) -> None:
-        """Child hooks, and DGL's graph methods and kernels wrapped (once per process)."""
+        """Timed children, and DGL's graph methods and kernels wrapped (once per process)."""
         super()._ic_after_init()
         install()
 

@@ -213,7 +213,7 @@ class GenericPyG(GenericLayer):
         return out
 
     def _ic_after_init(self) -> None:
-        """Child hooks, and the steps around the message-passing code PyG generated."""
+        """Timed children, and the steps around the message-passing code PyG generated."""
         super()._ic_after_init()
         if isinstance(self, MessagePassing):
             generate(self)

@@ -286,7 +286,7 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
         return (), dict(norm=layer._norm, eps=layer._eps)
 
 
-# -- every other conv module of dgl.nn.pytorch.conv: generic layers (hooks, no copied code)
+# -- every other conv module of dgl.nn.pytorch.conv: generic layers (no copied code; _generic.py)
 _GENERIC = _dgl_generic.make_all(__name__, detailed=frozenset(__all__))
 globals().update(_GENERIC)
 __all__ += sorted(_GENERIC)

@@ -297,7 +297,7 @@ class GCNConv(DetailedPyG, _StockGCNConv):
         return (layer.in_channels, layer.out_channels), kwargs
 
 
-# -- every other conv class of torch_geometric.nn.conv: generic layers (hooks, no copied code)
+# -- every other conv class of torch_geometric.nn.conv: generic layers (no copied code; _generic.py)
 _GENERIC = _pyg_generic.make_all(__name__, detailed=frozenset(__all__))
 globals().update(_GENERIC)
 __all__ += sorted(_GENERIC)
