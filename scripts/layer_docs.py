@@ -89,6 +89,14 @@ relative to it. A backward path appears where the step's forward did differentia
 
 Use any of them by import (`from instrumented_convs.pyg import SAGEConv`) or convert a model
 you did not write: `instrumented_convs.instrument(model)`.
+
+Upstream's own tests of the most used layers run with these classes swapped in:
+`scripts/upstream_tests.py pyg|dgl` (its `--help` says how). No package registry ships
+them, so the files are read once from a git copy of upstream's repository, e.g.
+`python scripts/upstream_tests.py pyg --source PATH/TO/pytorch_geometric.git --tag 2.8.0`
+and `python scripts/upstream_tests.py dgl --source PATH/TO/dgl.git` (tag `v1.1.3`), and
+cached under `~/.cache/instrumented_convs/upstream/`; `scripts/test.sh` runs them wherever
+they are cached.
 """
 
 
