@@ -255,4 +255,6 @@ def test_users_subclasses_of_our_layers_work_and_record():
     torch.manual_seed(0)
     assert torch.equal(Scaled(8, 16)(x, ei), 3 * stock_gcn(x, ei))
     s = registry.summary()
-    assert s["SAGEConv/propagate/collect"].count == 1 and s["GCNConv/propagate/collect"].count == 1
+    assert s["SAGEConv/propagate/collect"].count == 1
+    # (GCNConv/propagate/collect where GCNConv's copied forward runs; GCNConv/collect on PyG 2.3, 2.4)
+    assert sum(r.count for r in s.rows if r.name.startswith("GCNConv/") and r.step == "collect") == 1
