@@ -17,7 +17,8 @@ generic DGL layer is built) sees every call without copying any DGL code. Steps:
 
 A wrapper records only while a generic layer's forward runs on this thread
 (:data:`._generic.inside`); everywhere else (stock layers, user code, the detailed
-``GraphConv``) it calls DGL's own function after one thread-local read.
+``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run: their copies
+time DGL's calls as steps of their own) it calls DGL's own function after one thread-local read.
 """
 from __future__ import annotations
 
@@ -27,10 +28,9 @@ import threading
 from typing import Any, Callable, Dict, List, Tuple
 
 from ._generic import GenericLayer, inside
-from ._stack import thread_stack
 from ._step import Step, instrumenting
 
-__all__ = ["GenericDGL", "install", "uninstall", "installed", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
+__all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,6 @@ def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not inside.n or not instrumenting():
-            return fn(*args, **kwargs)
-        owner = thread_stack()[-1].owner
-        if owner is not None and owner.name == name:  # the detailed GraphConv's own step
             return fn(*args, **kwargs)
         with st:
             return fn(*args, **kwargs)
@@ -102,11 +99,6 @@ def uninstall() -> None:
                 setattr(owner, attr, original)
 
 
-def installed() -> bool:
-    """Whether DGL's methods and kernels are wrapped in this process."""
-    return bool(_installed)
-
-
 class GenericDGL(GenericLayer):
     """Mixin of the generic DGL layers: DGL's message passing and kernels as steps."""
 
@@ -124,17 +116,7 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
     """A generic instrumented class for every class of ``dgl.nn.pytorch.conv.__all__`` not in
     ``detailed`` or :data:`NOT_INSTRUMENTED`, named as upstream, living in ``module``."""
     import dgl.nn.pytorch.conv as conv
-    import torch
 
-    from ._generic import make_class
+    from ._generic import make_all as make
 
-    made: Dict[str, type] = {}
-    for name in conv.__all__:
-        if name in detailed or name in NOT_INSTRUMENTED:
-            continue
-        stock = getattr(conv, name, None)
-        if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
-            NOT_INSTRUMENTED[name] = "not a torch.nn.Module class"
-            continue
-        made[name] = make_class(stock, module, GenericDGL)
-    return made
+    return make(conv, module, GenericDGL, detailed, NOT_INSTRUMENTED)

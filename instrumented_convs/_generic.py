@@ -25,7 +25,7 @@ from torch import Tensor
 from ._layers import InstrumentedLayer, instance_scope
 from ._step import Step, instrumenting, mark_outputs
 
-__all__ = ["GenericLayer", "make_class", "with_note", "inside", "device_of", "stock_copy", "strip_hooks"]
+__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "inside", "device_of", "stock_copy", "detach"]
 
 
 class _Inside(threading.local):
@@ -95,22 +95,22 @@ def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
             yield name, child
 
 
-def _hooked(child: torch.nn.Module) -> bool:
+def _timed(child: torch.nn.Module) -> bool:
     return isinstance(child.__dict__.get("forward"), _TimedForward)
 
 
 def attach(layer: torch.nn.Module, skip: FrozenSet[str]) -> None:
     """Time every direct child of ``layer`` (not in ``skip``) as a step; idempotent."""
     for name, child in _children(layer):
-        if name in skip or _hooked(child) or "forward" in child.__dict__:
+        if name in skip or _timed(child) or "forward" in child.__dict__:
             continue  # (a forward set on the instance by someone else is left alone)
         child.__dict__["forward"] = _TimedForward(child, Step(name))
 
 
-def strip_hooks(module: torch.nn.Module) -> None:
-    """Remove our timing from every direct child of ``module``."""
+def detach(module: torch.nn.Module) -> None:
+    """Remove our timing from every direct child of ``module`` (the reverse of :func:`attach`)."""
     for _, child in _children(module):
-        if _hooked(child):
+        if _timed(child):
             del child.__dict__["forward"]
 
 
@@ -221,6 +221,22 @@ def with_note(stock: type, note: str) -> str:
     """``stock``'s docstring (tools read it: PyG's cheatsheet finds the paper there) with a
     last paragraph saying what the instrumented class is."""
     return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
+
+
+def make_all(conv: Any, module: str, mixin: type, detailed: frozenset, not_instrumented: Dict[str, str],
+             namespace: Callable[[type], Dict[str, Any]] = lambda stock: {}) -> Dict[str, type]:
+    """A generic class (:func:`make_class`) for every class of ``conv.__all__`` (a framework's
+    conv module) not in ``detailed`` or ``not_instrumented``; non-modules are added there."""
+    made: Dict[str, type] = {}
+    for name in conv.__all__:
+        if name in detailed or name in not_instrumented:
+            continue
+        stock = getattr(conv, name, None)
+        if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
+            not_instrumented[name] = "not a torch.nn.Module class"
+            continue
+        made[name] = make_class(stock, module, mixin, namespace(stock))
+    return made
 
 
 def make_class(stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None) -> type:

@@ -16,7 +16,7 @@ from typing import Dict, TypeVar
 
 import torch
 
-from ._generic import convert, strip_hooks
+from ._generic import convert, detach
 from ._layers import InstrumentedLayer, name_layers
 
 __all__ = ["instrument", "uninstrument"]
@@ -71,7 +71,7 @@ def uninstrument(model: M) -> M:
     """
     for module in model.modules():
         if isinstance(module, InstrumentedLayer):
-            strip_hooks(module)
+            detach(module)
             stock = module._ic_stock
             module.__class__ = stock
             for attr in ("_ic_scope", "_ic_steps"):

@@ -244,21 +244,13 @@ NOT_INSTRUMENTED: Dict[str, str] = {
 def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
     """A generic instrumented class for every class of ``torch_geometric.nn.conv.__all__``
     not in ``detailed`` or :data:`NOT_INSTRUMENTED`, named as upstream, living in ``module``."""
-    import torch
     import torch_geometric.nn.conv as conv
 
-    from ._generic import make_class
+    from ._generic import make_all as make
 
-    made: Dict[str, type] = {}
-    for name in conv.__all__:
-        if name in detailed or name in NOT_INSTRUMENTED:
-            continue
-        stock = getattr(conv, name, None)
-        if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
-            NOT_INSTRUMENTED[name] = "not a torch.nn.Module class"
-            continue
-        ns: Dict[str, Any] = {}
-        if issubclass(stock, MessagePassing):
-            ns = {**method_wrappers(stock), **original_methods(stock)}
-        made[name] = make_class(stock, module, GenericPyG, ns)
-    return made
+    def namespace(stock: type) -> Dict[str, Any]:
+        if not issubclass(stock, MessagePassing):
+            return {}
+        return {**method_wrappers(stock), **original_methods(stock)}
+
+    return make(conv, module, GenericPyG, detailed, NOT_INSTRUMENTED, namespace)

@@ -41,6 +41,7 @@ from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
 from . import _dgl_generic
+from ._generic import inside
 from ._guard import guard, warn_fallback
 from ._layers import InstrumentedLayer
 from ._step import Step, instrumenting, mark_outputs
@@ -253,10 +254,14 @@ class GraphConv(InstrumentedLayer, _StockGraphConv):
         """The stock forward, with the steps of the module docstring recorded."""
         if not instrumenting():
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        with self._ic_step(graph.device):
-            if _GRAPH_CONV_OK:
-                return mark_outputs(_instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
-            return mark_outputs(super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
+        depth, inside.n = inside.n, 0  # inside a generic layer too: DGL's calls are our steps
+        try:
+            with self._ic_step(graph.device):
+                if _GRAPH_CONV_OK:
+                    return mark_outputs(_instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
+                return mark_outputs(super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
+        finally:
+            inside.n = depth
 
     @classmethod
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
@@ -275,10 +280,14 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
         """The stock forward with steps: positivity_check, out_weight, in_weight, apply_edges."""
         if not instrumenting():
             return super().forward(graph, edge_weight)
-        with self._ic_step(graph.device):
-            if _EDGE_WEIGHT_NORM_OK:
-                return mark_outputs(_instrumented_edge_weight_norm_forward(self, graph, edge_weight))
-            return mark_outputs(super().forward(graph, edge_weight))
+        depth, inside.n = inside.n, 0
+        try:
+            with self._ic_step(graph.device):
+                if _EDGE_WEIGHT_NORM_OK:
+                    return mark_outputs(_instrumented_edge_weight_norm_forward(self, graph, edge_weight))
+                return mark_outputs(super().forward(graph, edge_weight))
+        finally:
+            inside.n = depth
 
     @classmethod
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:

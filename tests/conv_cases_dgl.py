@@ -43,6 +43,8 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 import dgl  # noqa: E402
 import dgl.nn.pytorch.conv as dglconv  # noqa: E402
 
+from .helpers import gradients  # noqa: E402
+
 __all__ = ["Case", "CASES", "SKIP", "run", "build_pair", "stock_class"]
 
 
@@ -432,10 +434,5 @@ def run(module: nn.Module, case: Case) -> Dict[str, torch.Tensor]:
              for o in outs if o.is_floating_point() and o.requires_grad]
     if terms:
         torch.stack(terms).sum().backward()
-    for name, p in module.named_parameters():
-        if p.grad is not None:
-            result[f"grad.{name}"] = p.grad.detach().clone()
-    for i, leaf in enumerate(leaves):
-        if leaf.grad is not None:
-            result[f"grad.input.{i}"] = leaf.grad.detach().clone()
+    result.update(gradients(module, leaves))
     return result

@@ -30,6 +30,8 @@ from torch.nn import Linear as Lin
 from torch.nn import ReLU, Sequential
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor
 
+from .helpers import gradients  # noqa: E402
+
 __all__ = ["Case", "CASES", "SKIP", "run", "build_pair", "stock_class"]
 
 #: The installed PyG release as a tuple, e.g. ``(2, 8, 1)``.
@@ -471,10 +473,5 @@ def run(module: torch.nn.Module, case: Case) -> Dict[str, torch.Tensor]:
     if losses:
         torch.stack(losses).sum().backward()
     result = {k: v.detach() for k, v in outputs.items()}
-    for name, p in module.named_parameters():
-        if p.grad is not None:
-            result[f"grad.{name}"] = p.grad.detach().clone()
-    for i, leaf in enumerate(leaves):
-        if leaf.grad is not None:
-            result[f"grad.input.{i}"] = leaf.grad.detach().clone()
+    result.update(gradients(module, leaves))
     return result

@@ -81,3 +81,16 @@ def train_losses(model: Any, inputs: Any, y: Any, steps: int = 5, lr: float = 0.
         opt.step()
         trace.append(loss.item())
     return trace
+
+
+def gradients(module: torch.nn.Module, leaves: Any) -> Dict[str, torch.Tensor]:
+    """Copies of the gradients of ``module``'s parameters (``grad.<name>``) and of the input
+    tensors ``leaves`` (``grad.input.<i>``), those that have one (the conv case tables)."""
+    out: Dict[str, torch.Tensor] = {}
+    for name, p in module.named_parameters():
+        if p.grad is not None:
+            out[f"grad.{name}"] = p.grad.detach().clone()
+    for i, leaf in enumerate(leaves):
+        if leaf.grad is not None:
+            out[f"grad.input.{i}"] = leaf.grad.detach().clone()
+    return out

@@ -52,7 +52,8 @@ def test_dgl_detailed_graph_conv_inside_a_generic_layer_keeps_its_steps():
     s = registry.summary()
     paths = [r.name for r in s.rows if r.phase == "forward"]
     assert "GroupRevRes/gnn_modules.0/GraphConv/update_all" in paths
-    assert not any(p.endswith("update_all/update_all") for p in paths), paths
+    # the detailed layer's copy times DGL's calls itself, nested in a generic layer or not
+    assert not any(p.startswith("GroupRevRes/gnn_modules.0/GraphConv/update_all/") for p in paths), paths
 
 
 def test_dgl_hetero_graph_conv_wrapping_convs():

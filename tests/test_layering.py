@@ -37,9 +37,9 @@ ALLOWED: Dict[str, Set[str]] = {
     "_layers": {"_step"},
     "_generic": {"_layers", "_stack", "_step"},
     "_pyg_generic": {"_config", "_generic", "_layers", "_step"},
-    "_dgl_generic": {"_generic", "_stack", "_step"},
+    "_dgl_generic": {"_generic", "_step"},
     "pyg": {"_guard", "_layers", "_pyg_generic", "_step"},
-    "dgl": {"_dgl_generic", "_guard", "_layers", "_step"},
+    "dgl": {"_dgl_generic", "_generic", "_guard", "_layers", "_step"},
     "_instrument": {"_generic", "_layers", "_pyg_generic"},
 }
 CORE = list(ALLOWED)
