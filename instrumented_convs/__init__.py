@@ -13,7 +13,7 @@ together. Test plumbing (a fake clock, fake CUDA events) is in
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from ._config import Settings, configure, disable, disabled, enable, is_enabled, settings
 from ._instrument import instrument, uninstrument
@@ -58,9 +58,9 @@ __all__ = [
 ]
 
 
-def summary(by: str = "step", unit: Optional[str] = None) -> Summary:
-    """Shorthand for ``registry.summary(by, unit)``."""
-    return registry.summary(by=by, unit=unit)
+def summary(by: str = "step", unit: Optional[str] = None, all_ranks: bool = False, group: Any = None) -> Summary:
+    """Shorthand for ``registry.summary(by, unit, all_ranks, group)``."""
+    return registry.summary(by=by, unit=unit, all_ranks=all_ranks, group=group)
 
 
 def reset() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._clock import PendingTimes
 from ._stats import EntryStats, summarize
+from .distributed import merged_summary
 from .report import Summary
 
 Key = Union[str, Tuple[str, Optional[str]]]
@@ -243,14 +244,24 @@ class Registry:
                 for e in entries
             ]
 
-    def summary(self, by: str = "step", unit: Optional[str] = None) -> Summary:
+    def summary(
+        self, by: str = "step", unit: Optional[str] = None, all_ranks: bool = False, group: Any = None,
+    ) -> Summary:
         """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
 
         ``by="step"`` merges each step path across layer instances (scopes);
         ``by="layer"`` gives one row per (layer instance, step path).
+
+        ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a
+        collective over ``group`` (default: the default process group) that every rank must
+        call, returning on every rank the merged summary, with the spread across ranks per
+        step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
+        initialised process group it raises RuntimeError.
         """
         if by not in ("step", "layer"):
             raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
+        if all_ranks:
+            return merged_summary(self.snapshot(), by=by, unit=unit, group=group)
         return summarize(self.snapshot(), by=by, unit=unit)
 
 

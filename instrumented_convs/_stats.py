@@ -4,10 +4,12 @@ The registry hands over a snapshot, a list of :class:`EntryStats` (plain data: i
 nanoseconds and the index of each record's parent); :func:`summarize` groups it by step
 path (merging layer instances) or by layer, computes self time, mean, standard deviation
 and the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
-Nothing here knows how the numbers were measured or stored.
+:func:`merge_ranks` does the same for the snapshots of several processes, merged.
+Nothing here knows how the numbers were measured, stored or gathered.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -113,3 +115,42 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
             errors=g["errors"], untimed=g["untimed"], phase=g["phase"],
         ))
     return Summary(rows, unit=unit, by=by, grand_total=grand * 1e-9)
+
+
+def merge_ranks(
+    snapshots: Sequence[Sequence[EntryStats]], by: str = "step", unit: Optional[str] = None,
+) -> Summary:
+    """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``).
+
+    The merged rows are the summary of all the ranks' entries together: counts, totals,
+    self times and squared sums add up, min and max are over every rank's calls, and a
+    step that only some ranks ran still has its row (siblings in order of first use, rank
+    0's first). Each merged row also says how the ranks differ: how many ranks recorded the
+    step, the slowest rank's total (and which rank), and the fastest total of a rank that
+    recorded it. ``by_rank()`` of the result gives each rank's own summary, whose rows carry
+    their ``rank``.
+    """
+    parts = []
+    for rank, stats in enumerate(snapshots):
+        own = summarize(stats, by=by, unit=unit)
+        parts.append(Summary([dataclasses.replace(r, rank=rank) for r in own.rows], unit=unit, by=by,
+                             grand_total=own.grand_total))
+    combined: List[EntryStats] = []
+    for stats in snapshots:
+        offset = len(combined)
+        combined.extend(s._replace(parent=s.parent + offset) if s.parent >= 0 else s for s in stats)
+    merged = summarize(combined, by=by, unit=unit)
+
+    seen: Dict[Tuple[Optional[str], str, str], List[Tuple[float, int]]] = {}
+    for rank, part in enumerate(parts):
+        for r in part.rows:
+            seen.setdefault((r.scope, r.name, r.phase), []).append((r.total, rank))
+    rows = []
+    for r in merged.rows:
+        totals = seen.get((r.scope, r.name, r.phase), [])
+        if totals:
+            slow, slow_rank = max(totals, key=lambda t: (t[0], -t[1]))  # a tie: the lowest rank
+            r = dataclasses.replace(r, ranks=len(totals), slowest=slow, slowest_rank=slow_rank,
+                                    fastest=min(t for t, _ in totals))
+        rows.append(r)
+    return Summary(rows, unit=unit, by=by, grand_total=merged.grand_total, per_rank=parts)

@@ -8,6 +8,11 @@ fractions plus its own self fraction add up to its fraction, so nothing is count
 
 A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
 the forward's, marked ``[backward]`` in the table; see :mod:`instrumented_convs._backward`).
+
+A summary merged over processes (``registry.summary(all_ranks=True)``, see
+:mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),
+and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
+The table itself is drawn by :class:`~instrumented_convs._table.TableRenderer`.
 """
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ import dataclasses
 import io
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-#: Time units a table can use, largest first: (name, seconds per unit).
-UNITS: Tuple[Tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+from ._table import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
+
+__all__ = ["Row", "Summary", "TableRenderer", "UNITS", "BACKWARD_MARK", "choose_unit"]
 
 
 @dataclass(frozen=True)
@@ -43,27 +49,34 @@ class Row:
     errors: int = 0  #: calls that ended with an exception (timed all the same)
     untimed: int = 0  #: calls not timed (CUDA-graph capture, or a partial backward)
     phase: str = "forward"  #: ``forward``, or ``backward`` for the backward of a step
+    #: The process's rank, in a row of one rank's part of a merged summary (else ``None``).
+    rank: Optional[int] = None
+    #: Merged rows only (else ``None``): how many ranks recorded this step,
+    ranks: Optional[int] = None
+    slowest: Optional[float] = None  #: the largest total of one rank,
+    slowest_rank: Optional[int] = None  #: the rank with that total (the lowest, on a tie),
+    fastest: Optional[float] = None  #: the smallest total of a rank that recorded the step.
 
     @property
     def parent(self) -> Optional[str]:
         """The path of the enclosing step, or ``None`` at the top level."""
         return self.name.rsplit("/", 1)[0] if "/" in self.name else None
 
+    @property
+    def spread(self) -> Optional[float]:
+        """Slowest over fastest rank's total (merged rows; ``None`` otherwise)."""
+        if self.slowest is None or self.fastest is None:
+            return None
+        if self.fastest == 0:
+            return 1.0 if self.slowest == 0 else float("inf")
+        return self.slowest / self.fastest
+
 
 _FIELDS = [f.name for f in dataclasses.fields(Row)]
-_INT_FIELDS = {"depth", "count", "errors", "untimed"}
+_INT_FIELDS = {"depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank"}
 _STR_FIELDS = {"name", "step", "scope", "kind", "phase"}
-#: The label suffix of backward rows in the table (and of their NVTX ranges).
-BACKWARD_MARK = " [backward]"
-
-
-def choose_unit(seconds: Sequence[float]) -> Tuple[str, float]:
-    """The unit in which the largest of ``seconds`` reads between 1 and 1000."""
-    largest = max((abs(s) for s in seconds), default=0.0)
-    for name, scale in UNITS:
-        if largest >= scale:
-            return name, scale
-    return UNITS[-1]
+#: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).
+_OPTIONAL = {"scope", "rank", "ranks", "slowest", "slowest_rank", "fastest"}
 
 
 class Summary:
@@ -71,12 +84,14 @@ class Summary:
 
     def __init__(
         self, rows: Sequence[Row], unit: Optional[str] = None, by: str = "step",
-        grand_total: Optional[float] = None,
+        grand_total: Optional[float] = None, per_rank: Optional[Sequence["Summary"]] = None,
     ) -> None:
         """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
 
         ``grand_total`` (seconds) is what the fractions are shares of; it defaults to the
         sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
+        ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
+        order (what :meth:`by_rank` returns).
         """
         if unit is not None and unit not in dict(UNITS):
             raise ValueError(f"unit must be one of {[u for u, _ in UNITS]}, not {unit!r}")
@@ -87,6 +102,7 @@ class Summary:
             grand_total if grand_total is not None
             else sum(row.total for row in self.rows if row.depth == 0)
         )
+        self._per_rank = None if per_rank is None else list(per_rank)
 
     # -- access ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Row]:
@@ -109,11 +125,28 @@ class Summary:
         return any(row.name == path for row in self.rows)
 
     def __eq__(self, other: object) -> bool:
-        """Same rows, unit and grouping."""
+        """Same rows, unit, grouping, grand total and per-rank parts."""
         if not isinstance(other, Summary):
             return NotImplemented
-        return (self.rows, self.unit, self.by, self.grand_total) == (
-            other.rows, other.unit, other.by, other.grand_total)
+        return (self.rows, self.unit, self.by, self.grand_total, self._per_rank) == (
+            other.rows, other.unit, other.by, other.grand_total, other._per_rank)
+
+    @property
+    def world_size(self) -> Optional[int]:
+        """How many ranks this summary merges (``None``: the summary of one process)."""
+        return None if self._per_rank is None else len(self._per_rank)
+
+    def by_rank(self) -> List["Summary"]:
+        """One summary per rank, in rank order (a summary merged over ranks only).
+
+        Each part's rows carry their ``rank``; its fractions are shares of that rank's own
+        grand total.
+        """
+        if self._per_rank is None:
+            raise ValueError(
+                "this summary is of one process: registry.summary(all_ranks=True) merges the "
+                "ranks of a torch.distributed job and keeps one summary per rank")
+        return list(self._per_rank)
 
     def find(self, step: str) -> List[Row]:
         """Every row whose last path component is ``step``."""
@@ -145,28 +178,40 @@ class Summary:
             and (max_depth is None or r.depth <= max_depth)
             and (phase is None or r.phase == phase)
         ]
-        return Summary(rows, unit=self.unit, by=self.by, grand_total=self.grand_total)
+        parts = None if self._per_rank is None else [
+            part.select(prefix, max_depth, phase) for part in self._per_rank]
+        return Summary(rows, unit=self.unit, by=self.by, grand_total=self.grand_total, per_rank=parts)
 
     # -- rendering --------------------------------------------------------------------------
-    def table(self, unit: Optional[str] = None, title: str = "Timer summary") -> str:
-        """The rendered table (see :class:`TableRenderer`)."""
-        return TableRenderer(unit=unit or self.unit, title=title).render(self)
+    def table(self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True) -> str:
+        """The rendered table (see :class:`TableRenderer`).
+
+        A summary merged over ranks gets the Slowest and Spread columns unless ``spread=False``.
+        """
+        return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)
 
     def __str__(self) -> str:
         """The rendered table."""
         return self.table()
 
     def __repr__(self) -> str:
-        """``Summary(N rows, total=..., by=...)``."""
-        return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r})"
+        """``Summary(N rows, total=..., by=...)`` (and ``ranks=N`` when merged)."""
+        ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"
+        return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r}{ranks})"
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        """A JSON-ready dict: ``{"by", "unit", "rows": [row fields...]}``."""
-        return {
+        """A JSON-ready dict: ``{"by", "unit", "grand_total", "rows": [row fields...]}``.
+
+        A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
+        """
+        data = {
             "by": self.by, "unit": self.unit, "grand_total": self.grand_total,
             "rows": [dataclasses.asdict(r) for r in self.rows],
         }
+        if self._per_rank is not None:
+            data["per_rank"] = [part.to_dict() for part in self._per_rank]
+        return data
 
     def to_json(self, indent: Optional[int] = 2) -> str:
         """The summary as JSON text (``Summary.from_json`` reads it back exactly)."""
@@ -175,9 +220,11 @@ class Summary:
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Summary":
         """Rebuild a summary from :meth:`to_dict` output."""
+        parts = data.get("per_rank")
         return cls(
             [Row(**r) for r in data["rows"]], unit=data.get("unit"), by=data.get("by", "step"),
             grand_total=data.get("grand_total"),
+            per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
         )
 
     @classmethod
@@ -185,12 +232,30 @@ class Summary:
         """Rebuild a summary from :meth:`to_json` output."""
         return cls.from_dict(json.loads(text))
 
+    def _all_rows(self) -> List[Row]:
+        """The rows, then (merged over ranks) every rank's rows, which carry their ``rank``."""
+        return self.rows + [r for part in self._per_rank or () for r in part.rows]
+
+    @classmethod
+    def _from_rows(cls, rows: List[Row], by: str, grand_total: Optional[float]) -> "Summary":
+        """The summary of exported rows: those without a rank, and a part per rank if both."""
+        merged = [r for r in rows if r.rank is None]
+        if not merged or len(merged) == len(rows):
+            return cls(rows, by=by, grand_total=grand_total)
+        ranks = sorted({r.rank for r in rows if r.rank is not None})
+        parts = [cls([r for r in rows if r.rank == k], by=by) for k in range(max(ranks) + 1)]
+        return cls(merged, by=by, grand_total=grand_total, per_rank=parts)
+
     def to_csv(self) -> str:
-        """The rows as CSV text with a header line (times in seconds, repr precision)."""
+        """The rows as CSV text with a header line (times in seconds, repr precision).
+
+        A summary merged over ranks writes its merged rows (empty ``rank``) and then each
+        rank's rows (``rank`` set): :meth:`from_csv` rebuilds both.
+        """
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=_FIELDS, lineterminator="\n")
         writer.writeheader()
-        for row in self.rows:
+        for row in self._all_rows():
             d = dataclasses.asdict(row)
             d = {k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in d.items()}
             writer.writerow(d)
@@ -202,13 +267,16 @@ class Summary:
         rows = []
         for d in csv.DictReader(io.StringIO(text)):
             rows.append(Row(**{k: _parse(k, v) for k, v in d.items()}))
-        return cls(rows, by=by, grand_total=grand_total)
+        return cls._from_rows(rows, by, grand_total)
 
     def to_dataframe(self) -> Any:
-        """The rows as a pandas DataFrame, one column per :class:`Row` field."""
+        """The rows as a pandas DataFrame, one column per :class:`Row` field.
+
+        Merged over ranks: the merged rows (``rank`` missing), then each rank's rows.
+        """
         import pandas as pd
 
-        return pd.DataFrame([dataclasses.asdict(r) for r in self.rows], columns=_FIELDS)
+        return pd.DataFrame([dataclasses.asdict(r) for r in self._all_rows()], columns=_FIELDS)
 
     @classmethod
     def from_dataframe(cls, frame: Any, by: str = "step", grand_total: Optional[float] = None) -> "Summary":
@@ -220,7 +288,7 @@ class Summary:
                 if k not in record:  # a frame saved before the field existed
                     continue
                 v = record[k]
-                if k == "scope" and (v is None or v != v):  # NaN from pandas
+                if k in _OPTIONAL and (v is None or v != v):  # NaN from pandas
                     v = None
                 elif k in _INT_FIELDS:
                     v = int(v)
@@ -228,83 +296,14 @@ class Summary:
                     v = float(v)
                 values[k] = v
             rows.append(Row(**values))
-        return cls(rows, by=by, grand_total=grand_total)
+        return cls._from_rows(rows, by, grand_total)
 
 
 def _parse(field: str, value: str) -> Any:
-    if field == "scope":
-        return value or None
+    if field in _OPTIONAL and value == "":
+        return None
     if field in _STR_FIELDS:
         return value
     if field in _INT_FIELDS:
         return int(value)
     return float(value)
-
-
-class TableRenderer:
-    """Renders a :class:`Summary` as the text table of the original study, extended.
-
-    Columns: Event (indented by depth), Count, Average, Total, Self, Min, Max, Std, Frac.
-    One time unit for the whole table, chosen so the largest average reads between 1 and
-    1000, and stated in the title line.
-    """
-
-    COLUMNS = ("Count", "Average", "Total", "Self", "Min", "Max", "Std", "Frac.")
-
-    def __init__(self, unit: Optional[str] = None, title: str = "Timer summary") -> None:
-        """A renderer with a fixed ``unit`` (or automatic) and a title."""
-        self.unit = unit
-        self.title = title
-
-    def render(self, summary: Summary) -> str:
-        """The table as a string (no trailing newline)."""
-        rows = summary.rows
-        if self.unit is not None:
-            unit, scale = self.unit, dict(UNITS)[self.unit]
-        else:
-            unit, scale = choose_unit([r.mean for r in rows])
-        by_layer = summary.by == "layer"
-        labels = [
-            ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
-            for r in rows
-        ]
-        event_w = max([30] + [len(label) for label in labels])
-        layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
-
-        def num(seconds: float) -> str:
-            return f"{seconds / scale:.3f}"
-
-        cells = []
-        for r in rows:
-            cells.append([
-                str(r.count), num(r.mean), num(r.total), num(r.self_time), num(r.min),
-                num(r.max), num(r.std), f"{100.0 * r.fraction:.1f}%",
-            ])
-        widths = [
-            max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(self.COLUMNS)
-        ]
-        header = "  " + "Event".ljust(event_w)
-        if by_layer:
-            header += " | " + "Layer".ljust(layer_w)
-        header += "".join(" | " + col.rjust(w) for col, w in zip(self.COLUMNS, widths))
-        width = len(header)
-        head = f"--- {self.title} (times in {unit}) "
-        lines = [head + "-" * max(3, width - len(head)), header]
-        for r, label, c in zip(rows, labels, cells):
-            line = label.ljust(event_w + 2)
-            if by_layer:
-                line += " | " + (r.scope or "").ljust(layer_w)
-            line += "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
-            lines.append(line)
-        lines.append("-" * width)
-        total = summary.total
-        lines.append(
-            f"Frac.: share of the total of top-level steps ({total / scale:.3f} {unit}); "
-            "a step's Frac. = its Self share + its children's Frac."
-        )
-        notes = [
-            f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors
-        ] + [f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
-                 "that ran part of the step)" for r in rows if r.untimed]
-        lines.extend(notes)
-        return "\n".join(lines)

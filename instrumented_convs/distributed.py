@@ -1,0 +1,73 @@
+"""Summaries merged over processes, with torch.distributed's own collectives.
+
+Under DistributedDataParallel (``torchrun --nproc-per-node N train.py``) every process has
+its own registry. ``registry.summary(all_ranks=True)`` joins them: every rank of the
+process group calls it (it is a collective, like ``all_reduce``), each rank's statistics
+travel to every other rank in one ``torch.distributed.all_gather_object``, and every rank
+gets the same merged :class:`~instrumented_convs.report.Summary`:
+
+- counts, totals and self times summed over ranks, min and max over every rank's calls,
+  the standard deviation of all the calls together; steps that only some ranks ran
+  still appear;
+- per step, how the ranks differ: ``row.slowest`` (the slowest rank's total),
+  ``row.slowest_rank``, ``row.fastest``, ``row.spread`` (slowest / fastest), ``row.ranks``
+  (how many ranks ran the step); the table shows them as its Slowest and Spread columns;
+- ``summary.by_rank()``: one summary per rank, in rank order.
+
+Any backend works: gloo on CPU; with NCCL, ``all_gather_object`` stages the data on
+``torch.cuda.current_device()``, so each rank must have called ``torch.cuda.set_device``
+first (as every NCCL program does). Pending CUDA event timings are resolved on each rank
+before the exchange. Nothing here opens sockets or files: the process group is the user's.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence
+
+from ._stats import EntryStats, merge_ranks
+from .report import Summary
+
+__all__ = ["merged_summary"]
+
+_NO_GROUP = (
+    "summary(all_ranks=True) merges the registries of a torch.distributed job over its "
+    "process group, and {why}. Call torch.distributed.init_process_group() first on every "
+    "rank (torchrun sets the environment it reads: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), "
+    "or call summary() without all_ranks for this process alone."
+)
+
+
+def _dist() -> Any:
+    """``torch.distributed``, initialised, or a RuntimeError that says what to do."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise RuntimeError(_NO_GROUP.format(why="this build of torch has no torch.distributed"))
+    if not dist.is_initialized():
+        raise RuntimeError(_NO_GROUP.format(why="no default process group is initialised"))
+    return dist
+
+
+def merged_summary(
+    snapshot: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None, group: Any = None,
+) -> Summary:
+    """The summary of every rank's ``snapshot``, merged (a collective over ``group``).
+
+    Every rank of ``group`` (default: the default process group) must call it; every rank
+    gets the same result. ``snapshot`` is this rank's ``registry.snapshot()``.
+    """
+    dist = _dist()
+    if dist.get_rank(group) < 0:
+        raise ValueError("this process is not a member of the process group given to summary()")
+    world = dist.get_world_size(group)
+    mine = [tuple(entry) for entry in snapshot]  # plain tuples: nothing of ours is unpickled
+    gathered: List[Any] = [None] * world
+    dist.all_gather_object(gathered, (EntryStats._fields, mine), group=group)
+    snapshots = []
+    for rank, (fields, entries) in enumerate(gathered):
+        if tuple(fields) != EntryStats._fields:
+            raise RuntimeError(
+                f"rank {rank} runs another version of instrumented_convs (its statistics have the "
+                f"fields {list(fields)}, ours {list(EntryStats._fields)}): install the same version "
+                "on every rank")
+        snapshots.append([EntryStats(*entry) for entry in entries])
+    return merge_ranks(snapshots, by=by, unit=unit)
