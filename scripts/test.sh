@@ -7,8 +7,9 @@
 #   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
 #      requirements/main.txt as constraints), an example and the demo run from it;
 #   4. the Sphinx docs, warnings as errors, and smoke runs of the benchmarks;
-#   5. a short study under real Nsight Systems, checking our NVTX ranges in its report
-#      (installs Debian's nsight-systems first if it is missing and we are root);
+#   5. a short study under real Nsight Systems, checking our NVTX ranges in its report, and
+#      a two-process torch.distributed job with one report per rank (installs Debian's
+#      nsight-systems first if it is missing and we are root);
 #   6. the core and DGL tests, and the DGL nsys check, in the newest-DGL environment
 #      (torch 2.2.1, dgl 2.1.0, nvtx 0.2.17).
 # Usage: bash scripts/test.sh [extra pytest args]
@@ -80,7 +81,7 @@ if ! command -v nsys >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   bash scripts/install_nsys.sh >/dev/null
 fi
 if command -v nsys >/dev/null 2>&1; then
-  "$main/bin/python" scripts/nsys_check.py --python "$main/bin/python"
+  "$main/bin/python" scripts/nsys_check.py --python "$main/bin/python" --ranks
 else
   echo "nsys missing and not root: cannot install Debian's nsight-systems; skipping the nsys check"
   if [ "${CI:-}" = true ]; then exit 1; fi
@@ -93,7 +94,7 @@ echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \
   tests/test_core.py tests/test_report.py tests/test_cuda_timing.py tests/test_nvtx.py \
   tests/test_layering.py tests/test_guard.py tests/test_backward.py $(ls tests/test_dgl*.py 2>/dev/null) \
-  tests/test_generic_dgl.py tests/test_all_convs.py "$@"
+  tests/test_generic_dgl.py tests/test_all_convs.py tests/test_distributed.py "$@"
 # nvtx 0.2.17 here: its ranges must reach nsys 2022.4 too (see docs/nsys.md)
 "$dgl2/bin/python" scripts/nsys_check.py --python "$dgl2/bin/python" --platform dgl
 echo "== all checks passed"; stamp

@@ -5,7 +5,8 @@
 Rank r does a different amount of work: ``3 + r`` epochs of a step ``epoch`` with
 ``forward`` inside (times exact on a fake clock with gloo: rank r's ``forward`` takes
 ``(r + 1)`` µs, its ``epoch`` ``(r + 1)`` µs more), a step ``only_last`` that only the last
-rank runs, and ``2 + r`` forward and backward passes of a real instrumented PyG GCNConv.
+rank runs, and ``2 + r`` forward and backward passes of a real instrumented PyG GCNConv (DGL's
+GraphConv where PyG is not installed).
 Then every rank calls the merged summaries and writes what it got to ``OUT/rank<r>.json``;
 the test process checks the numbers.
 """
@@ -47,15 +48,25 @@ def main(out: str, backend: str) -> None:
             with step("only_last"):
                 clock.advance(7000)
 
-    from instrumented_convs.pyg import GCNConv
-
-    conv = GCNConv(4, 3).to(device)
-    ic.name_layers(torch.nn.ModuleDict({"conv": conv}))
     x = torch.randn(5, 4, device=device)
-    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]], device=device)
+    src, dst = [0, 1, 2, 3, 4], [1, 2, 3, 4, 0]
+    try:  # PyG where it is installed (the main and GPU environments), else DGL (newest DGL's)
+        from instrumented_convs.pyg import GCNConv
+
+        conv, layer, inner = GCNConv(4, 3).to(device), "GCNConv", "propagate/message"
+        edge_index = torch.tensor([src, dst], device=device)
+        call = lambda: conv(x, edge_index)  # noqa: E731
+    except ImportError:
+        import dgl
+        from instrumented_convs.dgl import GraphConv
+
+        conv, layer, inner = GraphConv(4, 3).to(device), "GraphConv", "update_all"
+        graph = dgl.graph((src, dst)).to(device)
+        call = lambda: conv(graph, x)  # noqa: E731
+    ic.name_layers(torch.nn.ModuleDict({"conv": conv}))
     for _ in range(2 + rank):
         with region("layer", device=device):
-            conv(x, edge_index).sum().backward()
+            call().sum().backward()
 
     merged = ic.summary(all_ranks=True)
     by_layer = ic.summary(by="layer", all_ranks=True)
@@ -72,7 +83,7 @@ def main(out: str, backend: str) -> None:
             alone = str(exc)
     dist.barrier()
     result = dict(
-        rank=rank, world=world, error=error, merged=merged.to_dict(), table=str(merged),
+        rank=rank, world=world, error=error, layer=layer, inner=inner, merged=merged.to_dict(), table=str(merged),
         plain_table=merged.table(spread=False), csv=merged.to_csv(), by_layer=by_layer.to_dict(),
         mine=mine.to_dict(), alone=alone,
     )
