@@ -8,6 +8,10 @@ timers. This subpackage reproduces it with the instrumented layers, as reusable 
   (:data:`SHAPES`, :func:`synthetic_graph`) and the real loaders (:func:`load_graph`);
 - :mod:`~instrumented_convs.study.models`: the 3-layer GCN for PyG and DGL (:func:`build_model`);
 - :mod:`~instrumented_convs.study.loop`: the training loop with timed epoch phases (:func:`train`);
+- :mod:`~instrumented_convs.study.minibatch`: mini-batch training on neighbour-sampled
+  subgraphs (PyG ``NeighborLoader``, DGL blocks), the loader timed too, optionally under
+  ``DistributedDataParallel``; :mod:`~instrumented_convs.study.minibatch_cli` is the command
+  line of ``examples/minibatch.py`` and ``examples/ddp.py``;
 - :mod:`~instrumented_convs.study.compare` and :mod:`~instrumented_convs.study.plot`: PyG and
   DGL side by side, aligned by role, as a table and as a chart;
 - :mod:`~instrumented_convs.study.bench`: what the instrumentation costs (stock vs instrumented);
@@ -18,12 +22,13 @@ It uses only the package's public face (``region``, ``registry``, ``disabled``,
 ``name_layers``, ``instrumented_convs.pyg`` / ``.dgl``).
 """
 from .cli import StudyRun, add_study_arguments, report, run_study, study_main, write_json
-from .data import SHAPES, DatasetNotFound, GraphData, MissingDependency, load_graph, synthetic_graph
+from .data import SHAPES, DatasetNotFound, GraphData, MissingDependency, load_graph, scaled_shape, synthetic_graph
 from .loop import TrainResult, accuracy, train
 from .models import DglGCN, PygGCN, build_model, require_torch_sparse
 
 __all__ = [
     "SHAPES",
+    "scaled_shape",
     "GraphData",
     "synthetic_graph",
     "load_graph",

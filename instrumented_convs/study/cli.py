@@ -91,13 +91,13 @@ class StudyRun:
     model: str = "gcn"
 
 
-def _progress(total: int, desc: str) -> Any:
+def _progress(total: int, desc: str, unit: str = "epoch") -> Any:
     """A tqdm bar, or ``None`` where tqdm is not installed (it is an optional dependency)."""
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, unit="epoch", leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, leave=False)
 
 
 def run_study(args: Any) -> StudyRun:

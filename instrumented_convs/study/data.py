@@ -2,7 +2,8 @@
 
 - :func:`synthetic_graph` generates a graph of a given shape whose labels are learnable from
   the features and the neighbourhood (deterministic given the seed); :data:`SHAPES` holds
-  ogbn-arxiv's and Cora's shapes (and a tiny one for smoke runs).
+  ogbn-arxiv's, ogbn-products' and Cora's shapes (and a tiny one for smoke runs), and
+  :func:`scaled_shape` shrinks one for small machines (``synthetic-products`` at ``0.01``).
 - :func:`load_graph` returns the real dataset (ogb / PyG / DGL loaders) when it is on disk
   under ``root``, and raises :class:`DatasetNotFound`, explaining how to get it, when it is
   not; ``synthetic-*`` names generate. :class:`MissingDependency` is the other error the
@@ -17,18 +18,50 @@ from typing import Any, Dict, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["SHAPES", "GraphData", "synthetic_graph", "DatasetNotFound", "MissingDependency", "load_graph"]
+__all__ = ["SHAPES", "scaled_shape", "GraphData", "synthetic_graph", "DatasetNotFound", "MissingDependency", "load_graph"]
 
 #: Shapes of the study's datasets. ``num_edges`` counts directed edges before symmetrising
-#: for arxiv (as ogbn-arxiv stores them), and after for Cora (as Planetoid stores them).
+#: for arxiv (as ogbn-arxiv stores them), and after for Cora (as Planetoid stores them) and
+#: products (61,859,140 undirected edges, 123,718,280 directed: ogbn-products' shape).
 SHAPES: Dict[str, Dict[str, Any]] = {
     "synthetic-arxiv": dict(num_nodes=169_343, num_edges=1_166_243, symmetric_count=False,
                             num_features=128, num_classes=40, split=(90_941, 29_799, 48_603)),
+    "synthetic-products": dict(num_nodes=2_449_029, num_edges=123_718_280, symmetric_count=True,
+                               num_features=100, num_classes=47, split=(196_615, 39_323, 2_213_091)),
     "synthetic-cora": dict(num_nodes=2_708, num_edges=10_556, symmetric_count=True,
                            num_features=1_433, num_classes=7, split=(140, 500, 1_000)),
     "synthetic-quick": dict(num_nodes=1_000, num_edges=6_000, symmetric_count=False,
                             num_features=16, num_classes=5, split=(500, 200, 300)),
 }
+
+#: The fewest nodes, and nodes per split part, of a shape shrunk by :func:`scaled_shape`.
+MIN_NODES, MIN_SPLIT = 64, 4
+
+
+def scaled_shape(name: str, scale: float) -> Dict[str, Any]:
+    """The shape ``SHAPES[name]`` with its nodes, edges and split sizes multiplied by ``scale``.
+
+    The mean degree stays that of the full shape, so a sampled mini-batch costs about what it
+    costs on the full graph. At least :data:`MIN_NODES` nodes and :data:`MIN_SPLIT` nodes per
+    split part; edges are capped at a quarter of the possible pairs (a tiny scale of a dense
+    shape cannot keep its degree). ``scale=1`` returns the shape unchanged.
+    """
+    if name not in SHAPES:
+        raise ValueError(f"unknown shape {name!r}; choose one of {sorted(SHAPES)}")
+    if not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], not {scale}")
+    shape = dict(SHAPES[name])
+    if scale == 1:
+        return shape
+    n = max(MIN_NODES, round(shape["num_nodes"] * scale))
+    edges = min(max(2, round(shape["num_edges"] * scale)), n * (n - 1) // 4)
+    if shape["symmetric_count"]:
+        edges -= edges % 2  # both directions of each undirected edge
+    parts = [max(MIN_SPLIT, round(part * scale)) for part in shape["split"]]
+    while sum(parts) > n:  # the minimum sizes overshoot a tiny graph: shrink the largest part
+        parts[parts.index(max(parts))] -= sum(parts) - n
+    shape.update(num_nodes=n, num_edges=edges, split=tuple(parts))
+    return shape
 
 
 @dataclass

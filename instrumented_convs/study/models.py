@@ -77,10 +77,21 @@ class DglGCN(torch.nn.Module):
                                           conv_cls(hidden, classes)])
 
     def forward(self, x: Tensor, graph: Any) -> Tensor:
-        """Same shape as :class:`PygGCN`; DGL layers take the graph first."""
-        for conv in self.convs[:-1]:
-            x = F.relu(conv(graph, x))
-        return F.log_softmax(self.convs[-1](graph, x), dim=-1)
+        """Same shape as :class:`PygGCN`; DGL layers take the graph first.
+
+        ``graph`` is one ``DGLGraph`` (full graph: every layer on it), or a list of blocks,
+        one per layer (a sampled mini-batch: layer ``i`` runs ``conv(blocks[i], x)``, and
+        the output has a row per destination node of the last block).
+        """
+        if isinstance(graph, (list, tuple)):
+            if len(graph) != len(self.convs):
+                raise ValueError(f"{len(self.convs)} layers need {len(self.convs)} blocks, got {len(graph)}")
+            graphs = list(graph)
+        else:
+            graphs = [graph] * len(self.convs)
+        for conv, g in zip(self.convs[:-1], graphs):
+            x = F.relu(conv(g, x))
+        return F.log_softmax(self.convs[-1](graphs[-1], x), dim=-1)
 
 
 def _conv_cls(platform: str, model: str, stock: bool) -> Any:
