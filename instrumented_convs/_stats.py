@@ -127,7 +127,7 @@ def merge_ranks(
     step that only some ranks ran still has its row (siblings in order of first use, rank
     0's first). Each merged row also says how the ranks differ: how many ranks recorded the
     step, the slowest rank's total (and which rank), and the fastest total of a rank that
-    recorded it. ``by_rank()`` of the result gives each rank's own summary, whose rows carry
+    recorded it (ranks whose calls of the step were all untimed are left out of these). ``by_rank()`` of the result gives each rank's own summary, whose rows carry
     their ``rank``.
     """
     parts = []
@@ -144,7 +144,8 @@ def merge_ranks(
     seen: Dict[Tuple[Optional[str], str, str], List[Tuple[float, int]]] = {}
     for rank, part in enumerate(parts):
         for r in part.rows:
-            seen.setdefault((r.scope, r.name, r.phase), []).append((r.total, rank))
+            if r.count:  # a rank whose calls were all untimed has no total to compare
+                seen.setdefault((r.scope, r.name, r.phase), []).append((r.total, rank))
     rows = []
     for r in merged.rows:
         totals = seen.get((r.scope, r.name, r.phase), [])

@@ -1,7 +1,8 @@
 """The text table of a summary: units, labels, and the renderer that only reads rows.
 
-:class:`TableRenderer` takes one summary object (anything with ``rows``, ``by``, ``total``
-and ``by_rank()``, in practice :class:`~instrumented_convs.report.Summary`) and returns
+:class:`TableRenderer` takes one summary object (anything with ``rows``, ``by`` and
+``total``, and ``world_size`` when merged over ranks; in practice
+:class:`~instrumented_convs.report.Summary`) and returns
 the table of the original study, extended with self time, spread and nesting. A summary
 merged over processes gets two more columns per step: the slowest rank's total (and which
 rank it was) and the spread, slowest over fastest rank, so a straggler shows at a glance.
@@ -64,7 +65,7 @@ class TableRenderer:
         else:
             unit, scale = choose_unit([r.mean for r in rows])
         by_layer = summary.by == "layer"
-        world = summary.world_size
+        world = getattr(summary, "world_size", None)
         spread = self.spread and world is not None
         labels = [
             ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")

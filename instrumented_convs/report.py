@@ -51,7 +51,7 @@ class Row:
     phase: str = "forward"  #: ``forward``, or ``backward`` for the backward of a step
     #: The process's rank, in a row of one rank's part of a merged summary (else ``None``).
     rank: Optional[int] = None
-    #: Merged rows only (else ``None``): how many ranks recorded this step,
+    #: Merged rows only (else ``None``): how many ranks timed calls of this step,
     ranks: Optional[int] = None
     slowest: Optional[float] = None  #: the largest total of one rank,
     slowest_rank: Optional[int] = None  #: the rank with that total (the lowest, on a tie),

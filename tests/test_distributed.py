@@ -83,6 +83,16 @@ def test_merged_rows_show_the_spread_across_ranks():
     assert "Slowest" not in str(s.by_rank()[0])  # a part is one rank's own table
 
 
+def test_a_rank_whose_calls_were_untimed_is_not_the_fastest():
+    r0, r1 = Registry(), Registry()
+    r0.record_untimed(r0.child(r0.root, "captured"))  # e.g. inside a CUDA-graph capture
+    r1.add("captured", 2.0)
+    row = merge_ranks([r0.snapshot(), r1.snapshot()])["captured"]
+    assert (row.count, row.untimed, row.ranks, row.slowest, row.fastest, row.spread) == (1, 1, 1, 2.0, 2.0, 1.0)
+    none = merge_ranks([r0.snapshot(), Registry().snapshot()])["captured"]
+    assert none.untimed == 1 and none.slowest is None and none.spread is None
+
+
 def test_by_rank_gives_each_rank_its_own_summary():
     s = _two_ranks()
     r0, r1 = s.by_rank()

@@ -280,7 +280,7 @@ def describe(s: MiniBatchSetup, result: MiniBatchResult) -> str:
         s.data.describe(),
         f"{s.platform}: fanouts {','.join(map(str, s.fanouts))} (from the seeds outward), batch size "
         f"{s.batch_size}, {result.batches} batch{'es' if result.batches != 1 else ''} per epoch{' per rank' if dist else ''}{dist}",
-        f"{result.epochs} timed epochs, final loss {result.final_loss:.4f} (mean of the last epoch's batches)",
+        f"{result.epochs} timed epochs, final loss {result.final_loss:.4f} (mean of the last epoch's batches{' on rank 0' if dist else ''})",
         f"Test accuracy {result.test_acc:.4f} on {result.test_nodes:,} test nodes, sampled neighbourhoods "
         f"(chance {1 / s.data.num_classes:.4f})",
     ])

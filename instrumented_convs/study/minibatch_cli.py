@@ -67,7 +67,7 @@ def add_minibatch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated graph, model and sampling")
     parser.add_argument("--quick", action="store_true",
                         help=f"a smoke run: scale {QUICK_SCALE}, 2 epochs of batches of 64")
-    parser.add_argument("--json", metavar="FILE", help="also write the summary and the result as JSON")
+    parser.add_argument("--json", metavar="FILE", help="also write the summary as JSON (minibatch.py: with the run's settings and results)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
