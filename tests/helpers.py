@@ -1,4 +1,5 @@
-"""Shared test helpers: the ``gpu`` skip mark, running a script, comparing outcomes, training.
+"""Shared test helpers: the ``gpu`` skip mark, running a script (or a torchrun job), comparing
+outcomes, training.
 
 Import what you need: ``from .helpers import gpu, run_script, outcome, train_losses``.
 Fixtures (a clean registry per test, the ``clock`` fake clock) live in ``conftest.py``.
@@ -6,10 +7,11 @@ Fixtures (a clean registry per test, the ``clock`` fake clock) live in ``conftes
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import pytest
 import torch
@@ -58,6 +60,69 @@ def run_script(
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == expect, proc.stdout + proc.stderr
     return proc
+
+
+def _family(pid: int) -> List[Tuple[int, bytes]]:
+    """The descendants of ``pid`` with their command lines, read from /proc (Linux; else none)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as fh:
+                    found.append((child, fh.read()))
+            except OSError:
+                continue
+            todo.append(child)
+    return found
+
+
+def _stop(proc: "subprocess.Popen[str]") -> None:
+    """End torchrun and its workers. The workers run in sessions of their own, so a signal to
+    torchrun's process group misses them: SIGTERM torchrun (it stops its workers), then
+    SIGKILL whatever of the family is left (same pid and command line as before)."""
+    family = _family(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    for pid, cmdline in family:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() != cmdline:
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+
+
+def run_torchrun(*args: str, nproc: int = 2, timeout: float = 240) -> "subprocess.CompletedProcess[str]":
+    """``python -m torch.distributed.run --standalone --nproc-per-node NPROC ARGS`` from the
+    repository root, as a user starts a DDP job; checks the exit status. On a timeout (or an
+    error in the test) torchrun and its workers are ended, none left behind."""
+    cmd = [sys.executable, "-W", "ignore::UserWarning", "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nproc), *args]
+    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun did not finish in {timeout} s:\n{out}\n{err}")
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def outcome(fn: Callable[[], Any]) -> Tuple[Any, Optional[BaseException]]:

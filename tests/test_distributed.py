@@ -7,9 +7,6 @@ rank writes what ``summary(all_ranks=True)`` gave it, and the tests check the nu
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any, Dict, List
 
 import pytest
@@ -19,7 +16,7 @@ import instrumented_convs as ic
 from instrumented_convs import Registry, Summary
 from instrumented_convs._stats import merge_ranks
 
-from .helpers import ROOT, gpu, python_path
+from .helpers import ROOT, gpu, run_torchrun
 
 
 def _registry(*records: tuple) -> Registry:
@@ -155,11 +152,7 @@ def test_all_ranks_without_a_process_group_is_a_clear_error():
 
 # -- two real processes over gloo --------------------------------------------------------------
 def _torchrun(out: Any, backend: str, nproc: int) -> List[Dict[str, Any]]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(ROOT / "tests" / "dist_worker.py"), str(out), backend]
-    env = dict(os.environ, PYTHONPATH=python_path(), OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_torchrun(str(ROOT / "tests" / "dist_worker.py"), str(out), backend, nproc=nproc, timeout=600)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 

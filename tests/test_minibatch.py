@@ -2,11 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-from typing import Dict, List, Tuple
 
 import pytest
 import torch
@@ -21,7 +16,7 @@ from instrumented_convs.study import SHAPES, build_model, scaled_shape, syntheti
 from instrumented_convs.study.data import MissingDependency  # noqa: E402
 from instrumented_convs.study.minibatch import make_loader, require_pyg_sampler, setup, shard  # noqa: E402
 
-from .helpers import ROOT, python_path, run_script  # noqa: E402
+from .helpers import run_script, run_torchrun  # noqa: E402
 
 #: ``python -c`` code that runs ``examples/minibatch.py ARGS`` with neither pyg-lib nor
 #: torch-sparse importable, as where they are not installed: PyG then has no sampler.
@@ -143,68 +138,6 @@ def test_minibatch_example_times_the_loader_next_to_the_layers(platform, tmp_pat
     for phase in PHASES[1:]:
         assert rows[(f"epoch/{phase}", "forward")].count == batches, phase
     assert 0 <= payload["test_acc"] <= 1 and payload["test_nodes"] == 500
-
-
-def _family(pid: int) -> List[Tuple[int, bytes]]:
-    """The descendants of ``pid`` with their command lines, read from /proc (Linux; else none)."""
-    children: Dict[int, List[int]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            try:
-                with open(f"/proc/{child}/cmdline", "rb") as fh:
-                    found.append((child, fh.read()))
-            except OSError:
-                continue
-            todo.append(child)
-    return found
-
-
-def _stop(proc: "subprocess.Popen[str]") -> None:
-    """End torchrun and its workers. The workers run in sessions of their own, so a signal to
-    torchrun's process group misses them: SIGTERM torchrun (it stops its workers), then
-    SIGKILL whatever of the family is left (same pid and command line as before)."""
-    family = _family(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    for pid, cmdline in family:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read() != cmdline:
-                    continue
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            continue
-
-
-def run_torchrun(*args: str, timeout: float = 240) -> "subprocess.CompletedProcess[str]":
-    """``python -m torch.distributed.run --standalone --nproc-per-node 2 ARGS``; on a timeout
-    (or an error in the test) torchrun and its workers are ended, none left behind."""
-    cmd = [sys.executable, "-W", "ignore::UserWarning", "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", "2", *args]
-    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        out, err = proc.communicate()
-        pytest.fail(f"torchrun did not finish in {timeout} s:\n{out}\n{err}")
-    finally:
-        if proc.poll() is None:
-            _stop(proc)
-            proc.communicate()
-    assert proc.returncode == 0, out + err
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("platform", [pytest.param("pyg", marks=needs_pyg_sampler), "dgl"])
