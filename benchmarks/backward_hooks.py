@@ -128,7 +128,8 @@ def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
 
     def stepped(backward: bool) -> Callable[[], None]:
         def run() -> None:
-            saved = ic.configure(backward=backward)
+            saved = ic.settings()
+            ic.configure(backward=backward)
             try:
                 _stepped_chain(x, nodes)
             finally:

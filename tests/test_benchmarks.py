@@ -56,3 +56,28 @@ def test_backward_hooks_benchmark_reports_every_mechanism(tmp_path):
             "@step, backward on", "@step, backward off"} <= set(data)
     assert data["bare us per node"] > 0
     assert "extra us per autograd node" in proc.stdout
+
+
+def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
+    """The 'no backward' variant turns backward timing off for its own epochs only: the
+    'enabled' epochs after it record their backward (a regression: they once did not)."""
+    pytest.importorskip("torch_geometric")
+    import instrumented_convs as ic
+    from instrumented_convs.study import bench
+    from instrumented_convs.study.data import load_graph
+
+    seen = []
+    real = bench._epoch_fn
+
+    def spy(model, graph, data):
+        fn = real(model, graph, data)
+        if not any(type(m).__module__.startswith("torch_geometric") for m in model.modules()):
+            return lambda: (seen.append(ic.settings()), fn())
+        return fn
+
+    monkeypatch.setattr(bench, "_epoch_fn", spy)
+    before = ic.settings()
+    bench.measure_case(load_graph("synthetic-quick"), "pyg", False, rounds=2, warmup=1, hidden=8,
+                       device=torch.device("cpu"))
+    assert ic.settings() == before
+    assert [s.backward for s in seen].count(True) >= [s.backward for s in seen].count(False) * 2

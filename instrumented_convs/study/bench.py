@@ -118,7 +118,8 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
             with ic.disabled():
                 return timed(epochs[variant])
         if variant == "no backward":
-            saved = ic.configure(backward=False)
+            saved = ic.settings()  # (configure() returns the switches it set, not the old ones)
+            ic.configure(backward=False)
             try:
                 return timed(epochs[variant])
             finally:
