@@ -4,8 +4,9 @@ Variants, interleaved round by round so that machine noise hits each alike:
 
 - ``bare``: the loop body is ``pass`` (subtracted from every other variant);
 - ``disabled``: ``with step(name):`` while instrumentation is off;
-- ``enabled, no NVTX``: timing and registry only;
-- ``enabled, NVTX``: plus an NVTX push/pop (the ``nvtx`` package if installed);
+- ``enabled, no NVTX``: timing and registry only (the default when no NVTX tool is attached);
+- ``enabled, NVTX``: plus an NVTX push/pop, the ``nvtx`` package's backend forced on (what a
+  step costs under Nsight Systems, minus the tool's own work);
 - ``enabled, nested``: a step inside an open step (the usual case inside a layer);
 - ``decorated fn, disabled`` / ``enabled``: ``@step(name)`` on a function, minus the call.
 
@@ -77,6 +78,10 @@ def _variants() -> Dict[str, Callable[[int], None]]:
         finally:
             ic.configure(nvtx=True)
 
+    def enabled_nvtx(n: int) -> None:
+        with _nvtx_forced():
+            _loop_step(n)
+
     def fn_disabled(n: int) -> None:
         with ic.disabled():
             _loop_call_decorated(n)
@@ -85,12 +90,33 @@ def _variants() -> Dict[str, Callable[[int], None]]:
         "bare": _loop_bare,
         "disabled": disabled,
         "enabled, no NVTX": enabled_plain,
-        "enabled, NVTX": _loop_step,
+        "enabled, NVTX": enabled_nvtx,
         "enabled, nested": _loop_nested,
         "call, plain": _loop_call_plain,
         "decorated fn, disabled": fn_disabled,
         "decorated fn, enabled": _loop_call_decorated,
     }
+
+
+class _nvtx_forced:
+    """Inside the block, NVTX ranges are pushed (the ``nvtx`` package, else torch's) even
+    with no tool attached; the backend in use before is restored after."""
+
+    def __enter__(self) -> str:
+        from instrumented_convs import _frame
+
+        self.previous = _frame._nvtx
+        for name in ("nvtx", "torch"):
+            if ic.set_nvtx_backend(name) != "none":
+                break
+        return ic.nvtx_backend()
+
+    def __exit__(self, *exc: object) -> None:
+        from instrumented_convs import _frame
+
+        _frame.set_nvtx_backend(None)
+        _frame._nvtx, _frame._push, _frame._pop = self.previous, self.previous.push, self.previous.pop
+        _frame._nvtx_live = self.previous.name != "none"
 
 
 def measure(n: int, rounds: int) -> Dict[str, float]:
@@ -117,14 +143,12 @@ def measure(n: int, rounds: int) -> Dict[str, float]:
 
 
 def breakdown(n: int, rounds: int) -> Dict[str, float]:
-    """Where an enabled step's time goes, by removing one piece at a time (NVTX on).
+    """Where an enabled step's time goes, by removing one piece at a time (NVTX forced on).
 
-    This part reaches into the machinery on purpose: it swaps the registry's lock for a
-    no-op context, and the step's bound ``registry.record`` for a no-op function.
+    This part reaches into the machinery on purpose: it swaps the frame lifecycle's bound
+    ``registry.record`` for a no-op function.
     """
-    import contextlib
-
-    from instrumented_convs import _stack, _step
+    from instrumented_convs import _frame, _stack
 
     s = step("bench")
     stack = _stack.thread_stack()
@@ -146,38 +170,31 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
         finally:
             ic.configure(nvtx=True)
 
-    def no_lock(k: int) -> None:
-        real = ic.registry._lock
-        ic.registry._lock = contextlib.nullcontext()  # type: ignore[assignment]
-        try:
-            full(k)
-        finally:
-            ic.registry._lock = real
-
     def no_record(k: int) -> None:
-        real = _step._record
-        _step._record = lambda entry, ns, error: None
+        real = _frame._record
+        _frame._record = lambda entry, ns, error: None
         try:
             full(k)
         finally:
-            _step._record = real
+            _frame._record = real
 
     variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx,
-                "no_lock": no_lock, "no_record": no_record}
+                "no_record": no_record}
     samples: Dict[str, List[float]] = {k: [] for k in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            t0 = time.perf_counter_ns()
-            fn(n)
-            samples[name].append((time.perf_counter_ns() - t0) / n)
+    with _nvtx_forced():
+        for _ in range(rounds):
+            for name, fn in variants.items():
+                t0 = time.perf_counter_ns()
+                fn(n)
+                samples[name].append((time.perf_counter_ns() - t0) / n)
+            ic.registry.reset()
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
         "whole step, NVTX on": med["full"] - med["bare"],
         "enter (incl. NVTX push)": med["enter"] - med["bare"],
         "exit (incl. NVTX pop)": med["full"] - med["enter"],
         "NVTX push + pop": med["full"] - med["no_nvtx"],
-        "registry lock": med["full"] - med["no_lock"],
-        "registry.record (call, lock, update)": med["full"] - med["no_record"],
+        "registry.record (append, a fold every 64)": med["full"] - med["no_record"],
     }
 
 

@@ -5,29 +5,53 @@ step creates are those numbered from the counter at its entry up to the counter 
 The outermost step that can say what it produced is an *anchor*: a layer's own step, a
 ``@step`` function (both call :func:`mark_outputs` on their return value), or a
 ``with step()`` block, whose outputs are looked for among the caller's local variables.
-Steps nested in an anchor log their number ranges (:func:`log_exit`); at the anchor's exit
-:func:`finish` walks the autograd graph back from its outputs over the nodes of its own
-range only, gives each node to the innermost step that created it, and hooks each step's
-first and last backward node (:mod:`._backward`): at most two hooks per step, shared
-between nested steps. Nothing here keeps a node or a tensor after the walk.
+Steps nested in an anchor log their number ranges in the anchor's :class:`Log`
+(:func:`log_exit`); at the anchor's exit :func:`finish` decides, with
+:mod:`._sampling`, whether this call's backward is timed step by step or only counted:
+
+- timed (:func:`walk`): the autograd graph is walked back from the anchor's outputs over the
+  nodes of its own range only, each node is given to the innermost step that created it, and
+  each step's first and last backward node is hooked (:mod:`._backward`): at most two hooks
+  per step, shared between nested steps;
+- counted: one hook on the anchor's newest output node counts the call for every step
+  that the timed calls of the same graph shape showed a backward for.
+
+Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
 """
 from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+from . import _sampling
 from ._backward import Record, post_hook, pre_hook
 from ._stack import Frame, _tls
 
-__all__ = ["seq_nr", "mark_outputs", "log_exit", "finish"]
+__all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "walk"]
 
 logger = logging.getLogger(__name__)
 
 #: The autograd sequence counter of this thread: the number the next node will get.
 seq_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
+
+
+class Log:
+    """What the steps nested in one anchor call did, for its walk, relative to the anchor:
+    ``items`` are ``(seq0, seq1, entry, depth, mode)`` per step (in exit order; node numbers
+    and stack depth counted from the anchor's), so two calls of the same shape have equal
+    items; ``outputs`` are the outputs nested steps declared with :func:`mark_outputs`."""
+
+    __slots__ = ("seq0", "depth0", "items", "outputs")
+
+    def __init__(self, seq0: int, depth0: int) -> None:
+        """The log of an anchor entered at sequence number ``seq0`` with ``depth0`` frames open."""
+        self.seq0 = seq0
+        self.depth0 = depth0
+        self.items: List[Tuple[int, int, Any, int, int]] = []
+        self.outputs: List[Any] = []
 
 
 def mark_outputs(out: Any) -> Any:
@@ -42,25 +66,27 @@ def mark_outputs(out: Any) -> Any:
     return out
 
 
-def log_exit(frame: Frame, stack: List[Frame], entry: Any, mode: int, ok: bool) -> None:
-    """At a logging step's exit: log its node range for its anchor, or walk it if it is one.
+def log_exit(frame: Frame, stack: List[Frame], ok: bool) -> None:
+    """At a logging step's exit: log its node range in its anchor's log, or finish the anchor.
 
     ``ok`` is False when the step raised (nothing is hooked then). The frame is reused by
     later steps, so it is emptied here and holds no tensor afterwards.
     """
-    seq0, log, outputs, anchor = frame.seq0, frame.log, frame.outputs, frame.anchor
+    seq0, log, outputs = frame.seq0, frame.log, frame.outputs
     frame.seq0, frame.log, frame.outputs = -1, None, None
     seq1 = seq_nr()
     if not ok or seq1 == seq0:
         return
-    item = (seq0, seq1, entry, len(stack), mode, outputs)
-    if not anchor:
-        log.append(item)
+    if not frame.anchor:
+        base = log.seq0
+        log.items.append((seq0 - base, seq1 - base, frame.entry, len(stack) - log.depth0, frame.mode))
+        if outputs is not None:
+            log.outputs.append(outputs)
         return
     try:
-        finish(item, log, stack, caller_depth=3)
+        finish(log, seq1, frame.entry, frame.mode, outputs, stack, caller_depth=3)
     except Exception:  # never break the user's forward over its timing
-        logger.exception("instrumented_convs: setting up the backward of %s failed", entry.path)
+        logger.exception("instrumented_convs: setting up the backward of %s failed", frame.entry.path)
 
 
 def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
@@ -76,43 +102,76 @@ def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
             _tensors(v, out, depth + 1)
 
 
-def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[Frame],
+def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame],
            caller_depth: int) -> None:
-    """At an anchor's exit: walk its autograd graph and hook the steps' first/last nodes.
+    """At an anchor's exit: time its backward step by step, or count it (see the module).
 
-    ``anchor`` and each item of ``log`` (nested steps, in exit order) are
-    ``(seq0, seq1, entry, depth, mode, outputs)``. Without outputs of its own, the anchor's
-    are looked for among the local variables of the frame ``caller_depth`` levels up (from
-    here); if its newest node is not reachable from them, its own record is dropped (its
-    nested steps keep theirs) rather than time a part of it.
+    ``outputs`` are the anchor's own (None: look for them among the local variables of the
+    frame ``caller_depth`` levels up from here).
     """
-    seq0, seq1 = anchor[0], anchor[1]
+    seq0 = log.seq0
     roots: List[Any] = []
-    explicit = anchor[5] is not None
-    _tensors(anchor[5], roots)
-    for item in log:
-        _tensors(item[5], roots)
+    explicit = outputs is not None
+    _tensors(outputs, roots)
+    for out in log.outputs:
+        _tensors(out, roots)
     if not explicit:
         _tensors(list(sys._getframe(caller_depth).f_locals.values()), roots)
+    shape = (seq1 - seq0, mode, tuple(log.items))
+    template, how = _sampling.choose(entry, shape)
+    if how == _sampling.COUNT:
+        newest = _newest(roots, seq0, seq1)
+        if newest is not None:
+            _sampling.count(newest[0], newest[1], template, fwd_stack)
+            return
+        how = _sampling.CENSUS  # no output of its own to count on: time this call instead
+    recs = walk(log, seq1, entry, mode, roots, explicit, fwd_stack, how == _sampling.SAMPLED)
+    if template is None:
+        _sampling.remember(entry, shape, recs)
+
+
+def _newest(roots: List[Any], seq0: int, seq1: int) -> Optional[Tuple[Any, Any]]:
+    """``(tensor, node)`` of the root whose node is the anchor's newest, if one is its own."""
+    best = None
+    for t in roots:
+        node = t.grad_fn
+        s = node._sequence_nr()
+        if seq0 <= s < seq1 and (best is None or s > best[0]):
+            best = (s, t, node)
+    return None if best is None else (best[1], best[2])
+
+
+def walk(log: Log, seq1: int, entry: Any, mode: int, roots: List[Any], explicit: bool,
+         fwd_stack: List[Frame], sampled: bool) -> List[Record]:
+    """Walk the anchor's autograd graph and hook each step's first and last backward node.
+
+    Returns the records of the anchor and its nested steps, parents first; those whose
+    backward was found have ``hooked`` set. Without explicit outputs, if the anchor's newest
+    node is not reachable from ``roots``, its own record is dropped (its nested steps keep
+    theirs) rather than time a part of it. ``sampled``: this call was chosen at random for
+    timing (its records say so when they record).
+    """
+    seq0 = log.seq0
     owner: List[Any] = [None] * (seq1 - seq0)
     recs: List[Record] = []
     chain: List[Record] = []
-    for s0, s1, entry, depth, mode, _ in reversed(log + [anchor]):  # parents first
+    items = log.items + [(0, seq1 - seq0, entry, 0, mode)]
+    for s0, s1, e, depth, m in reversed(items):  # parents first (depths relative to the anchor)
         while chain and chain[-1].depth >= depth:
             chain.pop()
-        r = Record(entry, chain[-1] if chain else None, depth, mode, fwd_stack)
+        r = Record(e, chain[-1] if chain else None, depth, m, fwd_stack, sampled)
         chain.append(r)
         recs.append(r)
-        owner[s0 - seq0:s1 - seq0] = [r] * (s1 - s0)  # inner steps overwrite outer ones
+        owner[s0:s1] = [r] * (s1 - s0)  # inner steps overwrite outer ones
     seen = set()
     todo = [t.grad_fn for t in roots]
     while todo:
         node = todo.pop()
-        s = node._sequence_nr()
-        if s < seq0 or s >= seq1 or s in seen:  # outside the anchor (or AccumulateGrad)
+        s = node._sequence_nr() - seq0
+        if s < 0 or s >= seq1 - seq0 or s in seen:  # outside the anchor (or AccumulateGrad)
             continue
         seen.add(s)
-        r = owner[s - seq0]
+        r = owner[s]
         if r.hi is None or s > r.hi[0]:
             r.hi = (s, node)
         if r.lo is None or s < r.lo[0]:
@@ -120,7 +179,7 @@ def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[
         for n, _ in node.next_functions:
             if n is not None:
                 todo.append(n)
-    if not explicit and (seq1 - 1) not in seen:
+    if not explicit and (seq1 - 1 - seq0) not in seen:
         root = recs[0]
         root.hi = root.lo = None
         for r in recs:
@@ -138,6 +197,7 @@ def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[
     ends: dict = {}
     for r in recs:  # parents first: starts open outer steps first
         if r.hi is not None:
+            r.hooked = True
             starts.setdefault(r.hi[0], (r.hi[1], []))[1].append(r)
             ends.setdefault(r.lo[0], (r.lo[1], []))[1].append(r)
         r.hi = r.lo = None  # keep no node: the hooks, held by the nodes, hold the records
@@ -145,3 +205,4 @@ def finish(anchor: Tuple[Any, ...], log: List[Tuple[Any, ...]], fwd_stack: List[
         node.register_prehook(pre_hook(tuple(rs)))
     for node, rs in ends.values():
         node.register_hook(post_hook(tuple(reversed(rs))))
+    return recs

@@ -30,29 +30,19 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 import torch
 
-from . import _clock, _config, _ranges
+from . import _clock, _config
+from ._frame import abandon_frame, close_elsewhere, close_frame, open_frame
 from ._registry import backward_key, registry
-from ._stack import CPU, CUDA, UNTIMED, Frame, _tls
+from ._stack import CPU, SAMPLED, Frame, _tls
 from .report import BACKWARD_MARK
 
-__all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "set_nvtx", "live"]
+__all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "live"]
 
 logger = logging.getLogger(__name__)
 
 _task_id: Callable[[], int] = torch._C._current_graph_task_id
 _engine = torch.autograd.Variable._execution_engine
-_prof = _ranges.profiler_state
-_open_rf = _ranges.open_record_function
-_record = registry.record
 live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
-_push: Callable[[str], Any] = lambda name: None
-_pop: Callable[[], Any] = lambda: None
-
-
-def set_nvtx(push: Callable[[str], Any], pop: Callable[[], Any]) -> None:
-    """Use these NVTX push/pop functions (the step machinery's backend) for backward ranges."""
-    global _push, _pop
-    _push, _pop = push, pop
 
 
 class Record:
@@ -60,11 +50,11 @@ class Record:
 
     __slots__ = (
         "name", "key", "scope", "kind", "parent", "depth", "cuda", "label", "fwd_stack",
-        "frame", "task", "bw", "bw_task", "hi", "lo",
+        "frame", "task", "bw", "bw_task", "hi", "lo", "hooked", "sampled",
     )
 
     def __init__(self, entry: Any, parent: Optional["Record"], depth: int, mode: int,
-                 fwd_stack: List[Frame]) -> None:
+                 fwd_stack: List[Frame], sampled: bool = False) -> None:
         self.name, self.kind = entry.name, entry.kind
         self.key = entry.key if entry.phase == "forward" else entry.key[0]
         self.scope = None if isinstance(self.key, str) else self.key[1]
@@ -78,6 +68,8 @@ class Record:
         self.bw_task = -1
         self.hi: Optional[Tuple[int, Any]] = None  # (seq, node) while the graph is walked
         self.lo: Optional[Tuple[int, Any]] = None
+        self.hooked = False  # its first and last backward nodes are hooked
+        self.sampled = sampled  # its call was chosen at random for timing (see _sampling)
 
 
 def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
@@ -128,30 +120,18 @@ class _TaskEnd:
             pass
 
 
-def _close(frame: Frame) -> None:
-    """Close a backward frame's profiler label and NVTX range (on the thread that opened them).
+def _abandon(frame: Frame, error: bool) -> None:
+    """Close a backward frame whose last node did not run: untimed (an error if it raised).
 
     The frame is reused by later steps: it lets go of its record, so the record dies with
     its graph.
     """
-    frame.task = frame.owner = None
-    try:
-        if frame.rf is not None:
-            frame.rf.__exit__(None, None, None)
-    finally:
-        if frame.pushed:
-            _pop()
-
-
-def _abandon(frame: Frame, error: bool) -> None:
-    """Close a backward frame whose last node did not run: untimed (an error if it raised)."""
     r = frame.owner
-    try:
-        _close(frame)
-    finally:
-        if r.frame is frame:
-            r.frame = None
-            registry.record_untimed(frame.entry, error)
+    frame.task = frame.owner = None
+    mine = r.frame is frame
+    if mine:
+        r.frame = None
+    abandon_frame(frame, error, count=mine)
 
 
 def close_stale(stack: List[Frame]) -> None:
@@ -203,26 +183,11 @@ def _start(records: Tuple[Record, ...]) -> None:
         frame = top.spare
         if frame is None:
             frame = top.spare = Frame()
-        frame.entry, frame.owner, frame.task, frame.dev = entry, r, task, None
+        frame.entry, frame.owner, frame.task, frame.cuda, frame.dev = entry, r, task, r.cuda, None
         frame.log, frame.seq0, frame.anchor, frame.outputs = None, -1, False, None
-        frame.pushed, frame.rf = False, None
-        if _config.nvtx:
-            _push(r.label)
-            frame.pushed = True
-        if _config.record_function and _prof._is_profiler_enabled:
-            frame.rf = _open_rf(r.label)
-        if not r.cuda:
-            frame.mode = CPU
-            frame.start = _clock.cpu_now()
-        else:
-            start = None
-            if not torch.cuda.is_current_stream_capturing():
-                try:
-                    start = _clock.record_event(None)
-                except RuntimeError:
-                    start = None
-            frame.mode = UNTIMED if start is None else CUDA
-            frame.start = start
+        open_frame(frame, r.label, r.cuda, None)
+        if r.sampled:
+            frame.flags |= SAMPLED
         stack.append(frame)
         r.frame, r.task = frame, task
 
@@ -240,34 +205,15 @@ def _end(records: Tuple[Record, ...]) -> None:
             registry.record_untimed(_bw_entry(r, task, stack))
             continue
         r.frame = None
-        mode, entry = frame.mode, frame.entry
-        end = None
-        if mode == CUDA:
-            try:
-                end = _clock.record_event(None)
-            except RuntimeError:
-                mode = UNTIMED
         if stack[-1] is frame:
             stack.pop()
         elif frame in stack:
             stack.remove(frame)
         else:  # opened on another thread (a graph on two devices): time it, close it there
-            _record_time(mode, entry, frame.start, t1, end)
+            close_elsewhere(frame, t1)
             continue
-        try:
-            _close(frame)
-        finally:
-            _record_time(mode, entry, frame.start, t1, end)
-
-
-def _record_time(mode: int, entry: Any, start: Any, t1: int, end: Any) -> None:
-    """Record a CPU duration (``start`` to ``t1``, ns), a CUDA event pair, or an untimed call."""
-    if mode == CPU:
-        _record(entry, t1 - start)
-    elif mode == CUDA:
-        registry.record_pending(entry, start, end)
-    else:
-        registry.record_untimed(entry)
+        frame.task = frame.owner = None  # the frame is reused: let go of the record
+        close_frame(frame, t1, False)
 
 
 def pre_hook(records: Tuple[Record, ...]) -> Callable[[Any], None]:

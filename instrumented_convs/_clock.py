@@ -126,8 +126,8 @@ def device_index(device: Any) -> Optional[int]:
 class PendingTimes:
     """CUDA event pairs waiting to be read, folded into their registry entries lazily.
 
-    ``add(entry, start, end)`` is the hot path: an append (``start`` and ``end`` are
-    ``(event, device)`` pairs). When more than ``poll_at`` pairs are pending, the oldest
+    ``add(entry, start, end, sampled)`` is the hot path: an append (``start`` and ``end`` are
+    ``(event, device)`` pairs; ``sampled`` is handed to the fold with the duration). When more than ``poll_at`` pairs are pending, the oldest
     ones whose end event has completed (``query()``, which never blocks) are folded into
     their entries. Only when ``hard_limit`` pairs are pending does it wait, and then only
     for the oldest pair: that bounds memory in a program that never lets the GPU catch up,
@@ -140,16 +140,16 @@ class PendingTimes:
 
     def __init__(
         self,
-        fold: Callable[[Any, Optional[int]], None],
+        fold: Callable[[Any, Optional[int], bool], None],
         pool: Optional[EventPool] = None,
         poll_at: int = 2048,
         hard_limit: int = 65536,
     ) -> None:
-        """Create an empty queue that calls ``fold(entry, nanoseconds or None)`` per pair.
+        """Create an empty queue that calls ``fold(entry, nanoseconds or None, sampled)`` per pair.
 
         Resolved events go back to ``pool`` (default: the process-wide :data:`events`).
         """
-        self._queue: Deque[Tuple[Any, Any, Any]] = deque()
+        self._queue: Deque[Tuple[Any, Any, Any, bool]] = deque()
         self._fold = fold
         self.pool = events if pool is None else pool
         self.poll_at = poll_at
@@ -159,22 +159,22 @@ class PendingTimes:
         """Number of pairs not yet folded."""
         return len(self._queue)
 
-    def add(self, entry: Any, start: Any, end: Any) -> None:
+    def add(self, entry: Any, start: Any, end: Any, sampled: bool = False) -> None:
         """Queue a recorded pair; poll (never block) when too many are pending."""
         queue = self._queue
-        queue.append((entry, start, end))
+        queue.append((entry, start, end, sampled))
         if len(queue) >= self.poll_at:
             self.poll()
 
-    def _resolve(self, item: Tuple[Any, Any, Any]) -> None:
-        entry, (start, key), (end, _) = item
+    def _resolve(self, item: Tuple[Any, Any, Any, bool]) -> None:
+        entry, (start, key), (end, _), sampled = item
         try:
             # elapsed_time is in milliseconds (float, ~0.5 us resolution); store integer ns.
             ns = int(round(start.elapsed_time(end) * 1e6))
         except RuntimeError:  # unreadable pair: count the call, drop the events
-            self._fold(entry, None)
+            self._fold(entry, None, sampled)
             return
-        self._fold(entry, ns)
+        self._fold(entry, ns, sampled)
         self.pool.put(start, key)
         self.pool.put(end, key)
 

@@ -4,10 +4,14 @@ Each distinct step path in each scope and phase is one :class:`Entry`, a node of
 whose parent is the enclosing step (for a backward entry: the backward of the enclosing
 step, or whatever step was open when the backward ran). An entry keeps count, total, sum
 of squares, min and max of its durations as integer nanoseconds, so the arithmetic is
-exact and memory does not grow with the number of calls. All writes happen under one lock,
-through a narrow API (:meth:`Registry.child`, :meth:`~Registry.record`,
-:meth:`~Registry.record_pending`, :meth:`~Registry.record_untimed`, :meth:`~Registry.add`,
-:meth:`~Registry.reset`).
+exact and memory does not grow with the number of calls. Writes go through a narrow API
+(:meth:`Registry.child`, :meth:`~Registry.record`, :meth:`~Registry.record_pending`,
+:meth:`~Registry.record_untimed`, :meth:`~Registry.add`, :meth:`~Registry.reset`).
+
+The arithmetic is deferred: :meth:`~Registry.record`, the hot path of every step, appends
+the duration to its entry's buffer without a lock (a list append is atomic); every
+:data:`~._entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
+into the statistics under the lock (:func:`~._entry.fold_buffer`).
 
 The registry is storage only: it knows nothing of PyG or DGL, nothing of rendering, and no
 arithmetic beyond sums. :meth:`Registry.snapshot` hands plain records to
@@ -16,65 +20,13 @@ arithmetic beyond sums. :meth:`Registry.snapshot` hands plain records to
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, List, Optional
 
 from ._clock import PendingTimes
+from ._entry import FOLD_AT, Entry, backward_key, fold_buffer
 from ._stats import EntryStats, summarize
 from .distributed import merged_summary
 from .report import Summary
-
-Key = Union[str, Tuple[str, Optional[str]]]
-_NO_MIN = 1 << 62  # larger than any duration in ns
-
-
-def backward_key(key: Any) -> Tuple[Any, str]:
-    """The child key of the backward counterpart of a forward step keyed ``key``."""
-    return (key, "backward")
-
-
-class Entry:
-    """Statistics of one step path in one scope, and the node of the nesting tree."""
-
-    __slots__ = (
-        "name", "path", "scope", "kind", "phase", "parent", "children", "depth", "key", "retired",
-        "count", "total", "sumsq", "min", "max", "errors", "untimed",
-    )
-
-    def __init__(
-        self, name: str, path: str, scope: Optional[str], kind: str,
-        parent: Optional["Entry"], depth: int, key: Any = None, phase: str = "forward",
-    ) -> None:
-        """Create an empty entry (no calls recorded)."""
-        self.key = key
-        self.phase = phase  #: ``forward`` or ``backward``
-        #: True once ``reset()`` has replaced the tree this entry belongs to; a step still
-        #: open on it asks :meth:`Registry.relocate` for its counterpart in the new tree.
-        self.retired = False
-        self.name = name
-        self.path = path
-        self.scope = scope
-        self.kind = kind
-        self.parent = parent
-        self.depth = depth
-        self.children: Dict[Key, Entry] = {}
-        self.count = 0
-        self.total = 0
-        self.sumsq = 0
-        self.min = _NO_MIN  # so the hot path needs no "first call?" test
-        self.max = 0
-        self.errors = 0
-        self.untimed = 0
-
-    def walk(self) -> Iterator["Entry"]:
-        """This entry's descendants, depth first, siblings in order of first use."""
-        for child in list(self.children.values()):
-            yield child
-            yield from child.walk()
-
-    def __repr__(self) -> str:
-        """``Entry('path', scope=..., count=..., total=...ns)``."""
-        return f"Entry({self.path!r}, scope={self.scope!r}, count={self.count}, total={self.total}ns)"
-
 
 class Registry:
     """Thread-safe store of step timings: a tree of :class:`Entry` with a narrow write API."""
@@ -140,20 +92,43 @@ class Registry:
     def record(self, entry: Entry, ns: int, error: bool = False) -> None:
         """Add one duration (integer nanoseconds) to ``entry`` (relocated if retired).
 
-        This is the hot path of every CPU-timed step: keep it short.
+        This is the hot path of every CPU-timed step: an append to the entry's buffer,
+        folded every :data:`FOLD_AT` durations (see the module docstring).
         """
+        if entry.retired:
+            entry = self.relocate(entry)
+        buf = entry.buf
+        buf.append(ns)
+        if error or len(buf) >= FOLD_AT:
+            with self._lock:
+                if error:
+                    entry.errors += 1
+                fold_buffer(entry)
+
+    def fold(self, entry: Entry) -> None:
+        """Fold ``entry``'s buffered durations into its statistics (writers that append to
+        ``entry.buf`` themselves call it when the buffer reaches ``FOLD_AT``)."""
+        with self._lock:
+            fold_buffer(entry)
+
+    def record_sampled(self, entry: Entry, ns: int) -> None:
+        """Add the duration of a call chosen at random for timing (see :attr:`Entry.rcount`)."""
         with self._lock:
             if entry.retired:
                 entry = self._relocate_locked(entry)
-            entry.count += 1
-            entry.total += ns
-            entry.sumsq += ns * ns
-            if ns < entry.min:
-                entry.min = ns
-            if ns > entry.max:
-                entry.max = ns
-            if error:
-                entry.errors += 1
+            entry.buf.append(ns)
+            entry.rcount += 1
+            entry.rtotal += ns
+            if len(entry.buf) >= FOLD_AT:
+                fold_buffer(entry)
+
+    def record_skipped(self, entries: List[Entry]) -> None:
+        """Count one call of each of ``entries`` that was not timed, by choice (sampling)."""
+        with self._lock:
+            for entry in entries:
+                if entry.retired:
+                    entry = self._relocate_locked(entry)
+                entry.skipped += 1
 
     def record_untimed(self, entry: Entry, error: bool = False) -> None:
         """Count a call that could not be timed (CUDA-graph capture, an unreadable event)."""
@@ -164,29 +139,31 @@ class Registry:
             if error:
                 entry.errors += 1
 
-    def record_pending(self, entry: Entry, start: Any, end: Any, error: bool = False) -> None:
+    def record_pending(self, entry: Entry, start: Any, end: Any, error: bool = False,
+                       sampled: bool = False) -> None:
         """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``.
 
-        The pair is folded in when resolved (see :class:`~instrumented_convs._clock.PendingTimes`).
+        The pair is folded in when resolved (see :class:`~instrumented_convs._clock.PendingTimes`);
+        ``sampled``: the call was chosen at random for timing (as :meth:`record_sampled`).
         """
         with self._lock:
             if entry.retired:
                 entry = self._relocate_locked(entry)
             if error:
                 entry.errors += 1
-            self.pending.add(entry, start, end)
+            self.pending.add(entry, start, end, sampled)
 
-    def _fold_locked(self, entry: Entry, ns: Optional[int]) -> None:
+    def _fold_locked(self, entry: Entry, ns: Optional[int], sampled: bool = False) -> None:
+        """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``."""
         if ns is None:
             entry.untimed += 1
             return
-        entry.count += 1
-        entry.total += ns
-        entry.sumsq += ns * ns
-        if ns < entry.min:
-            entry.min = ns
-        if ns > entry.max:
-            entry.max = ns
+        entry.buf.append(ns)
+        if sampled:
+            entry.rcount += 1
+            entry.rtotal += ns
+        if len(entry.buf) >= FOLD_AT:
+            fold_buffer(entry)
 
     def add(self, path: str, seconds: float, scope: Optional[str] = None) -> None:
         """Record a duration in seconds for a ``/``-separated step path, outside any step."""
@@ -218,11 +195,18 @@ class Registry:
         with self._lock:
             return self.pending.drain()
 
+    def _fold_all_locked(self) -> List[Entry]:
+        entries = list(self.root.walk())
+        for e in entries:
+            if e.buf:
+                fold_buffer(e)
+        return entries
+
     def entries(self) -> List[Entry]:
-        """Every entry, depth first (after resolving pending CUDA times)."""
+        """Every entry, depth first, its statistics up to date (pending CUDA times resolved)."""
         self.resolve()
         with self._lock:
-            return list(self.root.walk())
+            return self._fold_all_locked()
 
     def snapshot(self) -> List[EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times).
@@ -232,14 +216,14 @@ class Registry:
         """
         self.resolve()
         with self._lock:
-            entries = list(self.root.walk())
+            entries = self._fold_all_locked()
             index = {id(e): i for i, e in enumerate(entries)}
             return [
                 EntryStats(
                     e.name, e.path, e.scope, e.kind, e.depth,
                     index.get(id(e.parent), -1),
                     e.count, e.total, e.sumsq, e.min if e.count else 0, e.max, e.errors, e.untimed,
-                    e.phase,
+                    e.phase, e.skipped, e.rcount, e.rtotal,
                 )
                 for e in entries
             ]

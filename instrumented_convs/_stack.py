@@ -20,13 +20,16 @@ from typing import Any, List, Optional
 
 #: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
+#: Bits of ``Frame.flags``: what the frame opened besides its clock, so its close undoes that
+#: (an NVTX range, a profiler label); SAMPLED: a backward frame of a call timed at random.
+PUSHED, LABELLED, SAMPLED = 1, 2, 4
 
 
 class Frame:
     """One open step on a thread's stack: what its exit needs, read by name."""
 
     __slots__ = (
-        "entry", "start", "mode", "rf", "pushed", "owner", "dev", "spare",
+        "entry", "start", "mode", "flags", "rf", "owner", "cuda", "dev", "spare",
         "log", "seq0", "anchor", "outputs", "task",
     )
 
@@ -35,9 +38,10 @@ class Frame:
         self.entry: Any = None  #: the registry entry the step records into
         self.start: Any = None  #: CPU: integer ns; CUDA: ``(event, device key)``; else None
         self.mode: int = BOTTOM  #: CPU, CUDA or UNTIMED (BOTTOM for the sentinel)
-        self.rf: Any = None  #: the open record_function handle, or None
-        self.pushed: bool = False  #: whether an NVTX range was pushed
-        self.owner: Any = None  #: the Step that opened the frame
+        self.flags: int = 0  #: PUSHED (an NVTX range is open), LABELLED (a profiler label is), SAMPLED
+        self.rf: Any = None  #: the open record_function handle (when LABELLED)
+        self.owner: Any = None  #: the Step (or backward record) that opened the frame
+        self.cuda: bool = False  #: the frame's steps time with CUDA events (children inherit it)
         self.dev: Optional[int] = None  #: CUDA device index (None: the current device)
         self.spare: Optional[Frame] = None  #: the frame last opened directly above this one
         # Backward timing (see _backward): forward steps log the autograd nodes they create.

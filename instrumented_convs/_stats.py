@@ -33,6 +33,9 @@ class EntryStats(NamedTuple):
     errors: int  #: calls that raised
     untimed: int  #: calls that could not be timed
     phase: str = "forward"  #: ``forward`` or ``backward``
+    skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
+    rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
+    rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
 
 
 _GroupKey = Tuple[Optional[str], str, str]
@@ -47,21 +50,35 @@ def _std_seconds(n: int, total: int, sumsq: int) -> float:
     return math.sqrt(max(var, 0.0)) * 1e-9
 
 
+def estimated_total(s: EntryStats) -> float:
+    """The total of every call of ``s`` in ns: the timed ones, plus the ``skipped`` ones at
+    the mean of the calls timed at random (at the mean of all timed calls while no call was
+    timed at random yet). Exact (an integer) when nothing was skipped."""
+    if not s.skipped:
+        return s.total
+    if s.rcount:
+        return s.total + s.skipped * s.rtotal / s.rcount
+    return s.total + (s.skipped * s.total / s.count if s.count else 0)
+
+
 def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None) -> Summary:
     """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
 
     ``by="step"`` merges each step path across layer instances; ``by="layer"`` keeps one
     row per (layer instance, step path). Rows come in tree order, siblings in order of first
     use; rows that recorded nothing are left out. Fractions are shares of the grand total
-    (the sum of the top-level rows), so they add up at every depth.
+    (the sum of the top-level rows), so they add up at every depth. Calls counted but not
+    timed (backward sampling) are in the counts, and their time is estimated per entry
+    (:func:`estimated_total`) before entries are merged; ``Row.estimated`` says how many.
     """
     if by not in ("step", "layer"):
         raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
     layer = by == "layer"
-    child_total = [0] * len(stats)
-    for s in stats:
+    totals = [estimated_total(s) for s in stats]
+    child_total: List[float] = [0] * len(stats)
+    for s, t in zip(stats, totals):
         if s.parent >= 0:
-            child_total[s.parent] += s.total
+            child_total[s.parent] += t
 
     groups: Dict[_GroupKey, Dict[str, Any]] = {}
     children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
@@ -71,7 +88,8 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         if g is None:
             g = groups[key] = dict(
                 name=s.path, step=s.name, depth=s.depth, kind=s.kind, scope=key[0], phase=s.phase,
-                count=0, total=0, sumsq=0, min=None, max=0, self=0, errors=0, untimed=0,
+                count=0, total=0, timed=0, sumsq=0, min=None, max=0, self=0, errors=0, untimed=0,
+                skipped=0,
             )
             if s.parent < 0:
                 pkey = _TOP
@@ -84,11 +102,13 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
             g["min"] = s.min if g["min"] is None else min(g["min"], s.min)
             g["max"] = max(g["max"], s.max)
         g["count"] += s.count
-        g["total"] += s.total
+        g["total"] += totals[i]
+        g["timed"] += s.total
         g["sumsq"] += s.sumsq
-        g["self"] += s.total - child_total[i]
+        g["self"] += totals[i] - child_total[i]
         g["errors"] += s.errors
         g["untimed"] += s.untimed
+        g["skipped"] += s.skipped
 
     order: List[_GroupKey] = []
     todo = list(reversed(children_of[_TOP]))
@@ -101,18 +121,19 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     rows = []
     for k in order:
         g = groups[k]
-        n = g["count"]
-        if n == 0 and g["untimed"] == 0 and g["errors"] == 0:
+        n = g["count"]  # timed calls
+        calls = n + g["skipped"]
+        if calls == 0 and g["untimed"] == 0 and g["errors"] == 0:
             continue
         rows.append(Row(
             name=g["name"], step=g["step"], depth=g["depth"], scope=g["scope"],
-            kind=g["kind"], count=n, total=g["total"] * 1e-9,
-            self_time=g["self"] * 1e-9, mean=(g["total"] / n * 1e-9) if n else 0.0,
+            kind=g["kind"], count=calls, total=g["total"] * 1e-9,
+            self_time=g["self"] * 1e-9, mean=(g["total"] / calls * 1e-9) if calls else 0.0,
             min=(g["min"] or 0) * 1e-9, max=g["max"] * 1e-9,
-            std=_std_seconds(n, g["total"], g["sumsq"]),
+            std=_std_seconds(n, g["timed"], g["sumsq"]),
             fraction=(g["total"] / grand) if grand else 0.0,
             self_fraction=(g["self"] / grand) if grand else 0.0,
-            errors=g["errors"], untimed=g["untimed"], phase=g["phase"],
+            errors=g["errors"], untimed=g["untimed"], phase=g["phase"], estimated=g["skipped"],
         ))
     return Summary(rows, unit=unit, by=by, grand_total=grand * 1e-9)
 

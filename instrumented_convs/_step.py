@@ -2,13 +2,13 @@
 and a node of the nesting tree.
 
 The start of a step lives on a per-thread stack, never on the step object, so one object
-can be entered recursively and from many threads at once. Entering a step:
-
-1. finds its registry entry under the enclosing step (a dict lookup once the path exists);
-2. pushes an NVTX range (domain ``instrumented_convs``) if NVTX is on;
-3. opens a ``record_function`` label only while a torch profiler is recording;
-4. starts the clock last, so the step's own bookkeeping is outside its time: the CPU clock,
-   or a CUDA event recorded on the current stream when the step runs on a CUDA device.
+can be entered recursively and from many threads at once. Entering a step finds its
+registry entry under the enclosing step (a dict lookup once the path exists) and opens a
+frame (:mod:`._frame`, the lifecycle backward steps share): an NVTX range (domain
+``instrumented_convs``) when a tool can see it, a ``record_function`` label only while a
+torch profiler is recording, and the clock last, so the step's own bookkeeping is outside
+its time: the CPU clock, or a CUDA event recorded on the current stream when the step runs
+on a CUDA device.
 
 Leaving it stops the clock first, then closes the label and the range in ``finally``
 blocks, and records the duration (a CUDA pair is queued and resolved later). Exceptions
@@ -25,11 +25,13 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import _anchor, _backward, _clock, _config, _ranges
+from . import _anchor, _backward, _clock, _config, _frame, _ranges
 from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
+from ._frame import nvtx_backend, set_nvtx_backend
 from ._registry import registry
-from ._stack import CPU, CUDA, UNTIMED, Frame, _tls, current_path, depth, open_steps, pop_own
+from ._entry import FOLD_AT as _FOLD_AT
+from ._stack import CPU, Frame, _tls, current_path, depth, open_steps, pop_own
 
 __all__ = [
     "Step", "step", "region", "instrumenting", "current_path", "depth", "open_steps",
@@ -38,19 +40,16 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# The NVTX backend; chosen at import, replaceable with set_nvtx_backend().
-_nvtx: _ranges.NvtxBackend = _ranges.make_backend()
-_nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
-_open_rf = _ranges.open_record_function
-_prof = _ranges.profiler_state
-_record = registry.record  # the registry's narrow write API, bound once
+_open = _frame.open_frame
+_close = _frame.close_frame
 _auto_cuda = _clock.auto_cuda
-_record_event = _clock.record_event
 _seq = _anchor.seq_nr
 _log_exit = _anchor.log_exit
+_Log = _anchor.Log
 _grad_enabled = torch.is_grad_enabled
+_live = _backward.live
+_prof = _ranges.profiler_state
 mark_outputs = _anchor.mark_outputs
-_backward.set_nvtx(_nvtx_push, _nvtx_pop)
 
 
 _is_compiling = _ranges.compiling_probe()
@@ -64,20 +63,6 @@ def instrumenting() -> bool:
     return _config.enabled and not _is_compiling()
 
 
-def set_nvtx_backend(name: Optional[str] = None) -> str:
-    """Choose the NVTX backend (``nvtx``, ``torch``, ``none``, or ``None`` for the default)."""
-    global _nvtx, _nvtx_push, _nvtx_pop
-    _nvtx = _ranges.make_backend(name)
-    _nvtx_push, _nvtx_pop = _nvtx.push, _nvtx.pop
-    _backward.set_nvtx(_nvtx_push, _nvtx_pop)
-    return _nvtx.name
-
-
-def nvtx_backend() -> str:
-    """The name of the NVTX backend in use (``nvtx``, ``torch.cuda.nvtx`` or ``none``)."""
-    return _nvtx.name
-
-
 def _check_name(name: Any) -> None:
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
@@ -86,7 +71,7 @@ def _check_name(name: Any) -> None:
 class Step:
     """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``."""
 
-    __slots__ = ("name", "scope", "cuda", "dev", "kind")
+    __slots__ = ("name", "scope", "cuda", "dev", "kind", "key", "region")
 
     def __init__(
         self, name: str, scope: Optional[str] = None, device: Any = None, kind: str = "step"
@@ -98,133 +83,139 @@ class Step:
         self.cuda = _device_is_cuda(device)
         self.dev = _device_index(device) if self.cuda else None
         self.kind = kind
+        #: The key of this step's entry among its parent's children.
+        self.key = name if scope is None else (name, scope)
+        self.region = kind == "region"  # regions have no backward; steps inside them may
 
     def __enter__(self) -> "Step":
-        """Open the step: registry entry, NVTX range, profiler label, then the clock."""
+        """Open the step: registry entry, then the frame (NVTX range, profiler label, clock)."""
         stack = _tls.stack
         top = stack[-1]
-        if top.task is not None and top.task not in _backward.live:  # a backward raised
+        parent = top.entry
+        if (parent is None or top.task is not None or top.cuda or parent.retired or self.cuda is not None
+                or _frame._nvtx_live or _prof._is_profiler_enabled):
+            return self._enter(stack, top)
+        # The common case, inline: a step nested in a CPU forward step, no range, no label.
+        entry = parent.children.get(self.key)
+        if entry is None:
+            entry = registry.child(parent, self.name, self.scope, self.kind)
+        frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
+        if frame is None:
+            frame = top.spare = Frame()
+        frame.entry = entry
+        frame.owner = self
+        frame.cuda = False
+        frame.flags = 0
+        frame.mode = CPU
+        log = top.log
+        if self.region:  # regions have no backward; steps inside them may
+            frame.log = log
+            frame.seq0 = -1
+        elif log is not None:  # inside an anchor: log for its walk
+            frame.log = log
+            frame.anchor = False
+            frame.outputs = None
+            frame.seq0 = _seq()
+        elif _config.backward and _grad_enabled():  # the outermost step: an anchor
+            seq = _seq()
+            frame.log, frame.anchor, frame.outputs, frame.seq0 = _Log(seq, len(stack)), True, None, seq
+        else:
+            frame.log = None
+            frame.seq0 = -1
+        stack.append(frame)
+        frame.start = _clock.cpu_now()  # the clock last
+        return self
+
+    def _enter(self, stack: list, top: Frame) -> "Step":
+        """The general case of ``__enter__``: top level, CUDA, ranges or labels, a reset."""
+        if top.task is not None and top.task not in _live:  # a backward raised
             _backward.close_stale(stack)
             top = stack[-1]
-        name = self.name
         parent = top.entry
+        cuda = self.cuda
         if parent is None:  # the bottom sentinel: a top-level step
             parent = registry.root
-            if self.cuda is None:
-                cuda, dev = _auto_cuda(), None
-            else:
-                cuda, dev = self.cuda, self.dev
+            dev = self.dev
+            if cuda is None:
+                cuda = _auto_cuda()
         else:
             if parent.retired:  # opened before a reset: continue in the new tree
                 parent = registry.relocate(parent)
-            if self.cuda is None:
-                cuda, dev = top.mode != CPU, top.dev
+            if cuda is None:
+                cuda, dev = top.cuda, top.dev
             else:
-                cuda, dev = self.cuda, self.dev
-        # Children inherit the scope: the common case looks up by name alone.
-        key = name if self.scope is None else (name, self.scope)
-        entry = parent.children.get(key)
+                dev = self.dev
+        entry = parent.children.get(self.key)
         if entry is None:
-            entry = registry.child(parent, name, self.scope, self.kind)
-        pushed = False
-        rf = None
-        try:
-            if _config.nvtx:
-                _nvtx_push(name)
-                pushed = True
-            if _config.record_function and _prof._is_profiler_enabled:
-                rf = _open_rf(name)
-            frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
-            if frame is None:
-                frame = top.spare = Frame()
-            frame.entry = entry
-            frame.owner = self
-            frame.rf = rf
-            frame.pushed = pushed
-            frame.dev = dev
-            frame.task = frame.outputs = None
-            log = top.log
-            if self.kind == "region":  # regions have no backward; steps inside them may
-                frame.log, frame.anchor, frame.seq0 = log, False, -1
-            elif log is not None:  # inside an anchor: log for its walk
-                frame.log, frame.anchor, frame.seq0 = log, False, _seq()
-            elif _config.backward and _grad_enabled():  # the outermost step: an anchor
-                frame.log, frame.anchor, frame.seq0 = [], True, _seq()
-            else:
-                frame.log, frame.anchor, frame.seq0 = None, False, -1
-            if not cuda:
-                frame.mode = CPU
-                frame.start = _clock.cpu_now()  # clock last
-                stack.append(frame)
-            else:
-                start = None
-                if not torch.cuda.is_current_stream_capturing():
-                    try:
-                        start = _record_event(dev)
-                    except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
-                        start = None
-                frame.mode = UNTIMED if start is None else CUDA
-                frame.start = start
-                stack.append(frame)
-        except BaseException:
-            try:
-                if rf is not None:
-                    rf.__exit__(None, None, None)
-            finally:
-                if pushed:
-                    _nvtx_pop()
-            raise
+            entry = registry.child(parent, self.name, self.scope, self.kind)
+        frame = top.spare
+        if frame is None:
+            frame = top.spare = Frame()
+        frame.entry = entry
+        frame.owner = self
+        frame.cuda = cuda
+        frame.dev = dev
+        log = top.log
+        if self.region:
+            frame.log, frame.seq0 = log, -1
+        elif log is not None:  # inside an anchor: log for its walk
+            frame.log, frame.anchor, frame.seq0 = log, False, _seq()
+        elif _config.backward and _grad_enabled():  # the outermost step: an anchor
+            seq = _seq()
+            frame.log, frame.anchor, frame.seq0 = _Log(seq, len(stack)), True, seq
+        else:
+            frame.log, frame.seq0 = None, -1
+        frame.task = frame.outputs = None
+        _open(frame, self.name, cuda, dev)
+        stack.append(frame)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         """Close the step: stop the clock first, then the label and the range, then record."""
+        t1 = _clock.cpu_now()  # the clock first
         stack = _tls.stack
         frame = stack[-1]
+        if frame.owner is not self or frame.flags or frame.mode or exc_type is not None:
+            return self._exit(stack, frame, t1, exc_type)
+        # The common case, inline: a CPU frame on top, no range, no label, no exception.
+        stack.pop()
+        entry = frame.entry
+        if entry.retired:
+            entry = registry.relocate(entry)
+        buf = entry.buf
+        buf.append(t1 - frame.start)
+        if len(buf) >= _FOLD_AT:
+            registry.fold(entry)
+        if frame.seq0 >= 0:
+            _log_exit(frame, stack, True)
+        return None
+
+    def _exit(self, stack: list, frame: Frame, t1: int, exc_type: Any) -> None:
+        """The general case of ``__exit__``: ranges, labels, CUDA, exceptions, odd nesting."""
         if frame.owner is self:  # the usual, nested case
-            if frame.mode == CPU:
-                t1 = _clock.cpu_now()  # clock first
             stack.pop()
         else:
-            t1 = _clock.cpu_now()
             _backward.close_above(stack, self)
             found = pop_own(stack, self)
             if found is None:  # never entered on this thread: nothing to close
                 return None
             frame = found
-        # Read the frame now: once popped, it may be reused by the next step opened here.
-        entry, start, mode, rf, pushed = frame.entry, frame.start, frame.mode, frame.rf, frame.pushed
-        end = None
-        if mode == CUDA:
-            try:
-                end = _record_event(frame.dev)
-            except RuntimeError:
-                mode = UNTIMED
-        try:
-            if rf is not None:
-                rf.__exit__(None, None, None)
-        finally:
-            if pushed:
-                _nvtx_pop()
-            if mode == CPU:
-                _record(entry, t1 - start, exc_type is not None)
-            elif mode == CUDA:
-                registry.record_pending(entry, start, end, exc_type is not None)
-            else:
-                registry.record_untimed(entry, exc_type is not None)
+        # Once popped, the frame is reused by the next step opened here: nothing in between
+        # opens one (closing a label or a range runs no step).
+        _close(frame, t1, exc_type is not None)
         if frame.seq0 >= 0:
-            _log_exit(frame, stack, entry, mode, exc_type is None)
+            _log_exit(frame, stack, exc_type is None)
+        return None
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""
-        name, scope, kind, cuda, dev = self.name, self.scope, self.kind, self.cuda, self.dev
+        st = self  # reentrant: the state of each call lives on the thread's stack
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _config.enabled or _is_compiling():
                 return fn(*args, **kwargs)
-            s = Step.__new__(Step)
-            s.name, s.scope, s.cuda, s.dev, s.kind = name, scope, cuda, dev, kind
-            with s:
+            with st:
                 return mark_outputs(fn(*args, **kwargs))
 
         return wrapper  # type: ignore[return-value]

@@ -74,15 +74,16 @@ class TableRenderer:
         event_w = max([30] + [len(label) for label in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
 
-        def num(seconds: float) -> str:
-            return f"{seconds / scale:.3f}"
+        def num(seconds: float, estimate: bool = False) -> str:
+            return ("~" if estimate else "") + f"{seconds / scale:.3f}"
 
         columns = self.COLUMNS + (self.SPREAD_COLUMNS if spread else ())
         cells: List[List[str]] = []
         for r in rows:
+            est = bool(r.estimated)
             cells.append([
-                str(r.count), num(r.mean), num(r.total), num(r.self_time), num(r.min),
-                num(r.max), num(r.std), f"{100.0 * r.fraction:.1f}%",
+                str(r.count), num(r.mean, est), num(r.total, est), num(r.self_time, est), num(r.min),
+                num(r.max), num(r.std), ("~" if est else "") + f"{100.0 * r.fraction:.1f}%",
             ])
             if spread:
                 slowest = "-" if r.slowest is None else f"{num(r.slowest)} r{r.slowest_rank}"
@@ -117,6 +118,16 @@ class TableRenderer:
             lines.append(
                 "Slowest: the largest total of one rank (r<rank>); Spread: slowest / fastest "
                 "rank's total, over the ranks that ran the step (k/n: only k of n ranks did)."
+            )
+        sampled = [r for r in rows if r.estimated]
+        if sampled:
+            calls = sum(r.count for r in sampled)
+            timed = calls - sum(r.estimated for r in sampled)
+            lines.append(
+                f"~: estimated. Of the {calls} calls in the rows marked ~, {timed} were timed (the first "
+                "calls of each layer, then one in N at random; configure(backward_every=N)); Count is "
+                "exact, the time of the others is the mean of those timed at random. Min, Max, Std: "
+                "timed calls."
             )
         notes = [
             f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors

@@ -20,63 +20,12 @@ import csv
 import dataclasses
 import io
 import json
-from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from ._row import _FIELDS, _INT_FIELDS, _OPTIONAL, _STR_FIELDS, Row, _parse
 from ._table import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
 
 __all__ = ["Row", "Summary", "TableRenderer", "UNITS", "BACKWARD_MARK", "choose_unit"]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One step path (in one layer instance when grouped by layer); times in seconds."""
-
-    name: str  #: the step path, ``/``-separated (``forward/GCNConv/gcn_norm``)
-    step: str  #: the last component of the path
-    depth: int  #: 0 for top-level steps
-    scope: Optional[str]  #: the layer instance (``None`` when merged, or outside layers)
-    kind: str  #: ``step`` or ``region``
-    count: int  #: timed calls
-    total: float  #: inclusive time, all calls
-    self_time: float  #: total minus the totals of the children
-    mean: float  #: total / count
-    min: float  #: shortest call
-    max: float  #: longest call
-    std: float  #: sample standard deviation of the calls
-    fraction: float  #: total / grand total
-    self_fraction: float  #: self_time / grand total
-    errors: int = 0  #: calls that ended with an exception (timed all the same)
-    untimed: int = 0  #: calls not timed (CUDA-graph capture, or a partial backward)
-    phase: str = "forward"  #: ``forward``, or ``backward`` for the backward of a step
-    #: The process's rank, in a row of one rank's part of a merged summary (else ``None``).
-    rank: Optional[int] = None
-    #: Merged rows only (else ``None``): how many ranks timed calls of this step,
-    ranks: Optional[int] = None
-    slowest: Optional[float] = None  #: the largest total of one rank,
-    slowest_rank: Optional[int] = None  #: the rank with that total (the lowest, on a tie),
-    fastest: Optional[float] = None  #: the smallest total of a rank that recorded the step.
-
-    @property
-    def parent(self) -> Optional[str]:
-        """The path of the enclosing step, or ``None`` at the top level."""
-        return self.name.rsplit("/", 1)[0] if "/" in self.name else None
-
-    @property
-    def spread(self) -> Optional[float]:
-        """Slowest over fastest rank's total (merged rows; ``None`` otherwise)."""
-        if self.slowest is None or self.fastest is None:
-            return None
-        if self.fastest == 0:
-            return 1.0 if self.slowest == 0 else float("inf")
-        return self.slowest / self.fastest
-
-
-_FIELDS = [f.name for f in dataclasses.fields(Row)]
-_INT_FIELDS = {"depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank"}
-_STR_FIELDS = {"name", "step", "scope", "kind", "phase"}
-#: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).
-_OPTIONAL = {"scope", "rank", "ranks", "slowest", "slowest_rank", "fastest"}
 
 
 class Summary:
@@ -297,13 +246,3 @@ class Summary:
                 values[k] = v
             rows.append(Row(**values))
         return cls._from_rows(rows, by, grand_total)
-
-
-def _parse(field: str, value: str) -> Any:
-    if field in _OPTIONAL and value == "":
-        return None
-    if field in _STR_FIELDS:
-        return value
-    if field in _INT_FIELDS:
-        return int(value)
-    return float(value)

@@ -14,7 +14,7 @@ def test_step_cost_reports_every_variant(tmp_path):
     proc = run_script("benchmarks/step_cost.py", "--n", "2000", "--rounds", "1", "--breakdown", "--json", str(out))
     data = json.loads(out.read_text())
     assert {"disabled", "enabled, NVTX", "enabled, no NVTX", "enabled, nested"} <= set(data["ns_per_step"])
-    assert {"registry lock", "NVTX push + pop"} <= set(data["breakdown_ns"])
+    assert {"registry.record (append, a fold every 64)", "NVTX push + pop"} <= set(data["breakdown_ns"])
     assert "ns per step" in proc.stdout
 
 

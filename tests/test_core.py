@@ -334,7 +334,7 @@ def test_configure_switches_nvtx_and_record_function():
     assert not now.nvtx and not now.record_function
     ic.configure(nvtx=True)
     assert ic.settings().nvtx and not ic.settings().record_function
-    assert ic.configure() == ic.settings() == (True, True, False, True)
+    assert ic.configure() == ic.settings() == (True, True, False, True, ic.settings().backward_every)
 
 
 def test_settings_snapshot_restores_every_switch():

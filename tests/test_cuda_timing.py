@@ -131,15 +131,15 @@ def test_pending_queue_stays_bounded_when_the_gpu_never_catches_up(fake_cuda):
 def test_pending_queue_resolves_via_fold_callback():
     folded = []
     pool = EventPool(FakeEvent)
-    q = PendingTimes(lambda entry, ns: folded.append((entry, ns)), pool, poll_at=100)
+    q = PendingTimes(lambda entry, ns, sampled: folded.append((entry, ns, sampled)), pool, poll_at=100)
     a, b = FakeEvent(), FakeEvent()
     FakeEvent.timeline = 0
     a.record()
     FakeEvent.timeline = 1.25
     b.record()
-    q.add("e", (a, 0), (b, 0))
+    q.add("e", (a, 0), (b, 0), True)
     assert q.poll() == 0 and folded == []
-    assert q.drain() == 1 and folded == [("e", 1_250_000)]
+    assert q.drain() == 1 and folded == [("e", 1_250_000, True)]
     assert pool.get(0) in (a, b) and pool.get(0) in (a, b)  # both recycled to device 0
 
 

@@ -113,13 +113,13 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
     # If record_function fails after the NVTX push, the push must be undone.
     _, events = _run(injection, tmp_path, """
         import torch
-        from instrumented_convs import _step
+        from instrumented_convs import _frame
         def broken(name):
             raise RuntimeError("profiler failure")
-        _step._open_rf = broken
+        _frame._open_rf = broken
         class Recording:
             _is_profiler_enabled = True
-        _step._prof = Recording()
+        _frame._prof = Recording()
         try:
             with step("x"):
                 pass
@@ -233,9 +233,9 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         from nvtx._lib import lib
         real_get_domain = nvtx.get_domain
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
-        from instrumented_convs import _step
+        from instrumented_convs import _frame
         assert ic.set_nvtx_backend("nvtx") == "nvtx"
-        assert _step._nvtx.forced
+        assert _frame._nvtx.forced
         with step("outer"):
             with step("inner"):
                 pass
@@ -345,3 +345,31 @@ def test_generic_layers_ranges_are_real_and_balanced(injection, tmp_path):
                      (2, "update_all"), (3, "gspmm")]:
         assert expected in gat, (expected, gat)
     assert nc.balanced(events)
+
+
+def test_no_tool_attached_means_no_nvtx_calls_until_forced():
+    """Without NVTX_INJECTION64_PATH no tool can ever receive a range, so the default backend
+    pushes none (each push would be a Python call into a C no-op); forcing one still works."""
+    pytest.importorskip("nvtx")
+    import os
+    import subprocess
+    import sys
+
+    from .helpers import ROOT, python_path
+
+    code = textwrap.dedent("""
+        import instrumented_convs as ic
+        from instrumented_convs import step
+        assert ic.nvtx_backend() == "none", ic.nvtx_backend()
+        with step("x"):
+            pass
+        assert ic.set_nvtx_backend("nvtx") == "nvtx"
+        with step("y"):
+            pass
+        assert ic.registry.summary()["y"].count == 1
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVTX_INJECTION")}
+    env["PYTHONPATH"] = python_path()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,173 @@
+"""One lifecycle for every timed frame: forward steps and backward steps alike.
+
+:func:`open_frame` starts a frame: an NVTX range (if a tool can see it), a profiler label
+(only while a torch profiler records), then the clock, last, so the bookkeeping stays
+outside the measured time. :func:`close_frame` undoes it in the reverse order: the clock
+first (the caller reads the CPU clock before anything else; a CUDA frame records its end
+event here), then the label, then the range, and records the duration. Forward steps
+(:mod:`._step`) and backward steps (:mod:`._backward`) both go through these two functions,
+so there is one hot path to keep fast and one place to change.
+
+NVTX: with no NVTX tool attached, every NVTX call is a no-op in C that still costs a Python
+call per push and per pop. Tools (Nsight Systems, Nsight Compute) attach when the process
+starts, through the environment variable ``NVTX_INJECTION64_PATH``; without it nothing can
+ever receive a range, so the default backend is then ``none`` and ranges cost nothing.
+:func:`set_nvtx_backend` picks a backend explicitly (``set_nvtx_backend("nvtx")`` pushes
+ranges even with no tool in sight).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from . import _clock, _config, _ranges
+from ._registry import registry
+from ._stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
+
+__all__ = ["open_frame", "close_frame", "close_elsewhere", "abandon_frame", "set_nvtx_backend", "nvtx_backend",
+           "tool_attached"]
+
+_open_rf = _ranges.open_record_function
+_prof = _ranges.profiler_state
+_record = registry.record  # the registry's narrow write API, bound once
+_record_sampled = registry.record_sampled
+_record_pending = registry.record_pending
+_record_untimed = registry.record_untimed
+_record_event = _clock.record_event
+
+
+def tool_attached() -> bool:
+    """Whether an NVTX tool can receive ranges in this process (``NVTX_INJECTION64_PATH``)."""
+    return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
+
+
+def _pick(name: Optional[str]) -> _ranges.NvtxBackend:
+    if name is None and not tool_attached():
+        return _ranges.NvtxBackend()  # nothing could see the ranges: push none
+    return _ranges.make_backend(name)
+
+
+_nvtx: _ranges.NvtxBackend = _pick(None)
+_push, _pop = _nvtx.push, _nvtx.pop
+_nvtx_live = _nvtx.name != "none"
+
+
+def set_nvtx_backend(name: Optional[str] = None) -> str:
+    """Choose the NVTX backend: ``nvtx``, ``torch``, ``none``, or ``None`` for the default.
+
+    The default is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
+    attached to the process, else ``none``. Returns the name of the backend now in use.
+    """
+    global _nvtx, _push, _pop, _nvtx_live
+    _nvtx = _pick(name)
+    _push, _pop = _nvtx.push, _nvtx.pop
+    _nvtx_live = _nvtx.name != "none"
+    return _nvtx.name
+
+
+def nvtx_backend() -> str:
+    """The name of the NVTX backend in use (``nvtx``, ``torch.cuda.nvtx`` or ``none``)."""
+    return _nvtx.name
+
+
+def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None:
+    """Start ``frame``: NVTX range and profiler label named ``label``, then the clock.
+
+    ``cuda``: time with a CUDA event pair on the current stream of device ``dev`` (None:
+    the current device), else with the CPU clock. If opening the label fails, the range is
+    popped again and the exception propagates (the frame is then not open).
+    """
+    flags = 0
+    if _nvtx_live and _config.nvtx:
+        _push(label)
+        flags = PUSHED
+    if _config.record_function and _prof._is_profiler_enabled:
+        try:
+            frame.rf = _open_rf(label)
+        except BaseException:
+            if flags:
+                _pop()
+            raise
+        flags |= LABELLED
+    frame.flags = flags
+    if not cuda:
+        frame.mode = CPU
+        frame.start = _clock.cpu_now()  # the clock last
+        return
+    start = None
+    if not torch.cuda.is_current_stream_capturing():  # read at call time: tests replace it
+        try:
+            start = _record_event(dev)
+        except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
+            start = None
+    frame.mode = UNTIMED if start is None else CUDA
+    frame.start = start
+
+
+def close_frame(frame: Frame, t1: int, error: bool) -> None:
+    """Stop ``frame``'s clock, close its label and range, and record its time.
+
+    ``t1`` is the CPU clock, read by the caller before anything else. ``error``: the frame
+    ended with an exception (counted; the time is recorded all the same). The frame may be
+    reused as soon as this returns: it lets go of its profiler handle.
+    """
+    mode = frame.mode
+    end = None
+    if mode == CUDA:
+        try:
+            end = _record_event(frame.dev)  # the clock first
+        except RuntimeError:
+            mode = UNTIMED
+    flags = frame.flags
+    try:
+        if flags & LABELLED:
+            rf, frame.rf = frame.rf, None
+            rf.__exit__(None, None, None)
+    finally:
+        if flags & PUSHED:
+            _pop()
+        if mode == CPU:
+            if flags & SAMPLED:
+                _record_sampled(frame.entry, t1 - frame.start)
+            else:
+                _record(frame.entry, t1 - frame.start, error)
+        elif mode == CUDA:
+            _record_pending(frame.entry, frame.start, end, error, bool(flags & SAMPLED))
+        else:
+            _record_untimed(frame.entry, error)
+
+
+def close_elsewhere(frame: Frame, t1: int) -> None:
+    """Record ``frame``'s time without closing its label or range: it was opened on another
+    thread (a backward on two devices), whose stacks only that thread may touch."""
+    mode, sampled = frame.mode, bool(frame.flags & SAMPLED)
+    if mode == CUDA:
+        try:
+            _record_pending(frame.entry, frame.start, _record_event(None), False, sampled)
+            return
+        except RuntimeError:
+            mode = UNTIMED
+    if mode == CPU:
+        if sampled:
+            _record_sampled(frame.entry, t1 - frame.start)
+        else:
+            _record(frame.entry, t1 - frame.start)
+    else:
+        _record_untimed(frame.entry)
+
+
+def abandon_frame(frame: Frame, error: bool, count: bool = True) -> None:
+    """Close ``frame``'s label and range; its end never came: count the call as untimed
+    (unless ``count`` is False: another frame already counts it)."""
+    flags = frame.flags
+    try:
+        if flags & LABELLED:
+            rf, frame.rf = frame.rf, None
+            rf.__exit__(None, None, None)
+    finally:
+        if flags & PUSHED:
+            _pop()
+        if count:
+            _record_untimed(frame.entry, error)

@@ -1,0 +1,77 @@
+"""One row of a summary: the numbers of one step path (in one layer instance), in seconds.
+
+:class:`Row` is what :class:`~instrumented_convs.report.Summary` holds and its exports
+write; the field sets below say how CSV and DataFrame cells turn back into fields. This
+module imports nothing from the package.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["Row"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One step path (in one layer instance when grouped by layer); times in seconds."""
+
+    name: str  #: the step path, ``/``-separated (``forward/GCNConv/gcn_norm``)
+    step: str  #: the last component of the path
+    depth: int  #: 0 for top-level steps
+    scope: Optional[str]  #: the layer instance (``None`` when merged, or outside layers)
+    kind: str  #: ``step`` or ``region``
+    count: int  #: calls (timed, and counted with their time estimated: ``estimated``)
+    total: float  #: inclusive time, all calls
+    self_time: float  #: total minus the totals of the children
+    mean: float  #: total / count
+    min: float  #: shortest timed call
+    max: float  #: longest timed call
+    std: float  #: sample standard deviation of the timed calls
+    fraction: float  #: total / grand total
+    self_fraction: float  #: self_time / grand total
+    errors: int = 0  #: calls that ended with an exception (timed all the same)
+    untimed: int = 0  #: calls not timed (CUDA-graph capture, or a partial backward)
+    phase: str = "forward"  #: ``forward``, or ``backward`` for the backward of a step
+    #: Calls whose time is estimated, not measured (backward sampling, see ``configure``):
+    #: included in ``count``; ``total``, ``mean`` and ``self_time`` are estimates then.
+    estimated: int = 0
+    #: The process's rank, in a row of one rank's part of a merged summary (else ``None``).
+    rank: Optional[int] = None
+    #: Merged rows only (else ``None``): how many ranks timed calls of this step,
+    ranks: Optional[int] = None
+    slowest: Optional[float] = None  #: the largest total of one rank,
+    slowest_rank: Optional[int] = None  #: the rank with that total (the lowest, on a tie),
+    fastest: Optional[float] = None  #: the smallest total of a rank that recorded the step.
+
+    @property
+    def parent(self) -> Optional[str]:
+        """The path of the enclosing step, or ``None`` at the top level."""
+        return self.name.rsplit("/", 1)[0] if "/" in self.name else None
+
+    @property
+    def spread(self) -> Optional[float]:
+        """Slowest over fastest rank's total (merged rows; ``None`` otherwise)."""
+        if self.slowest is None or self.fastest is None:
+            return None
+        if self.fastest == 0:
+            return 1.0 if self.slowest == 0 else float("inf")
+        return self.slowest / self.fastest
+
+
+_FIELDS = [f.name for f in dataclasses.fields(Row)]
+_INT_FIELDS = {"depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank", "estimated"}
+_STR_FIELDS = {"name", "step", "scope", "kind", "phase"}
+#: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).
+_OPTIONAL = {"scope", "rank", "ranks", "slowest", "slowest_rank", "fastest"}
+
+
+def _parse(field: str, value: str) -> Any:
+    if field in _OPTIONAL and value == "":
+        return None
+    if field in _STR_FIELDS:
+        return value
+    if field in _INT_FIELDS:
+        return int(value)
+    return float(value)
