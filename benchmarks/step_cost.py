@@ -100,23 +100,16 @@ def _variants() -> Dict[str, Callable[[int], None]]:
 
 class _nvtx_forced:
     """Inside the block, NVTX ranges are pushed (the ``nvtx`` package, else torch's) even
-    with no tool attached; the backend in use before is restored after."""
+    with no tool attached; the default backend is chosen again after."""
 
     def __enter__(self) -> str:
-        from instrumented_convs import _frame
-
-        self.previous = _frame._nvtx
         for name in ("nvtx", "torch"):
             if ic.set_nvtx_backend(name) != "none":
                 break
         return ic.nvtx_backend()
 
     def __exit__(self, *exc: object) -> None:
-        from instrumented_convs import _frame
-
-        _frame.set_nvtx_backend(None)
-        _frame._nvtx, _frame._push, _frame._pop = self.previous, self.previous.push, self.previous.pop
-        _frame._nvtx_live = self.previous.name != "none"
+        ic.set_nvtx_backend(None)
 
 
 def measure(n: int, rounds: int) -> Dict[str, float]:

@@ -21,6 +21,7 @@ Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -33,6 +34,9 @@ from ._stack import Frame, _tls
 __all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "walk"]
 
 logger = logging.getLogger(__name__)
+
+#: Source files whose frames stand between a ``with step()`` block and :func:`finish`.
+_MACHINERY = {__file__, *(os.path.join(os.path.dirname(__file__), f"{m}.py") for m in ("_step", "_stepbase"))}
 
 #: The autograd sequence counter of this thread: the number the next node will get.
 seq_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
@@ -84,7 +88,7 @@ def log_exit(frame: Frame, stack: List[Frame], ok: bool) -> None:
             log.outputs.append(outputs)
         return
     try:
-        finish(log, seq1, frame.entry, frame.mode, outputs, stack, caller_depth=3)
+        finish(log, seq1, frame.entry, frame.mode, outputs, stack)
     except Exception:  # never break the user's forward over its timing
         logger.exception("instrumented_convs: setting up the backward of %s failed", frame.entry.path)
 
@@ -102,12 +106,19 @@ def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
             _tensors(v, out, depth + 1)
 
 
-def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame],
-           caller_depth: int) -> None:
+def _user_frame() -> Any:
+    """The innermost Python frame outside the step machinery: the code around a ``with`` block."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename in _MACHINERY:
+        f = f.f_back
+    return f
+
+
+def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame]) -> None:
     """At an anchor's exit: time its backward step by step, or count it (see the module).
 
     ``outputs`` are the anchor's own (None: look for them among the local variables of the
-    frame ``caller_depth`` levels up from here).
+    code around the ``with`` block, the first frame outside the step machinery).
     """
     seq0 = log.seq0
     roots: List[Any] = []
@@ -116,7 +127,9 @@ def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
     for out in log.outputs:
         _tensors(out, roots)
     if not explicit:
-        _tensors(list(sys._getframe(caller_depth).f_locals.values()), roots)
+        user = _user_frame()
+        if user is not None:
+            _tensors(list(user.f_locals.values()), roots)
     shape = (seq1 - seq0, mode, tuple(log.items))
     template, how = _sampling.choose(entry, shape)
     if how == _sampling.COUNT:

@@ -6,12 +6,16 @@ buffer, appended without a lock by the hot path (a list append is atomic), and
 nanoseconds, with C-speed builtins (``sum``, ``min``, ``max``), under the registry's lock.
 A fold removes exactly the durations it read from the front of the buffer, so a duration
 appended by another thread meanwhile is never lost. This module imports nothing from the
-package.
+package but the optional C arithmetic (:mod:`._native`).
 """
 from __future__ import annotations
 
 from operator import mul
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+from ._native import speedups
+
+_sums = speedups.sums if speedups is not None else None
 
 __all__ = ["Entry", "FOLD_AT", "backward_key", "fold_buffer"]
 
@@ -87,12 +91,16 @@ def fold_buffer(entry: Entry) -> None:
     n = len(buf)
     if not n:
         return
-    chunk = buf[:n]
+    got = _sums(buf, n) if _sums is not None else None  # the C arithmetic, when in use
+    if got is not None:
+        total, sumsq, lo, hi = got
+    else:
+        chunk = buf[:n]
+        total, sumsq, lo, hi = sum(chunk), sum(map(mul, chunk, chunk)), min(chunk), max(chunk)
     del buf[:n]
     entry.count += n
-    entry.total += sum(chunk)
-    entry.sumsq += sum(map(mul, chunk, chunk))
-    lo, hi = min(chunk), max(chunk)
+    entry.total += total
+    entry.sumsq += sumsq
     if lo < entry.min:
         entry.min = lo
     if hi > entry.max:

@@ -24,6 +24,7 @@ import torch
 
 from . import _clock, _config, _ranges
 from ._registry import registry
+from ._native import speedups
 from ._stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
 
 __all__ = ["open_frame", "close_frame", "close_elsewhere", "abandon_frame", "set_nvtx_backend", "nvtx_backend",
@@ -52,6 +53,8 @@ def _pick(name: Optional[str]) -> _ranges.NvtxBackend:
 _nvtx: _ranges.NvtxBackend = _pick(None)
 _push, _pop = _nvtx.push, _nvtx.pop
 _nvtx_live = _nvtx.name != "none"
+if speedups is not None:
+    speedups.set_nvtx_live(_nvtx_live)
 
 
 def set_nvtx_backend(name: Optional[str] = None) -> str:
@@ -64,6 +67,8 @@ def set_nvtx_backend(name: Optional[str] = None) -> str:
     _nvtx = _pick(name)
     _push, _pop = _nvtx.push, _nvtx.pop
     _nvtx_live = _nvtx.name != "none"
+    if speedups is not None:
+        speedups.set_nvtx_live(_nvtx_live)
     return _nvtx.name
 
 

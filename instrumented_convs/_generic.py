@@ -2,30 +2,36 @@
 
 A generic layer is a subclass of a stock conv class, made at import by :func:`make_class`
 (``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no
-upstream code. Its ``forward`` is the stock ``forward`` inside the layer's own step (named
-after the class, scoped per instance), and each call of a direct child module (``lin``,
-``lin_l``, ``nn``, ``fc``...) inside it is a step named after the attribute, through a
-``forward`` set on the child instance (items of a ``ModuleList`` or ``ModuleDict`` are
-named ``convs.0``, ``convs.<key>``). The framework modules add the
-framework's own steps (PyG: :mod:`._pyg_generic`; DGL: :mod:`._dgl_generic`).
+upstream code and overrides nothing but ``forward``: the stock ``forward`` inside the
+layer's own step (named after the class, scoped per instance). During that call only, each
+direct child module (``lin``, ``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or
+``ModuleDict`` as ``convs.0``, ``convs.<key>``) and each of the layer's own methods that the
+framework module names (PyG: :mod:`._pyg_generic`) run in a step: :func:`install` puts a
+:class:`Timed` callable in the instance's ``__dict__`` (which Python looks in before the
+class) and :func:`uninstall` takes it out again when the forward ends, however it ends.
 
-While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
-runs the stock code and the children's ``forward`` return at their first check.
+So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock
+layer sharing a child, the child called on its own) every call runs the stock code with no
+extra Python frame and no check; inside one, the timed calls need no check either. The
+framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`).
 """
 from __future__ import annotations
 
 import copy
 import functools
 import threading
-from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from . import _config
+from ._native import speedups
 from ._layers import InstrumentedLayer, instance_scope
-from ._step import Step, instrumenting, mark_outputs
+from ._step import Step, _is_compiling, mark_outputs
 
-__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "inside", "device_of", "stock_copy", "detach"]
+__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "inside", "device_of", "stock_copy",
+           "Timed", "PyTimed", "install", "uninstall"]
 
 
 class _Inside(threading.local):
@@ -59,30 +65,88 @@ def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.d
     return None
 
 
-class _TimedForward:
-    """A child module's ``forward``, set on the instance: inside a generic layer's forward it
-    runs the class's ``forward`` in a step named after the child's attribute.
+class PyTimed:
+    """A bound callable run inside a step: set in an instance's ``__dict__`` for the length of
+    one instrumented forward (see :func:`install`), so it needs no check of its own. (The C
+    extension has the same type, without a Python frame per call: :data:`Timed`.)"""
 
-    An instance attribute rather than module hooks: a module with forward hooks takes
-    torch's slow call path even when the hooks do nothing (several microseconds per call, so
-    a disabled layer would not run at stock speed), and a ``with`` block closes the step
-    when the child raises.
-    """
+    __slots__ = ("fn", "step")
 
-    __slots__ = ("module", "step")
-
-    def __init__(self, module: torch.nn.Module, step: Step) -> None:
-        """Time ``module``'s calls as ``step``."""
-        self.module = module
+    def __init__(self, fn: Callable[..., Any], step: Step) -> None:
+        """Call ``fn`` (a bound method, or a callable found on the instance) inside ``step``."""
+        self.fn = fn
         self.step = step
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """The class's ``forward``, in the step while a generic forward runs on this thread."""
-        m = self.module
-        if not inside.n or not instrumenting():
-            return type(m).forward(m, *args, **kwargs)
+        """``fn(*args, **kwargs)`` inside the step."""
         with self.step:
-            return type(m).forward(m, *args, **kwargs)
+            return self.fn(*args, **kwargs)
+
+
+#: The type of timed callables: the C one when the extension is in use, else :class:`PyTimed`.
+Timed: Any = speedups.Timed if speedups is not None else PyTimed
+
+#: What :func:`install` changed: (the instance dict, the name, the value before or None).
+Undo = List[Tuple[Dict[str, Any], str, Any]]
+
+
+def _timed_method(d: Dict[str, Any], owner: Any, name: str, st: Step, undo: Undo) -> None:
+    """Time ``owner.name`` (``d`` is ``owner.__dict__``) until :func:`uninstall`."""
+    cur = d.get(name)
+    if cur is None:
+        fn = getattr(type(owner), name, None)
+        if fn is None:
+            return
+        d[name] = Timed(fn.__get__(owner), st)
+    elif type(cur) is Timed:  # already timed (a call of the same layer inside its forward)
+        return
+    else:  # set on the instance by someone else (PyG's explain mode, a user): time that
+        d[name] = Timed(cur, st)
+    undo.append((d, name, cur))
+
+
+def install(layer: Any, children: bool = True) -> Undo:
+    """Time ``layer``'s methods that its class names (``_ic_methods``: (name, step) pairs) and,
+    with ``children``, its direct children, until :func:`uninstall` gets the returned list."""
+    undo: Undo = []
+    if speedups is not None:  # the same, in C
+        speedups.time_methods(layer, type(layer)._ic_methods, undo)
+        if children:
+            speedups.time_children(_timed_children(layer), undo)
+        return undo
+    d = layer.__dict__
+    for name, st in type(layer)._ic_methods:
+        _timed_method(d, layer, name, st, undo)
+    if children:
+        for child, st in _timed_children(layer):
+            _timed_method(child.__dict__, child, "forward", st, undo)
+    return undo
+
+
+def uninstall(undo: Undo) -> None:
+    """Put back what :func:`install` changed (latest first)."""
+    if speedups is not None:
+        speedups.restore(undo)
+        return
+    for d, name, cur in reversed(undo):
+        if cur is None:
+            d.pop(name, None)
+        else:
+            d[name] = cur
+
+
+def _timed_children(layer: Any) -> List[Tuple[torch.nn.Module, Step]]:
+    """``layer``'s direct children with their steps, cached on the instance while its children
+    stay the same objects (the cache is keyed by ``id(layer)``: a copy builds its own)."""
+    d = layer.__dict__
+    modules = tuple(layer._modules.values())
+    cached = d.get("_ic_children")
+    if cached is not None and cached[0] == id(layer) and cached[1] == modules:
+        return cached[2]
+    skip = layer._ic_skip
+    kids = [(child, Step(name)) for name, child in _children(layer) if name not in skip]
+    d["_ic_children"] = (id(layer), modules, kids)
+    return kids
 
 
 def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
@@ -95,87 +159,64 @@ def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
             yield name, child
 
 
-def _timed(child: torch.nn.Module) -> bool:
-    return isinstance(child.__dict__.get("forward"), _TimedForward)
-
-
-def attach(layer: torch.nn.Module, skip: FrozenSet[str]) -> None:
-    """Time every direct child of ``layer`` (not in ``skip``) as a step; idempotent."""
-    for name, child in _children(layer):
-        if name in skip or _timed(child) or "forward" in child.__dict__:
-            continue  # (a forward set on the instance by someone else is left alone)
-        child.__dict__["forward"] = _TimedForward(child, Step(name))
-
-
-def detach(module: torch.nn.Module) -> None:
-    """Remove our timing from every direct child of ``module`` (the reverse of :func:`attach`)."""
-    for _, child in _children(module):
-        if _timed(child):
-            del child.__dict__["forward"]
-
-
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")
 
 
-def _shallow(m: torch.nn.Module, drop_ours: bool = False) -> torch.nn.Module:
+def _shallow(m: torch.nn.Module) -> torch.nn.Module:
     """A new module object sharing ``m``'s parameters, buffers and children, with its own
-    dictionaries of them and of its forward hooks; our timing dropped (``drop_ours``) or
-    bound to the new object."""
+    dictionaries of them and of its forward hooks, and none of our timing or caches."""
     c = copy.copy(m)
     for attr in ("_parameters", "_buffers", "_modules", *_HOOK_DICTS):
         d = m.__dict__.get(attr)
         if d is not None:
             c.__dict__[attr] = type(d)(d)
-    timed = c.__dict__.get("forward")
-    if isinstance(timed, _TimedForward):
-        if drop_ours:
-            del c.__dict__["forward"]
-        else:
-            c.__dict__["forward"] = _TimedForward(c, timed.step)
+    for name, value in list(c.__dict__.items()):  # (timing is only there during a forward)
+        if type(value) is Timed or name == "_ic_children":
+            del c.__dict__[name]
     return c
 
 
-def _copy_children(layer: torch.nn.Module, drop_ours: bool) -> None:
+def _copy_children(layer: torch.nn.Module) -> None:
     """Give ``layer`` shallow copies of its children (and of containers' items)."""
     for name, child in list(layer._modules.items()):
         if child is None:
             continue
-        child = _shallow(child, drop_ours)
+        child = _shallow(child)
         if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
             for key, item in list(child._modules.items()):
                 if item is not None:
-                    child._modules[key] = _shallow(item, drop_ours)
+                    child._modules[key] = _shallow(item)
         layer._modules[name] = child
 
 
 def stock_copy(layer: torch.nn.Module, stock: type) -> torch.nn.Module:
     """A stock-class copy of ``layer`` sharing its parameters, buffers and grandchildren;
-    its children are shallow copies without our timing (TorchScript cannot compile it)."""
+    its children are shallow copies (TorchScript compiles it; it records nothing)."""
     out = _shallow(layer)
     out.__class__ = stock
     for attr in ("_ic_scope", "_ic_steps"):
         out.__dict__.pop(attr, None)
-    _copy_children(out, drop_ours=True)
+    _copy_children(out)
     return out
 
 
 class GenericLayer(InstrumentedLayer):
-    """Mixin of the generic layers: timed children from construction, stock copies for scripting."""
+    """Mixin of the generic layers: the stock forward in a step, children and named methods
+    timed during it (:func:`install`), stock copies for scripting."""
 
     #: Children not timed as steps (PyG's aggregation module runs inside ``aggregate``).
     _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor, arguments passed through unchanged; then the timed children."""
+        """The stock constructor, arguments passed through unchanged; then the set-up."""
         super().__init__(*args, **kwargs)
         self._ic_after_init()
 
     def _ic_after_init(self) -> None:
         """Per-framework set-up after the stock constructor (and after :func:`convert`)."""
-        attach(self, self._ic_skip)  # type: ignore[arg-type]
 
     def to_stock(self) -> Any:
-        """A stock layer sharing this layer's parameters, buffers and grandchildren (untimed)."""
+        """A stock layer sharing this layer's parameters, buffers and grandchildren."""
         return stock_copy(self, self._ic_stock)  # type: ignore[arg-type]
 
     @classmethod
@@ -185,7 +226,7 @@ class GenericLayer(InstrumentedLayer):
             raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
                             f"not a {type(layer).__name__}")
         out = _shallow(layer)
-        _copy_children(out, drop_ours=False)  # timing goes on copies, not on ``layer``'s children
+        _copy_children(out)
         return convert(out, cls)
 
 
@@ -204,14 +245,16 @@ def _forward(stock: type) -> Callable[..., Any]:
 
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not instrumenting():
+        if not _config.enabled or _is_compiling():
             return stock_forward(self, *args, **kwargs)
+        undo = install(self)
         inside.n += 1
         try:
             with self._ic_step(device_of(args, kwargs)):
                 return mark_outputs(stock_forward(self, *args, **kwargs))
         finally:
             inside.n -= 1
+            uninstall(undo)
 
     forward.__doc__ = f"The stock ``{stock.__name__}.forward`` inside the layer's own step."
     return forward

@@ -16,7 +16,7 @@ from typing import Dict, TypeVar
 
 import torch
 
-from ._generic import convert, detach
+from ._generic import convert
 from ._layers import InstrumentedLayer, name_layers
 
 __all__ = ["instrument", "uninstrument"]
@@ -71,10 +71,9 @@ def uninstrument(model: M) -> M:
     """
     for module in model.modules():
         if isinstance(module, InstrumentedLayer):
-            detach(module)
             stock = module._ic_stock
             module.__class__ = stock
-            for attr in ("_ic_scope", "_ic_steps"):
+            for attr in ("_ic_scope", "_ic_steps", "_ic_children"):
                 module.__dict__.pop(attr, None)
             if "torch_geometric" in sys.modules:
                 from ._pyg_generic import generate

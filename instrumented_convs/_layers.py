@@ -58,6 +58,9 @@ class InstrumentedLayer:
     _ic_stock: ClassVar[type]
     #: Attributes (parameters, submodules, caches) that to_stock/from_stock share.
     _ic_shared: ClassVar[Tuple[str, ...]] = ()
+    #: Methods of the layer timed as steps during its instrumented forward: (name, Step)
+    #: pairs (see ``_generic.install``); none by default.
+    _ic_methods: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor, arguments passed through unchanged; then a default scope."""

@@ -7,9 +7,11 @@ first construction of the class, and the generated code calls, through ``self``:
 (sparse) path; ``edge_updater`` calls ``edge_collect`` and ``edge_update``. PyG's own hook
 API (``register_message_forward_pre_hook``...) has no hook for ``collect`` or ``update``, and
 a step opened in one hook and closed in another stays open when the code between raises.
-So each of these methods runs inside a ``with <step>:`` block of a wrapper that
-:func:`functools.wraps` the stock method: PyG inspects the wrapped signature (it follows
-``__wrapped__``), so it collects the same arguments and generates the same code. Steps::
+So, for the length of an instrumented forward, each of these methods is found on the
+instance as a :class:`~._generic.Timed` callable (:func:`~._generic.install`) that runs the
+method in a ``with <step>:`` block; the classes override none of them, so PyG inspects and
+generates exactly what it does for the stock class, and outside an instrumented forward the
+stock methods run with nothing in between. Steps::
 
     propagate
       collect                the gather (x_i, x_j, edge attributes per edge)
@@ -21,29 +23,25 @@ So each of these methods runs inside a ``with <step>:`` block of a wrapper that
       collect
       edge_update
 
-``message``, ``aggregate``, ``update``, ``message_and_aggregate`` and ``edge_update`` are
-wrapped when the class is made (the last two only where the stock class implements them);
-the generated ``propagate``, ``collect``, ``edge_updater`` and ``edge_collect`` are wrapped
-right after PyG generates them (:func:`wrap_generated`). PyG finds the arguments of
-``propagate`` by reading the class's source, which a class made at run time has none of:
-the stock class's reading is handed over as ``propagate_type`` (and ``edge_updater_type``),
-PyG's documented alternative. PyG 2.3 and 2.4 have no generated code: there the python
-``propagate`` calls the same methods and ``_collect``/``__collect__``.
+PyG finds the arguments of ``propagate`` by reading the class's source, which a class made at
+run time has none of: the stock class's reading is handed over as ``propagate_type`` (and
+``edge_updater_type``), PyG's documented alternative. PyG 2.3 and 2.4 have no generated code:
+there the python ``propagate`` calls the same methods and ``_collect``/``__collect__``; PyG
+2.5 and later run that python ``propagate`` (and ``_collect``) for ``decomposed_layers > 1``
+and in explain mode, set on the instance, which is timed all the same.
 """
 from __future__ import annotations
 
-import functools
 import logging
-from typing import Any, Callable, Dict
+from typing import Any, Dict, Tuple
 
 from torch_geometric.nn.conv import MessagePassing
 
-from . import _config
 from ._generic import GenericLayer
 from ._layers import InstrumentedLayer
-from ._step import Step, _is_compiling
+from ._step import Step
 
-__all__ = ["GenericPyG", "method_wrappers", "wrap_generated", "prepare_class", "make_all", "NOT_INSTRUMENTED",
+__all__ = ["GenericPyG", "method_steps", "prepare_class", "make_all", "NOT_INSTRUMENTED",
            "generate", "DetailedPyG"]
 
 logger = logging.getLogger(__name__)
@@ -58,21 +56,6 @@ def _step(name: str) -> Step:
     return s
 
 
-def _wrap(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """``fn`` (a method) inside the step ``name``; PyG still sees ``fn``'s signature."""
-    st = _step(name)
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _config.enabled or _is_compiling():
-            return fn(self, *args, **kwargs)
-        with st:
-            return fn(self, *args, **kwargs)
-
-    wrapper._ic_step = name  # type: ignore[attr-defined]
-    return wrapper
-
-
 def _implemented(stock: type, name: str) -> bool:
     """Whether ``stock`` has its own ``name`` (PyG tells fused or edge-updating layers so)."""
     fn = getattr(stock, name, None)
@@ -80,22 +63,31 @@ def _implemented(stock: type, name: str) -> bool:
             and fn is not getattr(MessagePassing, name, None))
 
 
-def method_wrappers(stock: type) -> Dict[str, Any]:
-    """The wrapped message-passing methods of ``stock`` (a MessagePassing class)."""
-    ns: Dict[str, Any] = {}
-    for name in ("message", "aggregate", "update"):
-        ns[name] = _wrap(getattr(stock, name), name)
-    for name in ("message_and_aggregate", "edge_update"):  # only where the layer has them
-        if _implemented(stock, name):
-            ns[name] = _wrap(getattr(stock, name), name)
+def method_steps(stock: type, detailed: bool = False) -> Tuple[Tuple[str, Step], ...]:
+    """(method name, step) of each message-passing method of ``stock`` timed in an
+    instrumented forward; ``detailed`` leaves out ``propagate`` and ``edge_updater`` (a
+    detailed layer's copied forward has its own ``propagate`` step) and ``update`` (its
+    vocabulary has no such step)."""
+    propagate = not detailed
+    names = {"message": "message", "aggregate": "aggregate"}
+    if not detailed:
+        names["update"] = "update"
     for name in ("_collect", "__collect__"):  # the python propagate's gather (all versions)
         if callable(getattr(stock, name, None)):
-            ns[name] = _wrap(getattr(stock, name), "collect")
-    if not hasattr(MessagePassing, "_set_jittable_templates"):  # PyG < 2.5: nothing generated
-        for name in ("propagate", "edge_updater"):
-            if callable(getattr(stock, name, None)):
-                ns[name] = _wrap(getattr(stock, name), name)
-    return ns
+            names[name] = "collect"
+    edges = _implemented(stock, "edge_update")
+    for name in ("message_and_aggregate", "edge_update"):  # only where the layer has them
+        if _implemented(stock, name):
+            names[name] = name
+    if hasattr(MessagePassing, "_set_jittable_templates"):  # PyG >= 2.5 generates these
+        names["collect"] = "collect"
+        if edges:
+            names["edge_collect"] = "collect"
+    if propagate:
+        names["propagate"] = "propagate"
+        if edges:
+            names["edge_updater"] = "edge_updater"
+    return tuple((name, _step(step)) for name, step in names.items())
 
 
 def original_methods(stock: type) -> Dict[str, Any]:
@@ -124,24 +116,6 @@ def original_methods(stock: type) -> Dict[str, Any]:
     return out
 
 
-#: Methods PyG generates on the class at its first construction, and their step names.
-_GENERATED = {
-    "propagate": "propagate", "_jinja_propagate": "propagate", "_orig_propagate": "propagate",
-    "collect": "collect", "edge_updater": "edge_updater",
-    "_jinja_edge_updater": "edge_updater", "_orig_edge_updater": "edge_updater",
-    "edge_collect": "collect",
-}
-
-
-def wrap_generated(cls: type, skip: frozenset = frozenset()) -> None:
-    """Wrap the methods PyG generated on ``cls`` (once; names in ``skip`` are left alone)."""
-    d = cls.__dict__
-    for attr, name in _GENERATED.items():
-        fn = d.get(attr)
-        if fn is not None and name not in skip and not hasattr(fn, "_ic_step"):
-            setattr(cls, attr, _wrap(fn, name))
-
-
 def prepare_class(cls: type) -> None:
     """Hand the stock class's reading of its ``propagate``/``edge_updater`` calls to ``cls``."""
     if cls.__dict__.get("_ic_prepared"):
@@ -167,31 +141,28 @@ def prepare_class(cls: type) -> None:
 
 
 class DetailedPyG(InstrumentedLayer):
-    """Mixin of the detailed PyG layers (``GCNConv``): PyG's gather as a ``collect`` step too
-    (their copied ``forward`` has its own ``propagate`` step)."""
+    """Mixin of the detailed PyG layers (``GCNConv``): PyG's message-passing methods timed
+    during their copied forward, which has its own ``propagate`` step."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Wrap the stock class's python gather (``_collect``) for the subclass, and give it
-        the written ``propagate`` for PyG to generate from (see :func:`original_methods`)."""
+        """Name the methods to time, and give the subclass the written ``propagate`` for PyG
+        to generate from (see :func:`original_methods`)."""
         super().__init_subclass__(**kwargs)
         stock = cls.__dict__.get("_ic_stock")
         if stock is None:  # a user's subclass of ours: it inherits all of this
             return
-        for name, fn in method_wrappers(stock).items():
-            if name in ("_collect", "__collect__"):
-                setattr(cls, name, fn)
+        cls._ic_methods = method_steps(stock, detailed=True)
         for name, fn in original_methods(stock).items():
             setattr(cls, name, fn)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor; then PyG's generated gather runs inside a collect step."""
+        """The stock constructor; then PyG's code generation for this class, if not done."""
         super().__init__(*args, **kwargs)
         self._ic_after_init()
 
     def _ic_after_init(self) -> None:
-        """Wrap the gather PyG generated for this class (after construction or convert)."""
+        """Have PyG generate this class's code (after construction or convert)."""
         generate(self)
-        wrap_generated(type(self), skip=frozenset({"propagate", "edge_updater"}))
 
 
 class GenericPyG(GenericLayer):
@@ -213,11 +184,10 @@ class GenericPyG(GenericLayer):
         return out
 
     def _ic_after_init(self) -> None:
-        """Timed children, and the steps around the message-passing code PyG generated."""
+        """PyG's code generation for this class, if not done (after construction or convert)."""
         super()._ic_after_init()
         if isinstance(self, MessagePassing):
             generate(self)
-            wrap_generated(type(self))
 
 
 def generate(layer: Any) -> None:
@@ -251,6 +221,6 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
     def namespace(stock: type) -> Dict[str, Any]:
         if not issubclass(stock, MessagePassing):
             return {}
-        return {**method_wrappers(stock), **original_methods(stock)}
+        return {"_ic_methods": method_steps(stock), **original_methods(stock)}
 
     return make(conv, module, GenericPyG, detailed, NOT_INSTRUMENTED, namespace)

@@ -205,14 +205,26 @@ def open_record_function(name: str) -> Any:
 def compiling_probe() -> Callable[[], bool]:
     """The cheapest "is Dynamo tracing this code?" function of this torch version.
 
-    Dynamo turns the call into the constant ``True`` while tracing; eagerly it returns
-    ``False``. Steps return a no-op under tracing: Dynamo cannot trace their bookkeeping
-    (older versions fail with an internal error instead of breaking the graph).
+    Dynamo turns a call of one of its tracing-state functions into the constant ``True``
+    while tracing; eagerly they return ``False``. Steps return a no-op under tracing: Dynamo
+    cannot trace their bookkeeping (older versions fail with an internal error instead of
+    breaking the graph). ``torch.compiler.is_compiling`` is one Python frame less than
+    ``torch._dynamo.external_utils.is_compiling`` (which calls it on newer torch), so it is
+    taken where Dynamo folds it (its table of tracing-state functions says so).
     """
     try:
         from torch._dynamo.external_utils import is_compiling
-
-        return is_compiling
     except ImportError:  # pragma: no cover - very old torch
         fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
         return fn if fn is not None else (lambda: False)
+    newer = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    try:
+        from torch._dynamo.variables import torch as variables
+
+        table = variables.tracing_state_functions
+        folded = table() if callable(table) else table
+    except Exception:  # noqa: BLE001 - another layout: keep the long-standing one
+        folded = {}
+    if newer is not None and folded.get(newer) is True:
+        return newer
+    return is_compiling

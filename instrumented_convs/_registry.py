@@ -20,7 +20,8 @@ arithmetic beyond sums. :meth:`Registry.snapshot` hands plain records to
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional
+from collections import deque
+from typing import Any, Deque, List, Optional
 
 from ._clock import PendingTimes
 from ._entry import FOLD_AT, Entry, backward_key, fold_buffer
@@ -40,6 +41,8 @@ class Registry:
         #: CUDA event pairs waiting to be read (:class:`~instrumented_convs._clock.PendingTimes`):
         #: ``len(registry.pending)``, and its ``poll_at`` / ``hard_limit`` thresholds.
         self.pending = PendingTimes(self._fold_locked)
+        #: Calls counted by backward sampling, not yet added (see :meth:`record_skipped`).
+        self._skips: Deque[List[Entry]] = deque()
 
     # -- writing ------------------------------------------------------------------------
     def child(
@@ -123,8 +126,23 @@ class Registry:
                 fold_buffer(entry)
 
     def record_skipped(self, entries: List[Entry]) -> None:
-        """Count one call of each of ``entries`` that was not timed, by choice (sampling)."""
-        with self._lock:
+        """Count one call of each of ``entries`` that was not timed, by choice (sampling).
+
+        An append (atomic, no lock), counted when the registry is read or 1024 are queued.
+        """
+        skips = self._skips
+        skips.append(entries)
+        if len(skips) >= 1024:
+            with self._lock:
+                self._fold_skips_locked()
+
+    def _fold_skips_locked(self) -> None:
+        skips = self._skips
+        while skips:
+            try:
+                entries = skips.popleft()
+            except IndexError:  # another thread folded the last one
+                return
             for entry in entries:
                 if entry.retired:
                     entry = self._relocate_locked(entry)
@@ -183,6 +201,7 @@ class Registry:
         """
         with self._lock:
             self.pending.clear()
+            self._skips.clear()
             old = self.root
             old.retired = True
             for e in old.walk():
@@ -196,6 +215,7 @@ class Registry:
             return self.pending.drain()
 
     def _fold_all_locked(self) -> List[Entry]:
+        self._fold_skips_locked()
         entries = list(self.root.walk())
         for e in entries:
             if e.buf:

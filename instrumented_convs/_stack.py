@@ -11,12 +11,17 @@ top (it was pushed after its frame and frames keep their order), so it is free t
 Filling a frame's slots costs about what building a tuple does; a ``NamedTuple`` built with
 ``tuple.__new__`` measured several times slower on CPython 3.11.
 
-This module imports nothing from the package.
+:class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is
+in use (the fast path of steps reads their fields directly, see :mod:`._stepbase`), else the
+classes below; both have the same attributes. This module imports nothing else from the
+package.
 """
 from __future__ import annotations
 
 import threading
 from typing import Any, List, Optional
+
+from ._native import speedups
 
 #: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
@@ -64,7 +69,11 @@ class _ThreadState(threading.local):
         self.stack: List[Frame] = [Frame()]
 
 
-_tls = _ThreadState()
+#: The per-thread state: ``_tls.stack`` is this thread's stack of frames.
+_tls: Any = _ThreadState()
+if speedups is not None:  # the same, in C: frames with C fields, the stack found faster
+    Frame = speedups.Frame  # type: ignore[misc]  # noqa: F811
+    _tls = speedups.ThreadState()
 
 
 def thread_stack() -> List[Frame]:

@@ -30,8 +30,8 @@ from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
 from ._frame import nvtx_backend, set_nvtx_backend
 from ._registry import registry
-from ._entry import FOLD_AT as _FOLD_AT
-from ._stack import CPU, Frame, _tls, current_path, depth, open_steps, pop_own
+from ._stack import Frame, _tls, current_path, depth, open_steps, pop_own
+from ._stepbase import StepBase
 
 __all__ = [
     "Step", "step", "region", "instrumenting", "current_path", "depth", "open_steps",
@@ -48,7 +48,6 @@ _log_exit = _anchor.log_exit
 _Log = _anchor.Log
 _grad_enabled = torch.is_grad_enabled
 _live = _backward.live
-_prof = _ranges.profiler_state
 mark_outputs = _anchor.mark_outputs
 
 
@@ -68,10 +67,15 @@ def _check_name(name: Any) -> None:
         raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")
 
 
-class Step:
-    """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``."""
+class Step(StepBase):
+    """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``.
 
-    __slots__ = ("name", "scope", "cuda", "dev", "kind", "key", "region")
+    ``__enter__``/``__exit__`` come from :class:`~._stepbase.StepBase` (in C when the
+    extension is built): they handle the common case and call :meth:`_enter` / :meth:`_exit`
+    for every other.
+    """
+
+    __slots__ = ()
 
     def __init__(
         self, name: str, scope: Optional[str] = None, device: Any = None, kind: str = "step"
@@ -86,45 +90,6 @@ class Step:
         #: The key of this step's entry among its parent's children.
         self.key = name if scope is None else (name, scope)
         self.region = kind == "region"  # regions have no backward; steps inside them may
-
-    def __enter__(self) -> "Step":
-        """Open the step: registry entry, then the frame (NVTX range, profiler label, clock)."""
-        stack = _tls.stack
-        top = stack[-1]
-        parent = top.entry
-        if (parent is None or top.task is not None or top.cuda or parent.retired or self.cuda is not None
-                or _frame._nvtx_live or _prof._is_profiler_enabled):
-            return self._enter(stack, top)
-        # The common case, inline: a step nested in a CPU forward step, no range, no label.
-        entry = parent.children.get(self.key)
-        if entry is None:
-            entry = registry.child(parent, self.name, self.scope, self.kind)
-        frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
-        if frame is None:
-            frame = top.spare = Frame()
-        frame.entry = entry
-        frame.owner = self
-        frame.cuda = False
-        frame.flags = 0
-        frame.mode = CPU
-        log = top.log
-        if self.region:  # regions have no backward; steps inside them may
-            frame.log = log
-            frame.seq0 = -1
-        elif log is not None:  # inside an anchor: log for its walk
-            frame.log = log
-            frame.anchor = False
-            frame.outputs = None
-            frame.seq0 = _seq()
-        elif _config.backward and _grad_enabled():  # the outermost step: an anchor
-            seq = _seq()
-            frame.log, frame.anchor, frame.outputs, frame.seq0 = _Log(seq, len(stack)), True, None, seq
-        else:
-            frame.log = None
-            frame.seq0 = -1
-        stack.append(frame)
-        frame.start = _clock.cpu_now()  # the clock last
-        return self
 
     def _enter(self, stack: list, top: Frame) -> "Step":
         """The general case of ``__enter__``: top level, CUDA, ranges or labels, a reset."""
@@ -170,26 +135,6 @@ class Step:
         stack.append(frame)
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """Close the step: stop the clock first, then the label and the range, then record."""
-        t1 = _clock.cpu_now()  # the clock first
-        stack = _tls.stack
-        frame = stack[-1]
-        if frame.owner is not self or frame.flags or frame.mode or exc_type is not None:
-            return self._exit(stack, frame, t1, exc_type)
-        # The common case, inline: a CPU frame on top, no range, no label, no exception.
-        stack.pop()
-        entry = frame.entry
-        if entry.retired:
-            entry = registry.relocate(entry)
-        buf = entry.buf
-        buf.append(t1 - frame.start)
-        if len(buf) >= _FOLD_AT:
-            registry.fold(entry)
-        if frame.seq0 >= 0:
-            _log_exit(frame, stack, True)
-        return None
-
     def _exit(self, stack: list, frame: Frame, t1: int, exc_type: Any) -> None:
         """The general case of ``__exit__``: ranges, labels, CUDA, exceptions, odd nesting."""
         if frame.owner is self:  # the usual, nested case
@@ -219,6 +164,11 @@ class Step:
                 return mark_outputs(fn(*args, **kwargs))
 
         return wrapper  # type: ignore[return-value]
+
+    def __reduce__(self) -> Any:
+        """Copies and pickles rebuild the step from its name, scope, device and kind."""
+        device = None if self.cuda is None else (torch.device("cuda", self.dev) if self.cuda else "cpu")
+        return (type(self), (self.name, self.scope, device, self.kind))
 
     def __repr__(self) -> str:
         """``Step('name', scope=...)``."""

@@ -43,10 +43,11 @@ from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from . import _pyg_generic
+from . import _config, _pyg_generic
+from ._generic import install, uninstall
 from ._guard import guard, warn_fallback
 from ._pyg_generic import DetailedPyG
-from ._step import Step, instrumenting, mark_outputs, step
+from ._step import Step, _is_compiling, instrumenting, mark_outputs
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
 
@@ -204,12 +205,16 @@ class GCNConv(DetailedPyG, _StockGCNConv):
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not instrumenting() or not isinstance(x, Tensor):
+        if not _config.enabled or _is_compiling() or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
-        with self._ic_step(x.device):
-            if _FORWARD_OK:
-                return mark_outputs(self._instrumented_forward(x, edge_index, edge_weight))
-            return mark_outputs(super().forward(x, edge_index, edge_weight))
+        undo = install(self, children=False)  # PyG's collect, message, aggregate... as steps
+        try:
+            with self._ic_step(x.device):
+                if _FORWARD_OK:
+                    return mark_outputs(self._instrumented_forward(x, edge_index, edge_weight))
+                return mark_outputs(super().forward(x, edge_index, edge_weight))
+        finally:
+            uninstall(undo)
 
     # The copy of upstream's GCNConv.forward. It stays in this class: PyG reads the call of
     # propagate and its type comment from the source of the class, cached by class name
@@ -261,29 +266,6 @@ class GCNConv(DetailedPyG, _StockGCNConv):
                 out = out + self.bias
 
         return out
-
-    # PyG reads the argument names of these three to generate ``propagate``: they must stay
-    # exactly upstream's (no *args/**kwargs wrappers).
-    def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
-        """Upstream ``message`` inside a ``message`` step."""
-        with step("message"):
-            return super().message(x_j, edge_weight)
-
-    def aggregate(
-        self,
-        inputs: Tensor,
-        index: Tensor,
-        ptr: Optional[Tensor] = None,
-        dim_size: Optional[int] = None,
-    ) -> Tensor:
-        """Upstream ``aggregate`` inside an ``aggregate`` step."""
-        with step("aggregate"):
-            return super().aggregate(inputs, index, ptr, dim_size)
-
-    def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
-        """Upstream fused ``message_and_aggregate`` (sparse input) inside a step."""
-        with step("message_and_aggregate"):
-            return super().message_and_aggregate(adj_t, x)
 
     @classmethod
     def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up the pinned environments (once per machine) and run every check CI runs:
 #   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3) with
-#      torch-scatter/torch-sparse from their compiled folder (scripts/env.sh sparse);
+#      torch-scatter/torch-sparse from their compiled folder (scripts/env.sh sparse), with the
+#      C fast path built in place; then the core tests again with its Python twin;
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
 #   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
@@ -34,7 +35,16 @@ from importlib.metadata import version
 import torch, torch_geometric, torch_sparse, torch_scatter, dgl, nvtx  # noqa: F401
 print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "torch-sparse", "torch-scatter", "dgl", "nvtx")))
 PY
+# The C fast path of steps (instrumented_convs/_speedups.c), built in place: every run below
+# uses it (the dgl2 environment is the same Python); the tests check that it is in use.
+rm -f instrumented_convs/_speedups*.so
+"$main/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1 || "$main/bin/python" setup.py build_ext --inplace
+export INSTRUMENTED_CONVS_EXPECT=C
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
+echo "== the same core tests with the Python twin of the C fast path"; stamp
+INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest -p no:cacheprovider -q \
+  tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py tests/test_cuda_timing.py \
+  tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py "$@"
 
 echo "== PyG version matrix (requirements/pyg-matrix.txt; 2.8.1, the main environment's own, ran above)"; stamp
 for spec in $(grep -v '^\s*#' requirements/pyg-matrix.txt); do
@@ -48,12 +58,15 @@ for spec in $(grep -v '^\s*#' requirements/pyg-matrix.txt); do
 done
 
 echo "== a user's environment: pip install -e '.[pyg,dgl,nvtx]' in a fresh venv"; stamp
+unset INSTRUMENTED_CONVS_EXPECT
 user=$(mktemp -d)
 trap 'rm -rf "$user"' EXIT
 python3.11 -m venv "$user/venv"
 # requirements/main.txt as constraints: the pinned CPU torch, not whatever is newest
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m pip install --disable-pip-version-check -q \
   -c "$root/requirements/main.txt" -e "$root[pyg,dgl,nvtx]")
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -c \
+  'from instrumented_convs import _native; print("fast path:", _native.IMPLEMENTATION); assert _native.IMPLEMENTATION == "C"')
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
 
@@ -74,6 +87,7 @@ rm -rf docs/_build
 
 echo "== benchmark smoke run"; stamp
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/launch_bound.py --quick >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
 
 echo "== Nsight Systems: our ranges in a real nsys report"; stamp
@@ -89,6 +103,7 @@ fi
 
 dgl2=$(bash scripts/env.sh dgl2)
 export PYTHONPATH="$root"
+export INSTRUMENTED_CONVS_EXPECT=C
 echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs \

@@ -1,0 +1,112 @@
+"""The common case of entering and leaving a step, fast: :class:`StepBase`, the base of Step.
+
+Nearly every step a layer opens is nested in a CPU forward step, with no NVTX tool attached,
+no profiler recording and no exception. For that case, ``__enter__`` finds the entry, fills a
+reused frame, logs the autograd counter when an anchor is open, and starts the clock;
+``__exit__`` stops the clock, appends the duration to the entry's buffer (the registry's
+lock-free write, see :mod:`._entry`) and logs the node range for the anchor. Every other case
+(top level, an anchor, a new path, CUDA, NVTX, a profiler label, an exception, a reset while
+open, steps that do not nest) calls ``Step._enter`` / ``Step._exit`` (:mod:`._step`), the
+general path, which opens and closes frames through :mod:`._frame`.
+
+This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
+it exists twice: in C (``instrumented_convs/_speedups.c``, built by ``pip install`` or
+``python setup.py build_ext --inplace``; used when it imports) and here in Python, the
+fallback, with the same behaviour; ``INSTRUMENTED_CONVS_PURE_PYTHON=1`` forces the Python
+one (the tests run both). :data:`IMPLEMENTATION` says which is in use.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from . import _anchor, _clock, _config, _frame, _ranges
+from ._entry import FOLD_AT, Entry
+from ._registry import registry
+from ._native import IMPLEMENTATION, speedups
+from ._stack import CPU, Frame, _tls
+
+__all__ = ["StepBase", "IMPLEMENTATION"]
+
+_seq = _anchor.seq_nr
+_grad_enabled = torch.is_grad_enabled
+_prof = _ranges.profiler_state
+
+
+class PyStepBase:
+    """The fast path of Step in Python (the twin of ``_speedups.StepBase``)."""
+
+    __slots__ = ("name", "scope", "cuda", "dev", "kind", "key", "region")
+
+    def __enter__(self) -> Any:
+        """Open the step: the common case here, every other in ``self._enter``."""
+        stack = _tls.stack
+        top = stack[-1]
+        parent = top.entry
+        if (parent is None or top.task is not None or top.cuda or self.cuda is not None or parent.retired
+                or _frame._nvtx_live or _prof._is_profiler_enabled):
+            return self._enter(stack, top)  # type: ignore[attr-defined]
+        log = top.log
+        if log is None and not self.region and _config.backward and _grad_enabled():
+            return self._enter(stack, top)  # type: ignore[attr-defined]  # an anchor
+        entry = parent.children.get(self.key)
+        if entry is None:  # a new path: the registry creates its entry
+            return self._enter(stack, top)  # type: ignore[attr-defined]
+        frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
+        if frame is None:
+            frame = top.spare = Frame()
+        frame.entry = entry
+        frame.owner = self
+        frame.cuda = False
+        frame.flags = 0
+        frame.mode = CPU
+        if self.region:  # regions have no backward; steps inside them may
+            frame.log = log
+            frame.seq0 = -1
+        elif log is not None:  # inside an anchor: log the node range for its walk
+            frame.log = log
+            frame.anchor = False
+            frame.outputs = None
+            frame.seq0 = _seq()
+        else:
+            frame.log = None
+            frame.seq0 = -1
+        stack.append(frame)
+        frame.start = _clock.cpu_now()  # the clock last
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Close the step: the common case here, every other in ``self._exit``."""
+        t1 = _clock.cpu_now()  # the clock first
+        stack = _tls.stack
+        frame = stack[-1]
+        if (frame.owner is not self or frame.flags or frame.mode or exc_type is not None
+                or (frame.anchor and frame.seq0 >= 0) or frame.entry.retired):
+            return self._exit(stack, frame, t1, exc_type)  # type: ignore[attr-defined]
+        stack.pop()
+        entry = frame.entry
+        buf = entry.buf
+        buf.append(t1 - frame.start)
+        if len(buf) >= FOLD_AT:
+            registry.fold(entry)
+        seq0 = frame.seq0
+        if seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)
+            seq1 = _seq()
+            log, outputs = frame.log, frame.outputs
+            frame.log = frame.outputs = None
+            frame.seq0 = -1
+            if seq1 != seq0:
+                base = log.seq0
+                log.items.append((seq0 - base, seq1 - base, entry, len(stack) - log.depth0, CPU))
+                if outputs is not None:
+                    log.outputs.append(outputs)
+        return None
+
+
+if speedups is not None:
+    speedups.bind(_config, _prof, registry, _seq, _clock, _grad_enabled, Entry, _anchor.Log, time.perf_counter_ns,
+                  FOLD_AT)
+#: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
+StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

@@ -1,0 +1,126 @@
+"""The optional C fast path (instrumented_convs/_speedups.c) and its Python twin.
+
+The whole suite runs with whichever is in use; scripts/test.sh builds the extension, runs
+the suite with it (and says so through INSTRUMENTED_CONVS_EXPECT=C), then runs the core
+tests again with INSTRUMENTED_CONVS_PURE_PYTHON=1. Here: what only one of them could get
+wrong, checked against the other where both exist.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import random
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import instrumented_convs as ic
+from instrumented_convs import _entry, _native, registry, step
+from instrumented_convs._step import Step
+from instrumented_convs.testing import depth
+
+from .helpers import ROOT, python_path
+
+
+def test_the_implementation_in_use_is_the_one_expected():
+    expected = os.environ.get("INSTRUMENTED_CONVS_EXPECT")
+    if expected is None:
+        pytest.skip("INSTRUMENTED_CONVS_EXPECT not set (scripts/test.sh sets it)")
+    assert _native.IMPLEMENTATION == expected
+
+
+def test_pure_python_can_be_forced_and_records_the_same_steps():
+    code = ("import instrumented_convs as ic\nfrom instrumented_convs import _native, step\n"
+            "with step('a'):\n    with step('b'):\n        pass\n    with step('b'):\n        pass\n"
+            "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.summary()])\n")
+    out = {}
+    for pure in ("0", "1"):
+        env = dict(os.environ, PYTHONPATH=python_path(), INSTRUMENTED_CONVS_PURE_PYTHON=pure)
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        impl, rows = proc.stdout.split(" ", 1)
+        out[pure] = (impl, rows.strip())
+    assert out["1"][0] == "Python"
+    assert out["0"][1] == out["1"][1] == "[('a', 1), ('a/b', 2)]"
+
+
+@pytest.mark.parametrize("values", [
+    [5, 1, 9, 3], [0], [-7, 12, 3], [2**40, 3, 2**41], [2**62, 2**62], list(range(64)),
+])
+def test_fold_arithmetic_is_exact(values):
+    e = _entry.Entry("x", "x", None, "step", None, 0)
+    e.buf.extend(values)
+    _entry.fold_buffer(e)
+    assert (e.count, e.total, e.sumsq, e.min, e.max) == (
+        len(values), sum(values), sum(v * v for v in values), min(values), max(values))
+    assert e.buf == []
+
+
+def test_fold_of_values_beyond_64_bits_falls_back_to_python_ints():
+    e = _entry.Entry("x", "x", None, "step", None, 0)
+    big = [2**70, 1]
+    e.buf.extend(big)
+    _entry.fold_buffer(e)
+    assert (e.total, e.sumsq) == (2**70 + 1, 2**140 + 1)
+
+
+def test_steps_survive_copy_deepcopy_and_pickle():
+    for s in (Step("a"), Step("b", scope="L#0"), Step("c", device="cpu"), ic.region("r")):
+        for twin in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
+            assert type(twin) is type(s)
+            assert (twin.name, twin.scope, twin.cuda, twin.dev, twin.kind, twin.key, twin.region) == (
+                s.name, s.scope, s.cuda, s.dev, s.kind, s.key, s.region)
+            with twin:
+                pass
+    assert depth() == 0
+
+
+def test_threads_keep_their_own_stacks_and_exact_counts():
+    def work():
+        for _ in range(500):
+            with step("outer"):
+                with step("inner"):
+                    pass
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    s = registry.summary()
+    assert s["outer"].count == 2000 and s["outer/inner"].count == 2000
+
+
+def test_a_timed_callable_closes_its_step_when_the_call_raises():
+    from instrumented_convs._generic import Timed
+
+    st = Step("t")
+
+    def boom(x):
+        raise KeyError(x)
+
+    with step("outer"):
+        with pytest.raises(KeyError):
+            Timed(boom, st)(3)
+        assert Timed(lambda a, b=1: a + b, st)(1, b=2) == 3
+    s = registry.summary()
+    assert s["outer/t"].count == 2 and s["outer/t"].errors == 1
+    assert depth() == 0
+
+
+def test_random_durations_fold_to_the_same_statistics_either_way(clock):
+    rng = random.Random(0)
+    durations = [rng.randrange(0, 10**6) for _ in range(1000)]
+    with step("outer"):
+        for d in durations:
+            with step("x"):
+                clock.advance(d)
+    r = registry.summary()["outer/x"]
+    assert r.count == 1000 and r.total == pytest.approx(sum(durations) * 1e-9)
+    assert r.min == pytest.approx(min(durations) * 1e-9) and r.max == pytest.approx(max(durations) * 1e-9)
+    n = len(durations)
+    mean = sum(durations) / n
+    std = (sum((d - mean) ** 2 for d in durations) / (n - 1)) ** 0.5
+    assert r.std == pytest.approx(std * 1e-9)
