@@ -32,7 +32,9 @@ and in explain mode, set on the instance, which is timed all the same.
 """
 from __future__ import annotations
 
+import inspect
 import logging
+import os
 from typing import Any, Dict, Tuple
 
 from torch_geometric.nn.conv import MessagePassing
@@ -47,6 +49,10 @@ __all__ = ["GenericPyG", "method_steps", "prepare_class", "make_all", "NOT_INSTR
 logger = logging.getLogger(__name__)
 
 _STEPS: Dict[str, Step] = {}
+
+#: Whether this PyG generates ``propagate``, ``collect``... from templates (2.5 and later; 2.5
+#: does it in the constructor, 2.6 and later at class creation).
+GENERATES = os.path.exists(os.path.join(os.path.dirname(inspect.getfile(MessagePassing)), "propagate.jinja"))
 
 
 def _step(name: str) -> Step:
@@ -79,7 +85,7 @@ def method_steps(stock: type, detailed: bool = False) -> Tuple[Tuple[str, Step],
     for name in ("message_and_aggregate", "edge_update"):  # only where the layer has them
         if _implemented(stock, name):
             names[name] = name
-    if hasattr(MessagePassing, "_set_jittable_templates"):  # PyG >= 2.5 generates these
+    if GENERATES:  # PyG >= 2.5 generates these
         names["collect"] = "collect"
         if edges:
             names["edge_collect"] = "collect"
