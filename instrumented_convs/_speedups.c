@@ -42,13 +42,13 @@ static PyTypeObject FrameType, StepBaseType;
 
 /* What bind() hands over. */
 static PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_clock_mod, *g_grad_enabled;
-static PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type;
+static PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 static Py_ssize_t g_fold_at = 64;
 static int g_nvtx_live = 1;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
 /* Offsets of the slots of _entry.Entry and _anchor.Log read here (see slot_offset). */
 static Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
-static PyObject *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter, *s_exit;
+static PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter, *s_exit;
 
 static int truthy_attr(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -273,7 +273,7 @@ static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) 
 
 static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (g_registry == NULL) { PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called"); return NULL; }
-    PyObject *stack = thread_stack(), *result = NULL;
+    PyObject *stack = thread_stack(), *result = NULL, *root = NULL, *new_log = NULL;
     if (stack == NULL) return NULL;
     Py_INCREF(stack);
     if (!PyList_CheckExact(stack) || PyList_GET_SIZE(stack) == 0) {
@@ -282,9 +282,15 @@ static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     Frame *top = (Frame *)PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
     PyObject *parent = top->entry;
-    int slow = Py_TYPE(top) != &FrameType || parent == NULL || parent == Py_None
-        || (top->task != NULL && top->task != Py_None) || top->cuda
-        || (self->cuda != NULL && self->cuda != Py_None);
+    /* The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step. */
+    int cpu = self->cuda == Py_False || ((self->cuda == NULL || self->cuda == Py_None) && parent != NULL
+                                         && parent != Py_None && !top->cuda);
+    int slow = Py_TYPE(top) != &FrameType || !cpu || (top->task != NULL && top->task != Py_None);
+    if (!slow && (parent == NULL || parent == Py_None)) {  /* top level: under the registry's root */
+        root = PyObject_GetAttr(g_registry, s_root);
+        if (root == NULL) goto done;
+        parent = root;
+    }
     if (!slow)  /* an Entry (else Python reads it) that is not retired */
         slow = (PyObject *)Py_TYPE(parent) != g_entry_type || SLOT(parent, o_retired) != Py_False;
     if (!slow)
@@ -295,14 +301,22 @@ static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
         slow = r;
     }
     PyObject *log = top->log ? top->log : Py_None;
-    if (!slow && !self->region && log == Py_None) {  /* an anchor? Python decides and builds it */
+    long long anchor_seq = -1;
+    if (!slow && !self->region && log == Py_None) {  /* the outermost step with grad: an anchor */
         int r = module_flag(g_config, s_backward);
         if (r < 0) goto done;
         if (r) {
             PyObject *g = PyObject_CallNoArgs(g_grad_enabled);
             if (g == NULL) goto done;
-            slow = PyObject_IsTrue(g);
+            r = PyObject_IsTrue(g);
             Py_DECREF(g);
+            if (r < 0) goto done;
+        }
+        if (r) {
+            anchor_seq = seq_nr();
+            if (anchor_seq < 0 && PyErr_Occurred()) goto done;
+            new_log = PyObject_CallFunction(g_log_type, "Ln", anchor_seq, PyList_GET_SIZE(stack));
+            if (new_log == NULL) goto done;
         }
     }
     PyObject *entry = NULL;
@@ -318,6 +332,7 @@ static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     if (slow) {
         Py_XDECREF(entry);
+        Py_CLEAR(new_log);
         result = delegate_enter((PyObject *)self, stack, (PyObject *)top);
         goto done;
     }
@@ -335,6 +350,12 @@ static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (self->region) {
         Py_XSETREF(frame->log, Py_NewRef(log));
         frame->seq0 = -1;
+    } else if (new_log != NULL) {  /* an anchor: its own log; its exit walks or counts */
+        Py_XSETREF(frame->log, new_log);
+        new_log = NULL;
+        frame->anchor = 1;
+        Py_CLEAR(frame->outputs);
+        frame->seq0 = anchor_seq;
     } else if (log != Py_None) {  /* inside an anchor: log the node range for its walk */
         long long s = seq_nr();
         if (s < 0 && PyErr_Occurred()) goto done;
@@ -352,6 +373,8 @@ static PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     Py_XSETREF(frame->start, PyLong_FromLongLong(t0));
     result = Py_NewRef((PyObject *)self);
 done:
+    Py_XDECREF(root);
+    Py_XDECREF(new_log);
     Py_DECREF(stack);
     return result;
 }
@@ -398,8 +421,7 @@ static PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t
     Py_ssize_t n = PyList_CheckExact(stack) ? PyList_GET_SIZE(stack) : 0;
     Frame *frame = n ? (Frame *)PyList_GET_ITEM(stack, n - 1) : NULL;
     int slow = frame == NULL || Py_TYPE(frame) != &FrameType || frame->owner != (PyObject *)self
-        || frame->flags || frame->mode != CPU || exc_type != Py_None || frame->start == NULL
-        || (frame->seq0 >= 0 && frame->anchor);
+        || frame->flags || frame->mode != CPU || exc_type != Py_None || frame->start == NULL;
     if (!slow)
         slow = frame->entry == NULL || (PyObject *)Py_TYPE(frame->entry) != g_entry_type
             || SLOT(frame->entry, o_retired) != Py_False || SLOT(frame->entry, o_buf) == NULL
@@ -425,8 +447,15 @@ static PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t
     }
     Py_XDECREF(ns);
     Py_DECREF(buf);
-    if (ok && frame->seq0 >= 0)
-        ok = log_inner(frame, PyList_GET_SIZE(stack), entry) == 0;
+    if (ok && frame->seq0 >= 0) {
+        if (frame->anchor) {  /* Python walks the anchor's graph or counts it (_anchor.log_exit) */
+            PyObject *r = PyObject_CallFunctionObjArgs(g_log_exit, (PyObject *)frame, stack, Py_True, NULL);
+            ok = r != NULL;
+            Py_XDECREF(r);
+        } else {
+            ok = log_inner(frame, PyList_GET_SIZE(stack), entry) == 0;
+        }
+    }
     Py_DECREF(entry);
     Py_DECREF(frame);
     if (ok) result = Py_NewRef(Py_None);
@@ -641,11 +670,12 @@ static PyObject *restore(PyObject *mod, PyObject *undo) {
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyObject *bind(PyObject *mod, PyObject *args) {
-    PyObject *config, *prof, *registry, *seq, *clock_mod, *grad_enabled, *entry_t, *log_t, *pc;
+    PyObject *config, *prof, *registry, *seq, *clock_mod, *grad_enabled, *entry_t, *log_t, *pc, *log_exit;
     Py_ssize_t fold_at;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOn", &config, &prof, &registry, &seq, &clock_mod, &grad_enabled,
-                          &entry_t, &log_t, &pc, &fold_at))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOn", &config, &prof, &registry, &seq, &clock_mod, &grad_enabled,
+                          &entry_t, &log_t, &pc, &log_exit, &fold_at))
         return NULL;
+    Py_XSETREF(g_log_exit, Py_NewRef(log_exit));
     if (!PyModule_Check(clock_mod)) { PyErr_SetString(PyExc_TypeError, "clock_mod: a module"); return NULL; }
     o_retired = slot_offset(entry_t, "retired"); o_children = slot_offset(entry_t, "children");
     o_buf = slot_offset(entry_t, "buf"); o_seq0 = slot_offset(log_t, "seq0");
@@ -689,7 +719,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_backward, "backward");
+    INTERN(s_backward, "backward"); INTERN(s_root, "root");
     INTERN(s_prof_on, "_is_profiler_enabled"); INTERN(s_fold, "fold"); INTERN(s_cpu_now, "cpu_now");
     INTERN(s_enter, "_enter");
     INTERN(s_exit, "_exit"); INTERN(s_tls_key, "instrumented_convs._speedups.stack");

@@ -1,13 +1,15 @@
 """The common case of entering and leaving a step, fast: :class:`StepBase`, the base of Step.
 
-Nearly every step a layer opens is nested in a CPU forward step, with no NVTX tool attached,
-no profiler recording and no exception. For that case, ``__enter__`` finds the entry, fills a
-reused frame, logs the autograd counter when an anchor is open, and starts the clock;
-``__exit__`` stops the clock, appends the duration to the entry's buffer (the registry's
-lock-free write, see :mod:`._entry`) and logs the node range for the anchor. Every other case
-(top level, an anchor, a new path, CUDA, NVTX, a profiler label, an exception, a reset while
-open, steps that do not nest) calls ``Step._enter`` / ``Step._exit`` (:mod:`._step`), the
-general path, which opens and closes frames through :mod:`._frame`.
+Nearly every step runs on the CPU clock (nested in a CPU step, or given a CPU device), with
+no NVTX tool attached, no profiler recording and no exception. For that case, ``__enter__``
+finds the entry, fills a reused frame, logs the autograd counter (or starts the log of an
+anchor: see :mod:`._anchor`), and starts the clock; ``__exit__`` stops the clock, appends the
+duration to the entry's buffer (the registry's lock-free write, see :mod:`._entry`), and logs
+the node range for the anchor (an anchor's own exit hands over to ``_anchor.log_exit``).
+Every other case (a new path, CUDA, NVTX, a profiler label, an exception, a reset while open,
+a top-level step that must pick its clock, steps that do not nest) calls ``Step._enter`` /
+``Step._exit`` (:mod:`._step`), the general path, which opens and closes frames through
+:mod:`._frame`.
 
 This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
 it exists twice: in C (``instrumented_convs/_speedups.c``, built by ``pip install`` or
@@ -45,15 +47,18 @@ class PyStepBase:
         stack = _tls.stack
         top = stack[-1]
         parent = top.entry
-        if (parent is None or top.task is not None or top.cuda or self.cuda is not None or parent.retired
-                or _frame._nvtx_live or _prof._is_profiler_enabled):
+        cuda = self.cuda
+        # The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step.
+        if not (cuda is False or (cuda is None and parent is not None and not top.cuda)) or top.task is not None:
             return self._enter(stack, top)  # type: ignore[attr-defined]
-        log = top.log
-        if log is None and not self.region and _config.backward and _grad_enabled():
-            return self._enter(stack, top)  # type: ignore[attr-defined]  # an anchor
+        if parent is None:  # top level: under the registry's root
+            parent = registry.root
+        if parent.retired or _frame._nvtx_live or _prof._is_profiler_enabled:
+            return self._enter(stack, top)  # type: ignore[attr-defined]
         entry = parent.children.get(self.key)
         if entry is None:  # a new path: the registry creates its entry
             return self._enter(stack, top)  # type: ignore[attr-defined]
+        log = top.log
         frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
         if frame is None:
             frame = top.spare = Frame()
@@ -70,6 +75,9 @@ class PyStepBase:
             frame.anchor = False
             frame.outputs = None
             frame.seq0 = _seq()
+        elif _config.backward and _grad_enabled():  # the outermost step with grad: an anchor
+            seq = _seq()
+            frame.log, frame.anchor, frame.outputs, frame.seq0 = _anchor.Log(seq, len(stack)), True, None, seq
         else:
             frame.log = None
             frame.seq0 = -1
@@ -82,8 +90,7 @@ class PyStepBase:
         t1 = _clock.cpu_now()  # the clock first
         stack = _tls.stack
         frame = stack[-1]
-        if (frame.owner is not self or frame.flags or frame.mode or exc_type is not None
-                or (frame.anchor and frame.seq0 >= 0) or frame.entry.retired):
+        if frame.owner is not self or frame.flags or frame.mode or exc_type is not None or frame.entry.retired:
             return self._exit(stack, frame, t1, exc_type)  # type: ignore[attr-defined]
         stack.pop()
         entry = frame.entry
@@ -92,7 +99,9 @@ class PyStepBase:
         if len(buf) >= FOLD_AT:
             registry.fold(entry)
         seq0 = frame.seq0
-        if seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)
+        if seq0 >= 0 and frame.anchor:  # walk the anchor's graph or count it
+            _anchor.log_exit(frame, stack, True)
+        elif seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)
             seq1 = _seq()
             log, outputs = frame.log, frame.outputs
             frame.log = frame.outputs = None
@@ -107,6 +116,6 @@ class PyStepBase:
 
 if speedups is not None:
     speedups.bind(_config, _prof, registry, _seq, _clock, _grad_enabled, Entry, _anchor.Log, time.perf_counter_ns,
-                  FOLD_AT)
+                  _anchor.log_exit, FOLD_AT)
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase
