@@ -1,6 +1,6 @@
 """setup.py: metadata lives in setup.cfg; this adds the optional C fast path of steps.
 
-``instrumented_convs/_speedups.c`` needs only CPython's headers (no torch). If it cannot be
+``instrumented_convs/_speedups*.c`` need only CPython's headers (no torch). If they cannot be
 built (no compiler), the install goes on and the package runs its Python twin
 (``instrumented_convs/_stepbase.py``), which behaves the same, more slowly.
 """
@@ -8,6 +8,9 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("instrumented_convs._speedups", ["instrumented_convs/_speedups.c"], optional=True),
+        Extension("instrumented_convs._speedups",
+                  ["instrumented_convs/_speedups.c", "instrumented_convs/_speedups_step.c",
+                   "instrumented_convs/_speedups_timed.c"],
+                  depends=["instrumented_convs/_speedups.h"], optional=True),
     ],
 )

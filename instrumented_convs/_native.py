@@ -1,6 +1,6 @@
 """The optional C extension ``_speedups``: whether it is built and in use.
 
-``instrumented_convs/_speedups.c`` holds the common case of a step (see :mod:`._stepbase`),
+``instrumented_convs/_speedups*.c`` hold the common case of a step (see :mod:`._stepbase`),
 the frames and the per-thread stack they live on, and the arithmetic of folding an entry's
 buffer. It needs only CPython's headers; ``pip install`` builds it, and so does ``python
 setup.py build_ext --inplace`` in a checkout. Where it is not built, or where

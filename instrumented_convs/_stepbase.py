@@ -12,7 +12,7 @@ a top-level step that must pick its clock, steps that do not nest) calls ``Step.
 :mod:`._frame`.
 
 This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
-it exists twice: in C (``instrumented_convs/_speedups.c``, built by ``pip install`` or
+it exists twice: in C (``instrumented_convs/_speedups*.c``, built by ``pip install`` or
 ``python setup.py build_ext --inplace``; used when it imports) and here in Python, the
 fallback, with the same behaviour; ``INSTRUMENTED_CONVS_PURE_PYTHON=1`` forces the Python
 one (the tests run both). :data:`IMPLEMENTATION` says which is in use.

@@ -35,7 +35,7 @@ from importlib.metadata import version
 import torch, torch_geometric, torch_sparse, torch_scatter, dgl, nvtx  # noqa: F401
 print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "torch-sparse", "torch-scatter", "dgl", "nvtx")))
 PY
-# The C fast path of steps (instrumented_convs/_speedups.c), built in place: every run below
+# The C fast path of steps (instrumented_convs/_speedups*.c), built in place: every run below
 # uses it (the dgl2 environment is the same Python); the tests check that it is in use.
 rm -f instrumented_convs/_speedups*.so
 "$main/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1 || "$main/bin/python" setup.py build_ext --inplace

@@ -1,4 +1,4 @@
-"""The optional C fast path (instrumented_convs/_speedups.c) and its Python twin.
+"""The optional C fast path (instrumented_convs/_speedups*.c) and its Python twin.
 
 The whole suite runs with whichever is in use; scripts/test.sh builds the extension, runs
 the suite with it (and says so through INSTRUMENTED_CONVS_EXPECT=C), then runs the core

@@ -1,0 +1,59 @@
+/* Declarations shared by the parts of the C fast path of steps (instrumented_convs._speedups):
+ *   _speedups.c        the module: bind(), the clock, the per-thread stack, folding sums;
+ *   _speedups_step.c   Frame and StepBase (the fast __enter__/__exit__ of a step);
+ *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances.
+ * The Python twin of all of it is instrumented_convs/_stepbase.py and _generic.py.
+ */
+#ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
+#define INSTRUMENTED_CONVS_SPEEDUPS_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#if PY_VERSION_HEX < 0x030A0000  /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+#endif
+
+enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *entry, *start, *rf, *owner, *dev, *spare, *log, *outputs, *task;
+    int mode, flags;
+    char cuda, anchor;
+    long long seq0;
+} Frame;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *scope, *cuda, *dev, *kind, *key;
+    char region;
+} StepBase;
+
+extern PyTypeObject FrameType, StepBaseType, TimedType;
+
+/* What bind() hands over (_speedups.c). */
+extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_clock_mod, *g_grad_enabled;
+extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
+extern Py_ssize_t g_fold_at;
+extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
+/* Offsets of the slots of _entry.Entry and _anchor.Log read here (see slot_offset). */
+extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+/* Interned names (PyInit__speedups). */
+extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter, *s_exit, *s_forward;
+
+/* _speedups.c */
+int module_flag(PyObject *mod, PyObject *name);
+long long now_ns(void);
+long long seq_nr(void);
+PyObject *thread_stack(void);
+/* _speedups_step.c */
+PyObject *StepBase_enter(StepBase *self, PyObject *unused);
+PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs);
+/* _speedups_timed.c */
+PyObject *time_methods(PyObject *mod, PyObject *args);
+PyObject *time_children(PyObject *mod, PyObject *args);
+PyObject *restore(PyObject *mod, PyObject *undo);
+
+#endif
