@@ -115,6 +115,25 @@ def test_disabled_records_nothing_and_runs_the_stock_code():
     assert len(registry.summary()) == 0
 
 
+def test_a_child_assigned_after_construction_is_timed_and_the_old_one_no_longer():
+    x, ei = _graph()
+    ours = P.SAGEConv(8, 16)
+    ours(x, ei)
+    old = ours.lin_l
+    torch.manual_seed(1)
+    ours.lin_l = torch.nn.Linear(8, 16)
+    registry.reset()
+    out = ours(x, ei)
+    s = registry.summary()
+    assert s["SAGEConv/lin_l"].count == 1 and s["SAGEConv/lin_r"].count == 1
+    assert "forward" not in ours.lin_l.__dict__ and "forward" not in old.__dict__  # only during a forward
+    old(x)  # the replaced child, called on its own: stock, not recorded
+    assert registry.summary()["SAGEConv/lin_l"].count == 1
+    stock = gnn.SAGEConv(8, 16)
+    stock.load_state_dict(ours.state_dict())
+    assert torch.equal(out, stock(x, ei))
+
+
 def test_pyg_sequential_and_modulelists_mixing_ours_and_stock_layers():
     x, ei = _graph()
     torch.manual_seed(0)
