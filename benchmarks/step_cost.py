@@ -112,19 +112,25 @@ class _nvtx_forced:
         ic.set_nvtx_backend(None)
 
 
+def _medians(variants: Dict[str, Callable[[int], None]], n: int, rounds: int) -> Dict[str, float]:
+    """Median ns per iteration of each variant over ``rounds`` interleaved rounds of ``n``
+    (the order reversed every other round; the registry reset after each round)."""
+    samples: Dict[str, List[float]] = {k: [] for k in variants}
+    for r in range(rounds):
+        for name in (list(variants) if r % 2 == 0 else reversed(list(variants))):
+            t0 = time.perf_counter_ns()
+            variants[name](n)
+            samples[name].append((time.perf_counter_ns() - t0) / n)
+        ic.registry.reset()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def measure(n: int, rounds: int) -> Dict[str, float]:
     """Median ns per iteration of each variant, bare loop and plain call subtracted."""
     variants = _variants()
-    samples: Dict[str, List[float]] = {k: [] for k in variants}
     for fn in variants.values():  # warm-up: create registry entries, caches
         fn(min(n, 1000))
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            t0 = time.perf_counter_ns()
-            fn(n)
-            samples[name].append((time.perf_counter_ns() - t0) / n)
-        ic.registry.reset()
-    med = {k: statistics.median(v) for k, v in samples.items()}
+    med = _medians(variants, n, rounds)
     out = {}
     for k, v in med.items():
         if k in ("bare", "call, plain"):
@@ -173,15 +179,8 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
 
     variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx,
                 "no_record": no_record}
-    samples: Dict[str, List[float]] = {k: [] for k in variants}
     with _nvtx_forced():
-        for _ in range(rounds):
-            for name, fn in variants.items():
-                t0 = time.perf_counter_ns()
-                fn(n)
-                samples[name].append((time.perf_counter_ns() - t0) / n)
-            ic.registry.reset()
-    med = {k: statistics.median(v) for k, v in samples.items()}
+        med = _medians(variants, n, rounds)
     return {
         "whole step, NVTX on": med["full"] - med["bare"],
         "enter (incl. NVTX push)": med["enter"] - med["bare"],

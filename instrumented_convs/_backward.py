@@ -72,6 +72,17 @@ class Record:
         self.sampled = sampled  # its call was chosen at random for timing (see _sampling)
 
 
+def backward_parent(stack: List[Frame], fwd_stack: List[Frame]) -> Any:
+    """The entry a backward's rows nest under: the step open on this thread (``stack``), else
+    (a CUDA device thread, where none is) the one open on the forward's thread, else the root."""
+    parent = stack[-1].entry
+    if parent is None:
+        parent = fwd_stack[-1].entry if fwd_stack is not stack else None
+        if parent is None:
+            parent = registry.root
+    return parent
+
+
 def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
     """The registry entry of ``r``'s backward in pass ``task``: its parent's, mirrored."""
     if r.bw_task == task:
@@ -79,12 +90,7 @@ def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
     if r.parent is not None:
         parent = _bw_entry(r.parent, task, stack)
     else:
-        parent = stack[-1].entry
-        if parent is None:  # nothing open here (a CUDA device thread): the forward thread's
-            fwd = r.fwd_stack
-            parent = fwd[-1].entry if fwd is not stack else None
-            if parent is None:
-                parent = registry.root
+        parent = backward_parent(stack, r.fwd_stack)
     entry = parent.children.get(backward_key(r.key))
     if entry is None:
         entry = registry.child(parent, r.name, r.scope, r.kind, "backward")

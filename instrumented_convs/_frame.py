@@ -127,12 +127,8 @@ def close_frame(frame: Frame, t1: int, error: bool) -> None:
             mode = UNTIMED
     flags = frame.flags
     try:
-        if flags & LABELLED:
-            rf, frame.rf = frame.rf, None
-            rf.__exit__(None, None, None)
+        _close_label_and_range(frame, flags)
     finally:
-        if flags & PUSHED:
-            _pop()
         if mode == CPU:
             if flags & SAMPLED:
                 _record_sampled(frame.entry, t1 - frame.start)
@@ -166,7 +162,16 @@ def close_elsewhere(frame: Frame, t1: int) -> None:
 def abandon_frame(frame: Frame, error: bool, count: bool = True) -> None:
     """Close ``frame``'s label and range; its end never came: count the call as untimed
     (unless ``count`` is False: another frame already counts it)."""
-    flags = frame.flags
+    try:
+        _close_label_and_range(frame, frame.flags)
+    finally:
+        if count:
+            _record_untimed(frame.entry, error)
+
+
+def _close_label_and_range(frame: Frame, flags: int) -> None:
+    """Close ``frame``'s profiler label and pop its NVTX range (the range even if the label
+    raises)."""
     try:
         if flags & LABELLED:
             rf, frame.rf = frame.rf, None
@@ -174,5 +179,3 @@ def abandon_frame(frame: Frame, error: bool, count: bool = True) -> None:
     finally:
         if flags & PUSHED:
             _pop()
-        if count:
-            _record_untimed(frame.entry, error)

@@ -27,6 +27,7 @@ from itertools import count as _counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _config
+from ._backward import backward_parent
 from ._registry import backward_key, registry
 from ._stack import Frame, _tls
 
@@ -115,13 +116,7 @@ class _Count:
         try:
             if not (_config.enabled and _config.backward):
                 return None
-            stack = _tls.stack
-            parent = stack[-1].entry
-            if parent is None:  # nothing open here (a CUDA device thread): the forward thread's
-                fwd = self.fwd_stack
-                parent = fwd[-1].entry if fwd is not stack else None
-                if parent is None:
-                    parent = registry.root
+            parent = backward_parent(_tls.stack, self.fwd_stack)
             if parent.retired:
                 parent = registry.relocate(parent)
             registry.record_skipped(self.template.entries(parent))
