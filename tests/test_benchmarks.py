@@ -81,3 +81,25 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
                        device=torch.device("cpu"))
     assert ic.settings() == before
     assert [s.backward for s in seen].count(True) >= [s.backward for s in seen].count(False) * 2
+
+
+def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
+    pytest.importorskip("torch_geometric")
+    proc = run_script("benchmarks/backward_parts.py", "--quick", "--functions")
+    for part in ("backward off", "defaults", "every call counted", "every call timed",
+                 "_anchor.finish", "_sampling.count", "_Count.__call__"):
+        assert part in proc.stdout, proc.stdout
+    import importlib.util
+    import os
+
+    import instrumented_convs as ic
+    from instrumented_convs import _sampling
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "backward_parts.py")
+    spec = importlib.util.spec_from_file_location("backward_parts", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    before, draw = ic.settings(), _sampling._random
+    seen = mod._with({"backward_every": 1}, True, lambda: (_sampling._random(), ic.settings().backward_every))
+    assert seen == (1.0, 1)  # inside: every call counted, the switch set
+    assert ic.settings() == before and _sampling._random is draw  # after: both put back
