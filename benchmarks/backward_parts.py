@@ -8,7 +8,11 @@ reversed every other round); extra microseconds per epoch over stock, and per la
 - ``defaults``: ``backward_every=16``: 1 call in 16 timed step by step, the others counted;
 - ``every call counted``: the sampling draw forced to *count* (after the first 16 calls):
   the cost of counting alone;
-- ``every call timed``: ``backward_every=1``: the cost of timing every call's backward.
+- ``every call timed``: ``backward_every=1``: the cost of timing every call's backward;
+- ``node ranges only``: backward timing on, but the anchor's exit does nothing
+  (``_anchor.finish`` replaced): what the forward's logging of node ranges costs alone
+  (each nested step reading autograd's sequence counter at entry and exit, the anchor's log);
+- ``stock again``: a second stock copy: the noise floor (A/A) of every figure above.
 
 With ``--functions``, one more run (not interleaved, ``--epochs`` epochs, every call counted)
 wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
@@ -41,16 +45,25 @@ from instrumented_convs import _anchor, _sampling  # noqa: E402
 CALLS = 3  # layer calls per epoch (the proxy's three layers)
 
 
-def _with(settings: Dict[str, Any], count_all: bool, fn: Callable[[], float]) -> float:
-    saved, draw = ic.settings(), _sampling._random
+def _no_finish(*_: Any) -> None:
+    return None
+
+
+def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> float:
+    """Run ``fn`` with ``settings``; ``count_all``: every call counted (``"ranges"``: and the
+    anchor's exit skipped); everything put back afterwards."""
+    saved, draw, finish = ic.settings(), _sampling._random, _anchor.finish
     if count_all:
         _sampling._random = lambda: 1.0  # never chosen at random: counted
+    if count_all == "ranges":
+        _anchor.finish = _no_finish
     ic.configure(**settings)
     try:
         return fn()
     finally:
         saved.restore()
         _sampling._random = draw
+        _anchor.finish = finish
 
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
@@ -61,7 +74,9 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
     plan = {"stock": (make_stock, {}, False), "backward off": (make_ours, {"backward": False}, False),
             "defaults": (make_ours, {"backward_every": 16}, False),
             "every call counted": (make_ours, {"backward_every": 16}, True),
-            "every call timed": (make_ours, {"backward_every": 1}, False)}
+            "every call timed": (make_ours, {"backward_every": 1}, False),
+            "node ranges only": (make_ours, {"backward_every": 16}, "ranges"),
+            "stock again": (make_stock, {}, False)}
     torch.manual_seed(1)
     ref = lb.Net(make_stock, call)
     variants: Dict[str, Callable[[], float]] = {}

@@ -25,7 +25,8 @@ way (the profiler is entered and left outside the timed epoch).
 Reported per layer: each variant's median epoch, the medians of per-round ratios to stock,
 the rows recorded per epoch (forward and ``[backward]`` calls of steps) and the cost per
 row: (variant - stock) / rows, in microseconds; beside it, the bare-Python floor of this
-machine (a function call, ``perf_counter_ns()``, a ``with`` on a slotted object).
+machine (a function call, ``perf_counter_ns()``, a ``with`` on a slotted object). What a row
+costs at the least where rows are, between torch ops, is ``row_floor.py``'s.
 
     python benchmarks/launch_bound.py                    # every layer, 200 rounds
     python benchmarks/launch_bound.py --layers "PyG GCNConv" --rounds 50

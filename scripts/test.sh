@@ -89,6 +89,7 @@ echo "== benchmark smoke run"; stamp
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/launch_bound.py --quick >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/backward_parts.py --quick --functions >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/row_floor.py --quick --layers "PyG GCNConv" "DGL GraphConv" >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
 
 echo "== Nsight Systems: our ranges in a real nsys report"; stamp

@@ -86,7 +86,8 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
 def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     pytest.importorskip("torch_geometric")
     proc = run_script("benchmarks/backward_parts.py", "--quick", "--functions")
-    for part in ("backward off", "defaults", "every call counted", "every call timed",
+    for part in ("backward off", "defaults", "every call counted", "every call timed", "node ranges only",
+                 "stock again",
                  "_anchor.finish", "_sampling.count", "_Count.__call__"):
         assert part in proc.stdout, proc.stdout
     import importlib.util
@@ -103,3 +104,37 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     seen = mod._with({"backward_every": 1}, True, lambda: (_sampling._random(), ic.settings().backward_every))
     assert seen == (1.0, 1)  # inside: every call counted, the switch set
     assert ic.settings() == before and _sampling._random is draw  # after: both put back
+    from instrumented_convs import _anchor
+
+    finish = _anchor.finish
+    seen = mod._with({}, "ranges", lambda: (_sampling._random(), _anchor.finish is finish))
+    assert seen == (1.0, False)  # inside: counted, and the anchor's exit skipped
+    assert _anchor.finish is finish and _sampling._random is draw
+
+
+def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows():
+    pytest.importorskip("torch_geometric")
+    proc = run_script("benchmarks/row_floor.py", "--quick", "--layers", "PyG GCNConv")
+    for part in ("bare-Python floor", "with a C lock", "perf_counter_ns pair", "our nested step",
+                 "tensor hook", "node pre-hook", "floor ratio", "PyG GCNConv"):
+        assert part in proc.stdout, proc.stdout
+    import importlib.util
+    import os
+
+    import instrumented_convs as ic
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "row_floor.py")
+    spec = importlib.util.spec_from_file_location("row_floor", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    before = ic.settings()
+    mod.BLOCK = 1
+    r = mod.measure(ops=4, rounds=1, warmup=0)
+    assert ic.settings() == before  # the forward phase's backward=False is put back
+    assert set(r["forward_us_per_row"]) == {"bare again", "with a C lock", "perf_counter_ns pair",
+                                            "our nested step"}
+    assert set(r["backward_us_per_hook"]) == {"bare again", "tensor hook", "node pre-hook"}
+    # the stepped chain recorded its rows: one top-level step and one per op
+    rows = {e.path: e.count for e in ic.registry.entries() if e.path.startswith("row_floor")}
+    assert len(rows) == 5 and all(n >= 1 for n in rows.values()), rows
+    ic.registry.reset()
