@@ -121,6 +121,13 @@ def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
     code around the ``with`` block, the first frame outside the step machinery).
     """
     seq0 = log.seq0
+    shape = (seq1 - seq0, mode, tuple(log.items))
+    template, how = _sampling.choose(entry, shape)
+    if how == _sampling.COUNT and type(outputs) is torch.Tensor:
+        node = outputs.grad_fn  # the common case: one output, the anchor's newest node
+        if node is not None and node._sequence_nr() == seq1 - 1:
+            _sampling.count(outputs, node, template, fwd_stack)
+            return
     roots: List[Any] = []
     explicit = outputs is not None
     _tensors(outputs, roots)
@@ -130,8 +137,6 @@ def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
         user = _user_frame()
         if user is not None:
             _tensors(list(user.f_locals.values()), roots)
-    shape = (seq1 - seq0, mode, tuple(log.items))
-    template, how = _sampling.choose(entry, shape)
     if how == _sampling.COUNT:
         newest = _newest(roots, seq0, seq1)
         if newest is not None:

@@ -116,10 +116,15 @@ class _Count:
         try:
             if not (_config.enabled and _config.backward):
                 return None
-            parent = backward_parent(_tls.stack, self.fwd_stack)
+            stack = _tls.stack
+            parent = stack[-1].entry  # backward_parent's common case, inline (a call per count)
+            if parent is None:
+                parent = backward_parent(stack, self.fwd_stack)
             if parent.retired:
                 parent = registry.relocate(parent)
-            registry.record_skipped(self.template.entries(parent))
+            template = self.template
+            entries = template._under.get(parent)
+            registry.record_skipped(entries if entries is not None else template.entries(parent))
         except Exception:  # never break the user's backward
             logger.exception("instrumented_convs: counting a backward failed")
         return None

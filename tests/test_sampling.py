@@ -142,3 +142,29 @@ def test_counted_calls_keep_gradients_and_count_each_pass(every_fourth):
     assert rows["GCNConv"].count == 60 and rows["GCNConv"].estimated > 0
     assert rows["GCNConv/propagate/message"].count == 60
     assert bw.estimated == 0
+
+
+@pytest.mark.parametrize("returns", ["newest tensor", "older tensor", "tuple"])
+def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fourth, returns):
+    """The anchor's exit counts a call on the newest of its outputs' nodes: directly when its
+    one output is its newest node, else after gathering every output (the general path)."""
+    @step("h")
+    def h(v):
+        a = Advance.apply(v, clock, 100)
+        later = a * 2  # a node after a's: a is then not the anchor's newest
+        if returns == "newest tensor":
+            return later
+        if returns == "older tensor":
+            return a
+        return a, later
+
+    for _ in range(60):
+        x = torch.randn(3, requires_grad=True)
+        out = h(x)
+        loss = sum(t.sum() for t in out) if isinstance(out, tuple) else out.sum()
+        with region("bwd"):
+            loss.backward()
+    s = registry.summary()
+    row = s["bwd/h"]
+    assert (row.count, row.estimated) == (60, 60 - (4 + 56 // 4))
+    assert row.total == pytest.approx(60 * 100 * SEC)
