@@ -27,8 +27,9 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+from . import _config
 from ._generic import GenericLayer, inside
-from ._step import Step, instrumenting
+from ._step import Step, _is_compiling
 
 __all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
 
@@ -59,7 +60,7 @@ def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not inside.n or not instrumenting():
+        if not inside.n or not _config.enabled or _is_compiling():  # instrumenting(), inline
             return fn(*args, **kwargs)
         with st:
             return fn(*args, **kwargs)

@@ -46,8 +46,11 @@ inside = _Inside()
 
 
 def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.device]:
-    """The device of a forward's first tensor (or graph) argument; None if it has none."""
-    for a in (*args, *kwargs.values()):
+    """The device of a forward's first tensor argument (also in a tuple, list or dict); else
+    of its first argument with a ``device`` (a DGL graph, whose ``device`` costs DGL several
+    Python calls, so tensors are looked at first); None if it has neither."""
+    values = (*args, *kwargs.values())
+    for a in values:
         if isinstance(a, Tensor):
             return a.device
         if isinstance(a, (tuple, list)):
@@ -58,7 +61,8 @@ def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.d
             for b in a.values():
                 if isinstance(b, Tensor):
                     return b.device
-        else:
+    for a in values:
+        if not isinstance(a, (Tensor, tuple, list, dict)):
             d = getattr(a, "device", None)  # a DGL graph; a SparseTensor's is a method
             if isinstance(d, torch.device):
                 return d

@@ -117,9 +117,10 @@ class _Count:
             if not (_config.enabled and _config.backward):
                 return None
             stack = _tls.stack
-            parent = stack[-1].entry  # backward_parent's common case, inline (a call per count)
+            parent = stack[-1].entry  # backward_parent's common cases, inline (a call per count)
             if parent is None:
-                parent = backward_parent(stack, self.fwd_stack)
+                fwd = self.fwd_stack
+                parent = registry.root if fwd is stack else backward_parent(stack, fwd)
             if parent.retired:
                 parent = registry.relocate(parent)
             template = self.template

@@ -277,3 +277,24 @@ def test_users_subclasses_of_our_layers_work_and_record():
     assert s["SAGEConv/propagate/collect"].count == 1
     # (GCNConv/propagate/collect where GCNConv's copied forward runs; GCNConv/collect on PyG 2.3, 2.4)
     assert sum(r.count for r in s.rows if r.name.startswith("GCNConv/") and r.step == "collect") == 1
+
+
+def test_the_layer_device_comes_from_a_tensor_first_and_other_devices_last():
+    """A DGL graph's ``device`` costs DGL several Python calls: a tensor argument is looked
+    at first, wherever it is, and a graph's device only when there is no tensor."""
+    from instrumented_convs._generic import device_of
+
+    class Graph:
+        reads = 0
+
+        @property
+        def device(self):
+            Graph.reads += 1
+            return torch.device("meta")
+
+    g, x = Graph(), torch.zeros(1)
+    assert device_of((g, x), {}) == x.device and Graph.reads == 0
+    assert device_of((g,), {"feat": {"n": x}}) == x.device and Graph.reads == 0
+    assert device_of((g, [1, x]), {}) == x.device and Graph.reads == 0
+    assert device_of((g,), {}) == torch.device("meta") and Graph.reads == 1
+    assert device_of((1, "a", (2,)), {}) is None

@@ -46,7 +46,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "_layers": {"_step"},
     "_generic": {"_config", "_layers", "_native", "_step"},
     "_pyg_generic": {"_generic", "_layers", "_step"},
-    "_dgl_generic": {"_generic", "_step"},
+    "_dgl_generic": {"_config", "_generic", "_step"},
     "pyg": {"_config", "_generic", "_guard", "_layers", "_pyg_generic", "_step"},
     "dgl": {"_dgl_generic", "_generic", "_guard", "_layers", "_step"},
     "_instrument": {"_generic", "_layers", "_pyg_generic"},
