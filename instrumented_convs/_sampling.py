@@ -116,16 +116,10 @@ class _Count:
         try:
             if not (_config.enabled and _config.backward):
                 return None
-            stack = _tls.stack
-            parent = stack[-1].entry  # backward_parent's common cases, inline (a call per count)
-            if parent is None:
-                fwd = self.fwd_stack
-                parent = registry.root if fwd is stack else backward_parent(stack, fwd)
+            parent = backward_parent(_tls.stack, self.fwd_stack)
             if parent.retired:
                 parent = registry.relocate(parent)
-            template = self.template
-            entries = template._under.get(parent)
-            registry.record_skipped(entries if entries is not None else template.entries(parent))
+            registry.record_skipped(self.template.entries(parent))
         except Exception:  # never break the user's backward
             logger.exception("instrumented_convs: counting a backward failed")
         return None
