@@ -46,7 +46,8 @@ class Log:
     """What the steps nested in one anchor call did, for its walk, relative to the anchor:
     ``items`` are ``(seq0, seq1, entry, depth, mode)`` per step (in exit order; node numbers
     and stack depth counted from the anchor's), so two calls of the same shape have equal
-    items; ``outputs`` are the outputs nested steps declared with :func:`mark_outputs`."""
+    items; ``outputs`` are the outputs nested steps declared with :func:`mark_outputs`.
+    (The C fast path makes logs without calling ``__init__``: it fills the four slots itself.)"""
 
     __slots__ = ("seq0", "depth0", "items", "outputs")
 

@@ -82,7 +82,12 @@ static Py_ssize_t slot_offset(PyObject *cls, const char *name) {
     return off;
 }
 
+/* ATen's at::sequence_number::peek(), the C++ function behind g_seq, when set_seq_native()
+ * was given its address (checked in Python to agree with g_seq): no Python call then. */
+static unsigned long long (*g_seq_native)(void) = NULL;
+
 long long seq_nr(void) {
+    if (g_seq_native != NULL) return (long long)g_seq_native();
     PyObject *v = PyObject_CallNoArgs(g_seq);
     if (v == NULL) return -1;
     long long s = PyLong_AsLongLong(v);
@@ -203,6 +208,27 @@ static PyObject *bind(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *set_seq_native(PyObject *mod, PyObject *arg) {
+    if (arg == Py_None) { g_seq_native = NULL; Py_RETURN_NONE; }
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "set_seq_native: a non-zero address or None");
+        return NULL;
+    }
+    g_seq_native = (unsigned long long (*)(void))p;
+    Py_RETURN_NONE;
+}
+
+static PyObject *read_seq(PyObject *mod, PyObject *unused) {
+    long long s = seq_nr();
+    if (s == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLongLong(s);
+}
+
+static PyObject *seq_is_native(PyObject *mod, PyObject *unused) {
+    return PyBool_FromLong(g_seq_native != NULL);
+}
+
 static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
     int r = PyObject_IsTrue(arg);
     if (r < 0) return NULL;
@@ -212,6 +238,10 @@ static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see _stepbase)."},
+    {"set_seq_native", set_seq_native, METH_O,
+     "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
+    {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},
+    {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
     {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
     {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see _generic.install)."},
     {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see _generic.install)."},

@@ -74,6 +74,18 @@ static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) 
     return PyObject_CallMethodObjArgs(self, s_enter, stack, top, NULL);
 }
 
+/* _anchor.Log(seq0, depth0), its slots filled here rather than by its Python __init__. */
+static PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0) {
+    PyTypeObject *t = (PyTypeObject *)g_log_type;
+    PyObject *log = t->tp_alloc(t, 0);
+    if (log == NULL) return NULL;
+    PyObject *s = PyLong_FromLongLong(seq0), *d = PyLong_FromSsize_t(depth0);
+    PyObject *items = PyList_New(0), *outs = PyList_New(0);
+    SLOT(log, o_seq0) = s; SLOT(log, o_depth0) = d; SLOT(log, o_items) = items; SLOT(log, o_outputs) = outs;
+    if (!s || !d || !items || !outs) { Py_DECREF(log); return NULL; }
+    return log;
+}
+
 PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (g_registry == NULL) { PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called"); return NULL; }
     PyObject *stack = thread_stack(), *result = NULL, *root = NULL, *new_log = NULL;
@@ -118,7 +130,7 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
         if (r) {
             anchor_seq = seq_nr();
             if (anchor_seq < 0 && PyErr_Occurred()) goto done;
-            new_log = PyObject_CallFunction(g_log_type, "Ln", anchor_seq, PyList_GET_SIZE(stack));
+            new_log = new_anchor_log(anchor_seq, PyList_GET_SIZE(stack));
             if (new_log == NULL) goto done;
         }
     }
@@ -200,8 +212,15 @@ static int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
         } else {
             long long base = PyLong_AsLongLong(b);
             Py_ssize_t dd = PyLong_AsSsize_t(d0);
-            PyObject *item = PyErr_Occurred() ? NULL
-                : Py_BuildValue("(LLOni)", seq0 - base, seq1 - base, entry, depth - dd, CPU);
+            PyObject *item = PyErr_Occurred() ? NULL : PyTuple_New(5);
+            if (item != NULL) {  /* (seq0, seq1, entry, depth, mode), relative to the anchor */
+                PyObject *v0 = PyLong_FromLongLong(seq0 - base), *v1 = PyLong_FromLongLong(seq1 - base);
+                PyObject *v3 = PyLong_FromSsize_t(depth - dd), *v4 = PyLong_FromLong(CPU);
+                PyTuple_SET_ITEM(item, 0, v0); PyTuple_SET_ITEM(item, 1, v1);
+                PyTuple_SET_ITEM(item, 2, Py_NewRef(entry));
+                PyTuple_SET_ITEM(item, 3, v3); PyTuple_SET_ITEM(item, 4, v4);
+                if (!v0 || !v1 || !v3 || !v4) Py_CLEAR(item);
+            }
             if (item != NULL) {
                 rc = PyList_Append(items, item);
                 if (rc == 0 && outputs != NULL && outputs != Py_None) rc = PyList_Append(outs, outputs);

@@ -27,7 +27,7 @@ import torch
 from . import _anchor, _clock, _config, _frame, _ranges
 from ._entry import FOLD_AT, Entry
 from ._registry import registry
-from ._native import IMPLEMENTATION, speedups
+from ._native import IMPLEMENTATION, seq_counter_address, speedups
 from ._stack import CPU, Frame, _tls
 
 __all__ = ["StepBase", "IMPLEMENTATION"]
@@ -117,5 +117,6 @@ class PyStepBase:
 if speedups is not None:
     speedups.bind(_config, _prof, registry, _seq, _clock, _grad_enabled, Entry, _anchor.Log, time.perf_counter_ns,
                   _anchor.log_exit, FOLD_AT)
+    speedups.set_seq_native(seq_counter_address())
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

@@ -16,6 +16,7 @@ import sys
 import threading
 
 import pytest
+import torch
 
 import instrumented_convs as ic
 from instrumented_convs import _entry, _native, registry, step
@@ -30,6 +31,40 @@ def test_the_implementation_in_use_is_the_one_expected():
     if expected is None:
         pytest.skip("INSTRUMENTED_CONVS_EXPECT not set (scripts/test.sh sets it)")
     assert _native.IMPLEMENTATION == expected
+
+
+def _counters() -> tuple:
+    return _native.speedups.seq_nr(), torch._C._autograd._get_sequence_nr()
+
+
+def test_the_c_path_reads_autograds_sequence_counter_as_torch_does_on_every_thread():
+    if _native.speedups is None:
+        pytest.skip("the C extension is not in use")
+    if os.environ.get("INSTRUMENTED_CONVS_EXPECT") == "C" and sys.platform.startswith("linux"):
+        assert _native.speedups.seq_is_native()  # ATen's counter read directly, not the Python call
+    seen = {}
+
+    def on_thread(key: str) -> None:
+        a = torch.ones(3, requires_grad=True)
+        before = _counters()
+        b = (a * 2).sum()
+        seen[key] = (before, _counters(), b.grad_fn is not None)
+
+    threads = [threading.Thread(target=on_thread, args=(f"t{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    on_thread("main")
+    for t in threads:
+        t.join()
+    for (c0, p0), (c1, p1), made in seen.values():
+        assert made and c0 == p0 and c1 == p1 and c1 == c0 + 2
+
+
+def test_the_counter_address_is_refused_where_the_function_disagrees(monkeypatch):
+    monkeypatch.setattr(_native, "_PEEK", "_ZN2at15sequence_number17get_and_incrementEv")
+    assert _native.seq_counter_address() is None  # moves the counter itself: never agrees
+    monkeypatch.setattr(_native, "_PEEK", "no_such_symbol_here")
+    assert _native.seq_counter_address() is None
 
 
 def test_pure_python_can_be_forced_and_records_the_same_steps():
