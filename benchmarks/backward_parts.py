@@ -10,12 +10,12 @@ reversed every other round); extra microseconds per epoch over stock, and per la
   the cost of counting alone;
 - ``every call timed``: ``backward_every=1``: the cost of timing every call's backward;
 - ``node ranges only``: backward timing on, but the anchor's exit does nothing
-  (``_anchor.finish`` replaced): what the forward's logging of node ranges costs alone
+  (``_anchor.finish`` replaced, the C extension's exit turned off): what the forward's logging of node ranges costs alone
   (each nested step reading autograd's sequence counter at entry and exit, the anchor's log);
 - ``stock again``: a second stock copy: the noise floor (A/A) of every figure above.
 
-With ``--functions``, one more run (not interleaved, ``--epochs`` epochs, every call counted)
-wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
+With ``--functions``, one more run (not interleaved, ``--epochs`` epochs, every call counted,
+the anchor's exit in Python: the C extension's fast exit turned off) wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
 0.3 µs of wrapper per call) and prints their time per layer call.
 
 This benchmark reaches into the machinery on purpose (it replaces ``_sampling._random`` and,
@@ -51,10 +51,12 @@ def _no_finish(*_: Any) -> None:
 
 def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> float:
     """Run ``fn`` with ``settings``; ``count_all``: every call counted (``"ranges"``: and the
-    anchor's exit skipped); everything put back afterwards."""
-    saved, draw, finish = ic.settings(), _sampling._random, _anchor.finish
+    anchor's exit skipped; ``"python"``: the anchor's exit in Python); everything put back."""
+    saved, draw, finish, fast = ic.settings(), _sampling._random, _anchor.finish, _anchor.fast_exit
     if count_all:
         _sampling._random = lambda: 1.0  # never chosen at random: counted
+    if count_all in ("ranges", "python"):
+        _anchor.fast_exit = False  # the anchor's exit in Python (the C extension's is skipped)
     if count_all == "ranges":
         _anchor.finish = _no_finish
     ic.configure(**settings)
@@ -64,6 +66,7 @@ def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> 
         saved.restore()
         _sampling._random = draw
         _anchor.finish = finish
+        _anchor.fast_exit = fast
 
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
@@ -122,7 +125,7 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
                 setattr(owner, name, fn)
         return 0.0
 
-    _with({"backward_every": 16}, True, run)
+    _with({"backward_every": 16}, "python", run)
     return {k: v / epochs / CALLS / 1e3 for k, v in spent.items()}
 
 

@@ -31,12 +31,17 @@ from . import _sampling
 from ._backward import Record, post_hook, pre_hook
 from ._stack import Frame, _tls
 
-__all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "walk"]
+__all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "chosen", "walk", "failed"]
 
 logger = logging.getLogger(__name__)
 
 #: Source files whose frames stand between a ``with step()`` block and :func:`finish`.
 _MACHINERY = {__file__, *(os.path.join(os.path.dirname(__file__), f"{m}.py") for m in ("_step", "_stepbase"))}
+
+#: Whether the C extension chooses and counts at an anchor's exit itself (``_speedups_anchor.c``:
+#: the common case of :func:`finish`, with the same outcome); tests and benchmarks turn it off
+#: to compare with this module's path.
+fast_exit = True
 
 #: The autograd sequence counter of this thread: the number the next node will get.
 seq_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
@@ -94,6 +99,11 @@ def log_exit(frame: Frame, stack: List[Frame], ok: bool) -> None:
         logger.exception("instrumented_convs: setting up the backward of %s failed", frame.entry.path)
 
 
+def failed(entry: Any, exc: BaseException) -> None:
+    """Log that setting up the backward of ``entry`` failed (the C fast path calls it)."""
+    logger.error("instrumented_convs: setting up the backward of %s failed", entry.path, exc_info=exc)
+
+
 def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
     """Collect the tensors of ``value`` that have a ``grad_fn`` (in tuples, lists, dicts)."""
     if isinstance(value, torch.Tensor):
@@ -121,9 +131,16 @@ def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
     ``outputs`` are the anchor's own (None: look for them among the local variables of the
     code around the ``with`` block, the first frame outside the step machinery).
     """
-    seq0 = log.seq0
-    shape = (seq1 - seq0, mode, tuple(log.items))
+    shape = (seq1 - log.seq0, mode, tuple(log.items))
     template, how = _sampling.choose(entry, shape)
+    chosen(log, seq1, entry, mode, outputs, fwd_stack, shape, template, how)
+
+
+def chosen(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame], shape: Any,
+           template: Optional[_sampling.Template], how: int) -> None:
+    """The rest of :func:`finish` once :func:`_sampling.choose` said ``how`` (the C fast path
+    of an anchor's exit chooses, counts the common case itself and calls this for the others)."""
+    seq0 = log.seq0
     if how == _sampling.COUNT and type(outputs) is torch.Tensor:
         node = outputs.grad_fn  # the common case: one output, the anchor's newest node
         if node is not None and node._sequence_nr() == seq1 - 1:

@@ -70,7 +70,7 @@ long long now_ns(void) {
 }
 
 /* The offset of slot ``name`` of the class ``cls`` (a member descriptor), or -1. */
-static Py_ssize_t slot_offset(PyObject *cls, const char *name) {
+Py_ssize_t slot_offset(PyObject *cls, const char *name) {
     PyObject *d = PyObject_GetAttrString(cls, name);
     Py_ssize_t off = -1;
     if (d != NULL && Py_TYPE(d) == &PyMemberDescr_Type) {
@@ -238,6 +238,7 @@ static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see _stepbase)."},
+    {"bind_anchor", bind_anchor, METH_VARARGS, "Hand over what an anchor's exit reads (see _speedups_anchor.c)."},
     {"set_seq_native", set_seq_native, METH_O,
      "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
     {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},

@@ -1,7 +1,8 @@
 /* Declarations shared by the parts of the C fast path of steps (instrumented_convs._speedups):
  *   _speedups.c        the module: bind(), the clock, the per-thread stack, folding sums;
  *   _speedups_step.c   Frame and StepBase (the fast __enter__/__exit__ of a step);
- *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances.
+ *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances;
+ *   _speedups_anchor.c an anchor's exit: choosing how its backward is timed, counting it.
  * The Python twin of all of it is instrumented_convs/_stepbase.py and _generic.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
@@ -47,6 +48,7 @@ extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter,
 int module_flag(PyObject *mod, PyObject *name);
 long long now_ns(void);
 long long seq_nr(void);
+Py_ssize_t slot_offset(PyObject *cls, const char *name);
 PyObject *thread_stack(void);
 /* _speedups_step.c */
 PyObject *StepBase_enter(StepBase *self, PyObject *unused);
@@ -55,5 +57,8 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *time_methods(PyObject *mod, PyObject *args);
 PyObject *time_children(PyObject *mod, PyObject *args);
 PyObject *restore(PyObject *mod, PyObject *undo);
+/* _speedups_anchor.c */
+PyObject *bind_anchor(PyObject *mod, PyObject *args);
+int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry);
 
 #endif

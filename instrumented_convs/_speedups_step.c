@@ -270,10 +270,12 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     Py_XDECREF(ns);
     Py_DECREF(buf);
     if (ok && frame->seq0 >= 0) {
-        if (frame->anchor) {  /* Python walks the anchor's graph or counts it (_anchor.log_exit) */
-            PyObject *r = PyObject_CallFunctionObjArgs(g_log_exit, (PyObject *)frame, stack, Py_True, NULL);
-            ok = r != NULL;
-            Py_XDECREF(r);
+        if (frame->anchor) {  /* counted here, else Python walks or counts it (_anchor.log_exit) */
+            if (!anchor_exit(frame, stack, entry)) {
+                PyObject *r = PyObject_CallFunctionObjArgs(g_log_exit, (PyObject *)frame, stack, Py_True, NULL);
+                ok = r != NULL;
+                Py_XDECREF(r);
+            }
         } else {
             ok = log_inner(frame, PyList_GET_SIZE(stack), entry) == 0;
         }

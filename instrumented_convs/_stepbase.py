@@ -20,11 +20,12 @@ one (the tests run both). :data:`IMPLEMENTATION` says which is in use.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Any
 
 import torch
 
-from . import _anchor, _clock, _config, _frame, _ranges
+from . import _anchor, _clock, _config, _frame, _ranges, _sampling
 from ._entry import FOLD_AT, Entry
 from ._registry import registry
 from ._native import IMPLEMENTATION, seq_counter_address, speedups
@@ -118,5 +119,7 @@ if speedups is not None:
     speedups.bind(_config, _prof, registry, _seq, _clock, _grad_enabled, Entry, _anchor.Log, time.perf_counter_ns,
                   _anchor.log_exit, FOLD_AT)
     speedups.set_seq_native(seq_counter_address())
+    speedups.bind_anchor(Entry, torch.Tensor, _sampling.Template, _sampling, _anchor, _anchor.chosen, _anchor.failed,
+                         _sampling._Count, OrderedDict, _sampling._keys, "instrumented_convs")
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

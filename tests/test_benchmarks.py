@@ -138,3 +138,32 @@ def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows
     rows = {e.path: e.count for e in ic.registry.entries() if e.path.startswith("row_floor")}
     assert len(rows) == 5 and all(n >= 1 for n in rows.values()), rows
     ic.registry.reset()
+
+
+def test_instructions_counts_every_variant_in_both_orders_and_orders_them():
+    pytest.importorskip("torch_geometric")
+    import importlib.util
+    import os
+    import re
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "instructions.py")
+    spec = importlib.util.spec_from_file_location("instructions", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    why = mod.missing()
+    if why is not None:
+        pytest.skip(f"callgrind unavailable: {why}")
+    proc = run_script("benchmarks/instructions.py", "--quick")
+    added = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s+(\S.*?)\s{2,}(-?[\d.]+)\s+(-?[\d.]+)\s+ratio", line)
+        if m:
+            added[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    assert set(added) == {"stock", "backward off", "every call counted", "node ranges only", "every call timed",
+                          "disabled", "stock again"}, proc.stdout
+    # instructions, not seconds: the two orders agree and the variants order as their work does
+    for name, (a, b) in added.items():
+        assert abs(a - b) <= 5 + 0.05 * abs(a), (name, a, b)
+    mean = {k: (a + b) / 2 for k, (a, b) in added.items()}
+    assert abs(mean["stock again"]) < 5 and abs(mean["disabled"]) < 10
+    assert 0 < mean["backward off"] < mean["node ranges only"] < mean["every call counted"] < mean["every call timed"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _sampling, registry, region, step
+from instrumented_convs import _anchor, _native, _sampling, registry, region, step
 from instrumented_convs.report import Summary
 
 from .test_backward import Advance
@@ -25,6 +25,13 @@ def every_fourth(monkeypatch):
     monkeypatch.setattr(_sampling, "_random", lambda: next(draws))
     ic.configure(backward_every=4)
     yield
+
+
+@pytest.fixture(params=["fast exit", "Python exit"])
+def exit_path(request, monkeypatch):
+    """Both paths of an anchor's exit: the C extension's (when in use) and _anchor's."""
+    monkeypatch.setattr(_anchor, "fast_exit", request.param == "fast exit")
+    return request.param
 
 
 def _run(clock, calls, ns_of_call):
@@ -54,7 +61,7 @@ def test_backward_every_1_times_every_call(clock):
     assert "~" not in str(s)
 
 
-def test_census_then_one_in_n_counts_every_call_and_estimates_the_rest(clock, every_fourth):
+def test_census_then_one_in_n_counts_every_call_and_estimates_the_rest(clock, every_fourth, exit_path):
     s = _run(clock, 100, lambda i: 100)
     row = s["bwd/f"]
     timed = 4 + 96 // 4  # the census, then one in four
@@ -64,7 +71,7 @@ def test_census_then_one_in_n_counts_every_call_and_estimates_the_rest(clock, ev
     assert s["fwd/f"].count == 100 and s["fwd/f"].estimated == 0  # forward: every call timed
 
 
-def test_the_estimate_comes_from_the_random_calls_not_the_census(clock, every_fourth):
+def test_the_estimate_comes_from_the_random_calls_not_the_census(clock, every_fourth, exit_path):
     """The census (first calls, often slow: warm-up) counts once, as itself; the calls counted
     only are estimated at the mean of the calls timed at random."""
     s = _run(clock, 100, lambda i: 1000 if i < 4 else 100)
@@ -106,8 +113,21 @@ def test_a_forward_whose_backward_never_runs_counts_no_backward(clock, every_fou
     assert s["g"].count == 40 and [r.count for r in s.rows if r.phase == "backward"] == [20]
 
 
+def test_the_c_extension_counts_at_the_anchors_exit_without_pythons_finish(clock, every_fourth, exit_path,
+                                                                          monkeypatch):
+    """After the census, the C fast path chooses and counts (or hands a sampled call to
+    _anchor.chosen) itself: _anchor.finish runs for the census calls only."""
+    finished = []
+    real = _anchor.finish
+    monkeypatch.setattr(_anchor, "finish", lambda *a: finished.append(1) or real(*a))
+    s = _run(clock, 100, lambda i: 100)
+    assert (s["bwd/f"].count, s["bwd/f"].estimated) == (100, 100 - (4 + 96 // 4))
+    fast = exit_path == "fast exit" and _native.speedups is not None
+    assert len(finished) == (4 if fast else 100)
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
-def test_counted_calls_keep_gradients_and_count_each_pass(every_fourth):
+def test_counted_calls_keep_gradients_and_count_each_pass(every_fourth, exit_path):
     """A real layer: counted calls (one hook in the output's own hook dict) leave gradients
     bit-identical to stock's, a user's tensor hook on the output still runs, and with
     retain_graph each pass counts."""
@@ -145,7 +165,7 @@ def test_counted_calls_keep_gradients_and_count_each_pass(every_fourth):
 
 
 @pytest.mark.parametrize("returns", ["newest tensor", "older tensor", "tuple"])
-def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fourth, returns):
+def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fourth, exit_path, returns):
     """The anchor's exit counts a call on the newest of its outputs' nodes: directly when its
     one output is its newest node, else after gathering every output (the general path)."""
     @step("h")

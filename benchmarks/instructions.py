@@ -1,0 +1,167 @@
+"""Instructions, not seconds: what each variant adds to a layer call, counted by callgrind.
+
+Timings on a shared 2-core VM move by a few percent from run to run (docs/performance.md),
+more than many of the parts being changed. The number of instructions a variant executes
+does not: this benchmark runs the launch-bound proxy of ``benchmarks/launch_bound.py`` (one
+layer, 256 nodes, full training steps, one thread) under valgrind's callgrind and, for each
+variant of ``benchmarks/backward_parts.py``, counts the instructions of ``--epochs`` epochs
+(after 20 warm-up epochs: the first 16 calls of each layer are timed, the census), through
+callgrind's client requests (zero the counters, run, dump them). Each variant is counted twice,
+in forward then reverse order, so a figure that depends on the order shows itself.
+
+Printed per variant: thousands of instructions added per layer call over stock (the lower of
+the two stock counts), and the ratio of the epoch's instructions to stock's. Instructions are
+not time (ours are interpreter instructions, torch's are dense kernels), but they compare two
+versions of our machinery exactly: the same command before and after a change.
+
+Needs ``valgrind`` and a C compiler with valgrind's ``callgrind.h``; each layer takes about two
+minutes (valgrind runs ~50x slower; torch's import is not instrumented).
+
+    python benchmarks/instructions.py                                 # PyG GCNConv, 10 epochs
+    python benchmarks/instructions.py --layers "PyG SAGEConv" "DGL GraphConv"
+    python benchmarks/instructions.py --quick                         # a smoke run (2 epochs)
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CLIENT = r"""
+#include <valgrind/callgrind.h>
+void ic_zero(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
+void ic_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+"""
+WARMUP = 20  # epochs before counting: past the census of every layer's first 16 calls
+
+
+def missing() -> Optional[str]:
+    """Why this benchmark cannot run here (None: it can)."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not installed"
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        return "no C compiler (cc)"
+    if not any(os.path.exists(os.path.join(d, "valgrind", "callgrind.h")) for d in ("/usr/include", "/usr/local/include")):
+        return "valgrind's callgrind.h is not installed"
+    return None
+
+
+def _client(tmp: str) -> str:
+    """Build the tiny library that issues callgrind's client requests; its path."""
+    src, lib = os.path.join(tmp, "client.c"), os.path.join(tmp, "libclient.so")
+    with open(src, "w") as f:
+        f.write(_CLIENT)
+    subprocess.run([os.environ.get("CC", "cc"), "-O1", "-shared", "-fPIC", "-o", lib, src], check=True)
+    return lib
+
+
+def child(label: str, epochs: int, lib_path: str) -> None:
+    """Inside valgrind: count each variant's epochs, forward then reverse order."""
+    import torch
+
+    sys.path.insert(0, _HERE)
+    import backward_parts as bp
+    import launch_bound as lb
+    from instrumented_convs import _config
+
+    torch.set_num_threads(1)
+    lib = ctypes.CDLL(lib_path)
+    make_stock, make_ours, (graph, call) = lb.LAYERS[label]()
+    torch.manual_seed(0)
+    x, y = torch.randn(lb.NODES, lb.FEATURES), torch.randint(0, lb.CLASSES, (lb.NODES,))
+    plan = [("stock", make_stock, {}, False), ("backward off", make_ours, {"backward": False}, False),
+            ("every call counted", make_ours, {"backward_every": 16}, True),
+            ("node ranges only", make_ours, {"backward_every": 16}, "ranges"),
+            ("every call timed", make_ours, {"backward_every": 1}, False),
+            ("disabled", make_ours, {}, "disabled"), ("stock again", make_stock, {}, False)]
+    runs = []
+    for name, make, settings, how in plan:
+        epoch = lb._epoch(lb.Net(make, call), x, graph, y)
+
+        def run(n: int, e=epoch, s=settings, c=how) -> None:
+            if c == "disabled":
+                with _config.disabled():
+                    for _ in range(n):
+                        e()
+                return
+            bp._with(s, c, lambda: sum(e() or 0.0 for _ in range(n)))
+
+        run(WARMUP)
+        runs.append((name, run))
+    for name, run in [("warm-up", runs[0][1])] + runs + runs[::-1]:
+        lib.ic_zero()
+        run(epochs)
+        lib.ic_dump(name.encode())
+
+
+def _read(prefix: str) -> Dict[str, List[int]]:
+    """Instructions per dump, by variant name, in dump order."""
+    out: Dict[str, List[int]] = {}
+    for path in sorted(glob.glob(prefix + ".*"), key=lambda p: int(p.rsplit(".", 1)[1])):
+        with open(path, errors="replace") as f:
+            head = f.read(4000)
+        name = re.search(r"^desc: Trigger: Client Request: (.*)$", head, re.M)
+        total = re.search(r"^summary: (\d+)$", head, re.M)
+        if name and total:
+            out.setdefault(name.group(1), []).append(int(total.group(1)))
+    out.pop("warm-up", None)
+    return out
+
+
+def measure(label: str, epochs: int) -> Tuple[Dict[str, List[int]], int]:
+    """Run ``label`` under callgrind; (instructions per variant, both orders; stock's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = _client(tmp)
+        prefix = os.path.join(tmp, "cg.out")
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
+               sys.executable, os.path.abspath(__file__), "--child", label, str(epochs), lib]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"callgrind run of {label} failed:\n{proc.stderr[-3000:]}")
+        counts = _read(prefix)
+    stock = min(counts["stock"] + counts["stock again"])
+    return counts, stock
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Print the instructions each variant adds, per layer."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        child(argv[1], int(argv[2]), argv[3])
+        return 0
+    sys.path.insert(0, _HERE)
+    import launch_bound as lb
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", nargs="+", default=["PyG GCNConv"], choices=list(lb.LAYERS))
+    p.add_argument("--epochs", type=int, default=10, help="epochs counted per variant and order")
+    p.add_argument("--quick", action="store_true", help="2 epochs: a smoke run")
+    args = p.parse_args(argv)
+    why = missing()
+    if why is not None:
+        print(f"instructions.py: cannot count instructions here: {why}")
+        return 2
+    epochs = 2 if args.quick else args.epochs
+    calls = epochs * 3  # the proxy's three layer calls per epoch
+    print(f"Instructions added per layer call over stock (thousands; callgrind, {epochs} epochs per "
+          f"variant, counted in forward then reverse order), and the epoch's ratio to stock")
+    for label in args.layers:
+        counts, stock = measure(label, epochs)
+        print(f"{label}: stock {stock / epochs / 1e6:.2f} M instructions per epoch")
+        for name, values in counts.items():
+            added = "  ".join(f"{(v - stock) / calls / 1e3:8.1f}" for v in values)
+            ratio = " ".join(f"{v / stock:.4f}" for v in values)
+            print(f"  {name:20s} {added}   ratio {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

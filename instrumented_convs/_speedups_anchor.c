@@ -1,0 +1,146 @@
+/* An anchor's exit on the fast path: choosing how its backward is timed, and counting the
+ * common case without a Python frame (see _speedups.h; the Python twin is _anchor.finish). */
+#include "_speedups.h"
+
+/* -- an anchor's exit: the common case of _anchor.log_exit and finish ----------------------- */
+
+/* What bind_anchor() hands over (see anchor_exit). */
+static PyObject *g_tensor_type, *g_template_type, *g_sampling_mod, *g_chosen, *g_failed, *g_count_hook;
+static PyObject *g_odict, *g_keys, *g_key_tag, *g_anchor_mod;
+static Py_ssize_t o_sampling = -1, o_calls = -1, o_records = -1;
+static PyObject *s_every, *s_random, *s_grad_fn, *s_seq_m, *s_hooks, *s_reg_dict, *s_fast_exit;
+
+/* A module global's truth; 0 (and no exception) when it is missing or its truth fails. */
+static int module_flag_quiet(PyObject *mod, PyObject *name) {
+    int r = module_flag(mod, name);
+    if (r < 0) { PyErr_Clear(); return 0; }
+    return r;
+}
+
+PyObject *bind_anchor(PyObject *mod, PyObject *args) {
+    PyObject *entry_t, *tensor_t, *template_t, *sampling, *anchor, *chosen, *failed, *count_hook, *odict, *keys, *tag;
+    if (!PyArg_ParseTuple(args, "OOOO!O!OOOOOO", &entry_t, &tensor_t, &template_t, &PyModule_Type, &sampling,
+                          &PyModule_Type, &anchor, &chosen, &failed, &count_hook, &odict, &keys, &tag))
+        return NULL;
+    o_sampling = slot_offset(entry_t, "sampling");
+    o_calls = slot_offset(template_t, "calls");
+    o_records = slot_offset(template_t, "records");
+    if (o_sampling < 0 || o_calls < 0 || o_records < 0) {
+        PyErr_SetString(PyExc_TypeError, "Entry and Template must be classes with __slots__ (see anchor_exit)");
+        return NULL;
+    }
+#define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_every, "backward_every"); INTERN(s_random, "_random"); INTERN(s_grad_fn, "grad_fn");
+    INTERN(s_seq_m, "_sequence_nr"); INTERN(s_hooks, "_backward_hooks"); INTERN(s_reg_dict, "_register_hook_dict");
+    INTERN(s_fast_exit, "fast_exit");
+#undef INTERN
+    Py_XSETREF(g_tensor_type, Py_NewRef(tensor_t)); Py_XSETREF(g_template_type, Py_NewRef(template_t));
+    Py_XSETREF(g_sampling_mod, Py_NewRef(sampling)); Py_XSETREF(g_anchor_mod, Py_NewRef(anchor)); Py_XSETREF(g_failed, Py_NewRef(failed));
+    Py_XSETREF(g_count_hook, Py_NewRef(count_hook)); Py_XSETREF(g_odict, Py_NewRef(odict));
+    Py_XSETREF(g_keys, Py_NewRef(keys)); Py_XSETREF(g_key_tag, Py_NewRef(tag));
+    Py_XSETREF(g_chosen, Py_NewRef(chosen));  /* last: anchor_exit runs once this is set */
+    Py_RETURN_NONE;
+}
+
+/* Hand the exception set to _anchor.failed (which logs it) and clear it. */
+static void report_failure(PyObject *entry) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb != NULL && ev != NULL) PyException_SetTraceback(ev, tb);
+    PyObject *r = PyObject_CallFunctionObjArgs(g_failed, entry, ev ? ev : Py_None, NULL);
+    if (r == NULL) PyErr_Clear(); else Py_DECREF(r);
+    Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+}
+
+/* A module global as a C integer; 0 and no exception when it is missing or not an int. */
+static long long module_int(PyObject *mod, PyObject *name, int *ok) {
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);  /* borrowed */
+    *ok = 0;
+    if (v == NULL || !PyLong_CheckExact(v)) { PyErr_Clear(); return 0; }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    *ok = 1;
+    return x;
+}
+
+/* At an anchor's exit on the fast path: _sampling.choose, and the count of a call whose one
+ * output is the anchor's newest node, without a Python frame; a call chosen for timing goes
+ * to _anchor.chosen. Returns 1 when done (a failure after the choice is logged through
+ * _anchor.failed), 0 when this is not the common case and nothing was changed (the call of
+ * the template has not been counted, no hook set): then _anchor.log_exit does all of it. */
+int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
+    if (g_chosen == NULL || !module_flag_quiet(g_anchor_mod, s_fast_exit)) return 0;
+    PyObject *log = frame->log, *outputs = frame->outputs, *sampling = SLOT(entry, o_sampling);
+    if (log == NULL || (PyObject *)Py_TYPE(log) != g_log_type || outputs == NULL
+        || (PyObject *)Py_TYPE(outputs) != g_tensor_type || sampling == NULL || !PyDict_CheckExact(sampling))
+        return 0;
+    PyObject *items = SLOT(log, o_items), *b = SLOT(log, o_seq0);
+    if (items == NULL || !PyList_CheckExact(items) || b == NULL) return 0;
+    int ok;
+    long long every = module_int(g_config, s_every, &ok);
+    if (!ok) return 0;
+    long long base = PyLong_AsLongLong(b), seq1 = seq_nr();
+    if ((base == -1 || seq1 == -1) && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (seq1 == frame->seq0) return 0;
+    PyObject *shape = NULL, *node = NULL, *hooks = NULL, *draw = NULL;
+    int done = 0;
+    PyObject *rel = PyLong_FromLongLong(seq1 - base), *mode = PyLong_FromLong(frame->mode);
+    PyObject *its = PyList_AsTuple(items);
+    if (rel && mode && its) shape = PyTuple_Pack(3, rel, mode, its);
+    Py_XDECREF(rel); Py_XDECREF(mode); Py_XDECREF(its);
+    if (shape == NULL) goto pass;
+    PyObject *t = PyDict_GetItemWithError(sampling, shape);  /* borrowed */
+    if (t == NULL || (PyObject *)Py_TYPE(t) != g_template_type) goto pass;
+    PyObject *calls_o = SLOT(t, o_calls), *records = SLOT(t, o_records);
+    if (calls_o == NULL || !PyLong_CheckExact(calls_o) || records == NULL || !PyTuple_CheckExact(records)) goto pass;
+    long long calls = PyLong_AsLongLong(calls_o);
+    if ((calls == -1 && PyErr_Occurred()) || calls + 1 <= every) goto pass;  /* the census: Python */
+    node = PyObject_GetAttr(outputs, s_grad_fn);
+    if (node == NULL || node == Py_None) goto pass;
+    PyObject *s = PyObject_CallMethodNoArgs(node, s_seq_m);
+    long long ns = s ? PyLong_AsLongLong(s) : -1;
+    Py_XDECREF(s);
+    if (ns != seq1 - 1) goto pass;  /* not the anchor's newest node: Python looks further */
+    hooks = PyObject_GetAttr(outputs, s_hooks);
+    PyObject *rnd = PyDict_GetItemWithError(PyModule_GetDict(g_sampling_mod), s_random);  /* borrowed */
+    if (hooks == NULL || rnd == NULL) goto pass;
+    draw = PyObject_CallNoArgs(rnd);
+    double r = draw ? PyFloat_AsDouble(draw) : -1.0;
+    if (draw == NULL || (r == -1.0 && PyErr_Occurred())) goto pass;
+    /* Chosen: from here on this call is counted or timed, never handed back. */
+    PyObject *next = PyLong_FromLongLong(calls + 1);
+    if (next == NULL) goto pass;
+    Py_SETREF(SLOT(t, o_calls), next);
+    done = 1;
+    Py_INCREF(log); Py_INCREF(outputs); Py_INCREF(t);
+    Py_CLEAR(frame->log); Py_CLEAR(frame->outputs);
+    frame->seq0 = -1;
+    int fail = 0;
+    if (r * (double)every < 1.0) {  /* SAMPLED: time this call step by step (Python walks) */
+        PyObject *x = PyObject_CallFunction(g_chosen, "OLOiOOOOi", log, seq1, entry, frame->mode, outputs, stack,
+                                            shape, t, 1);
+        fail = x == NULL;
+        Py_XDECREF(x);
+    } else if (PyTuple_GET_SIZE(records) > 0) {  /* COUNT (_sampling.count) */
+        if (hooks == Py_None) {  /* the tensor's own hook dict, registered on its node once */
+            Py_SETREF(hooks, PyObject_CallNoArgs(g_odict));
+            PyObject *x = NULL;
+            fail = hooks == NULL || PyObject_SetAttr(outputs, s_hooks, hooks) < 0
+                || (x = PyObject_CallMethodOneArg(node, s_reg_dict, outputs)) == NULL;
+            Py_XDECREF(x);
+        }
+        if (!fail) {
+            PyObject *n = PyIter_Next(g_keys), *key = n ? PyTuple_Pack(2, g_key_tag, n) : NULL;
+            PyObject *hook = key ? PyObject_CallFunctionObjArgs(g_count_hook, t, stack, NULL) : NULL;
+            fail = hook == NULL || PyObject_SetItem(hooks, key, hook) < 0;
+            Py_XDECREF(n); Py_XDECREF(key); Py_XDECREF(hook);
+        }
+    }
+    if (fail) report_failure(entry);
+    Py_DECREF(log); Py_DECREF(outputs); Py_DECREF(t);
+pass:
+    if (!done) PyErr_Clear();
+    Py_XDECREF(shape); Py_XDECREF(node); Py_XDECREF(hooks); Py_XDECREF(draw);
+    return done;
+}
