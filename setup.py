@@ -10,7 +10,8 @@ setup(
     ext_modules=[
         Extension("instrumented_convs._speedups",
                   ["instrumented_convs/_speedups.c", "instrumented_convs/_speedups_step.c",
-                   "instrumented_convs/_speedups_timed.c", "instrumented_convs/_speedups_anchor.c"],
+                   "instrumented_convs/_speedups_timed.c", "instrumented_convs/_speedups_anchor.c",
+                   "instrumented_convs/_speedups_count.c"],
                   depends=["instrumented_convs/_speedups.h"], optional=True),
     ],
 )

@@ -15,7 +15,7 @@ reversed every other round); extra microseconds per epoch over stock, and per la
 - ``stock again``: a second stock copy: the noise floor (A/A) of every figure above.
 
 With ``--functions``, one more run (not interleaved, ``--epochs`` epochs, every call counted,
-the anchor's exit in Python: the C extension's fast exit turned off) wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
+the anchor's exit and the count hook in Python: the C extension's turned off) wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
 0.3 µs of wrapper per call) and prints their time per layer call.
 
 This benchmark reaches into the machinery on purpose (it replaces ``_sampling._random`` and,
@@ -51,12 +51,16 @@ def _no_finish(*_: Any) -> None:
 
 def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> float:
     """Run ``fn`` with ``settings``; ``count_all``: every call counted (``"ranges"``: and the
-    anchor's exit skipped; ``"python"``: the anchor's exit in Python); everything put back."""
+    anchor's exit skipped; ``"python"``: the anchor's exit and the count hook in Python);
+    everything put back afterwards."""
     saved, draw, finish, fast = ic.settings(), _sampling._random, _anchor.finish, _anchor.fast_exit
+    hook = _sampling.Count
     if count_all:
         _sampling._random = lambda: 1.0  # never chosen at random: counted
     if count_all in ("ranges", "python"):
         _anchor.fast_exit = False  # the anchor's exit in Python (the C extension's is skipped)
+    if count_all == "python":
+        _sampling.Count = _sampling._Count  # and the count hook's
     if count_all == "ranges":
         _anchor.finish = _no_finish
     ic.configure(**settings)
@@ -67,6 +71,7 @@ def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> 
         _sampling._random = draw
         _anchor.finish = finish
         _anchor.fast_exit = fast
+        _sampling.Count = hook
 
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
@@ -100,7 +105,7 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
     epoch = lb._epoch(lb.Net(make_ours, call), x, graph, y)
     spent: Dict[str, int] = {}
     targets = [(_anchor, "finish"), (_anchor, "_tensors"), (_anchor, "_newest"), (_sampling, "choose"),
-               (_sampling, "count"), (_sampling._Count, "__call__")]
+               (_sampling, "count"), (_sampling._Count, "__call__"), (_sampling, "counted")]
     real = [(owner, name, getattr(owner, name)) for owner, name in targets]
 
     def wrap(fn: Callable[..., Any], key: str) -> Callable[..., Any]:

@@ -6,8 +6,10 @@ does not: this benchmark runs the launch-bound proxy of ``benchmarks/launch_boun
 layer, 256 nodes, full training steps, one thread) under valgrind's callgrind and, for each
 variant of ``benchmarks/backward_parts.py``, counts the instructions of ``--epochs`` epochs
 (after 20 warm-up epochs: the first 16 calls of each layer are timed, the census), through
-callgrind's client requests (zero the counters, run, dump them). Each variant is counted twice,
-in forward then reverse order, so a figure that depends on the order shows itself.
+callgrind's client requests (zero the counters, run, dump them), with Python's cyclic garbage
+collector run before and held off during each count (a collection costs millions of
+instructions and would land in one variant's count by chance). Each variant is counted
+twice, in forward then reverse order, so a figure that depends on the order shows itself.
 
 Printed per variant: thousands of instructions added per layer call over stock (the lower of
 the two stock counts), and the ratio of the epoch's instructions to stock's. Instructions are
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import glob
 import os
 import re
@@ -97,9 +100,14 @@ def child(label: str, epochs: int, lib_path: str) -> None:
         run(WARMUP)
         runs.append((name, run))
     for name, run in [("warm-up", runs[0][1])] + runs + runs[::-1]:
-        lib.ic_zero()
-        run(epochs)
-        lib.ic_dump(name.encode())
+        gc.collect()  # no cyclic collection inside a count: it lands in one variant's by chance
+        gc.disable()
+        try:
+            lib.ic_zero()
+            run(epochs)
+            lib.ic_dump(name.encode())
+        finally:
+            gc.enable()
 
 
 def _read(prefix: str) -> Dict[str, List[int]]:

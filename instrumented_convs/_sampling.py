@@ -28,10 +28,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import _config
 from ._backward import backward_parent
+from ._native import speedups
 from ._registry import backward_key, registry
 from ._stack import Frame, _tls
 
-__all__ = ["Template", "choose", "remember", "count", "CENSUS", "SAMPLED", "COUNT"]
+__all__ = ["Template", "choose", "remember", "count", "counted", "Count", "CENSUS", "SAMPLED", "COUNT"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +104,21 @@ def remember(entry: Any, shape: Any, recs: List[Any]) -> None:
     state[shape] = Template(tuple(out))
 
 
+def counted(template: Template, fwd_stack: List[Frame]) -> None:
+    """Count one call of each of ``template``'s steps, under the step open when the backward
+    runs (the count hook's work; the C extension's :data:`Count` does its common case)."""
+    try:
+        if not (_config.enabled and _config.backward):
+            return None
+        parent = backward_parent(_tls.stack, fwd_stack)
+        if parent.retired:
+            parent = registry.relocate(parent)
+        registry.record_skipped(template.entries(parent))
+    except Exception:  # never break the user's backward
+        logger.exception("instrumented_convs: counting a backward failed")
+    return None
+
+
 class _Count:
     """The hook that counts a call whose backward is not timed (see the module)."""
 
@@ -113,16 +129,11 @@ class _Count:
         self.fwd_stack = fwd_stack
 
     def __call__(self, grad: Any) -> None:
-        try:
-            if not (_config.enabled and _config.backward):
-                return None
-            parent = backward_parent(_tls.stack, self.fwd_stack)
-            if parent.retired:
-                parent = registry.relocate(parent)
-            registry.record_skipped(self.template.entries(parent))
-        except Exception:  # never break the user's backward
-            logger.exception("instrumented_convs: counting a backward failed")
-        return None
+        counted(self.template, self.fwd_stack)
+
+
+#: The type of count hooks: the C one when the extension is in use, else :class:`_Count`.
+Count: Any = speedups.CountHook if speedups is not None else _Count
 
 
 def count(tensor: Any, node: Any, template: Template, fwd_stack: List[Frame]) -> None:
@@ -137,4 +148,4 @@ def count(tensor: Any, node: Any, template: Template, fwd_stack: List[Frame]) ->
     if hooks is None:
         tensor._backward_hooks = hooks = OrderedDict()
         node._register_hook_dict(tensor)
-    hooks[("instrumented_convs", next(_keys))] = _Count(template, fwd_stack)
+    hooks[("instrumented_convs", next(_keys))] = Count(template, fwd_stack)

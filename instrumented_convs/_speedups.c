@@ -238,6 +238,7 @@ static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
 
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see _stepbase)."},
+    {"bind_count", bind_count, METH_VARARGS, "Hand over what CountHook reads (see _speedups_count.c)."},
     {"bind_anchor", bind_anchor, METH_VARARGS, "Hand over what an anchor's exit reads (see _speedups_anchor.c)."},
     {"set_seq_native", set_seq_native, METH_O,
      "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
@@ -266,14 +267,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_forward, "forward");
 #undef INTERN
     if (PyType_Ready(&FrameType) < 0 || PyType_Ready(&StepBaseType) < 0 || PyType_Ready(&ThreadStateType) < 0
-        || PyType_Ready(&TimedType) < 0)
+        || PyType_Ready(&TimedType) < 0 || PyType_Ready(&CountHookType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Frame", (PyObject *)&FrameType) < 0
         || PyModule_AddObjectRef(m, "StepBase", (PyObject *)&StepBaseType) < 0
         || PyModule_AddObjectRef(m, "ThreadState", (PyObject *)&ThreadStateType) < 0
-        || PyModule_AddObjectRef(m, "Timed", (PyObject *)&TimedType) < 0) {
+        || PyModule_AddObjectRef(m, "Timed", (PyObject *)&TimedType) < 0
+        || PyModule_AddObjectRef(m, "CountHook", (PyObject *)&CountHookType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,7 +2,8 @@
  *   _speedups.c        the module: bind(), the clock, the per-thread stack, folding sums;
  *   _speedups_step.c   Frame and StepBase (the fast __enter__/__exit__ of a step);
  *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances;
- *   _speedups_anchor.c an anchor's exit: choosing how its backward is timed, counting it.
+ *   _speedups_anchor.c an anchor's exit: choosing how its backward is timed, counting it;
+ *   _speedups_count.c  CountHook, the hook that counts a backward not timed.
  * The Python twin of all of it is instrumented_convs/_stepbase.py and _generic.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
@@ -31,7 +32,7 @@ typedef struct {
     char region;
 } StepBase;
 
-extern PyTypeObject FrameType, StepBaseType, TimedType;
+extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType;
 
 /* What bind() hands over (_speedups.c). */
 extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_clock_mod, *g_grad_enabled;
@@ -60,5 +61,7 @@ PyObject *restore(PyObject *mod, PyObject *undo);
 /* _speedups_anchor.c */
 PyObject *bind_anchor(PyObject *mod, PyObject *args);
 int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry);
+/* _speedups_count.c */
+PyObject *bind_count(PyObject *mod, PyObject *args);
 
 #endif

@@ -83,17 +83,21 @@ int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
     long long base = PyLong_AsLongLong(b), seq1 = seq_nr();
     if ((base == -1 || seq1 == -1) && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     if (seq1 == frame->seq0) return 0;
-    PyObject *shape = NULL, *node = NULL, *hooks = NULL, *draw = NULL;
+    /* Strong references from here: the Python calls below (grad_fn, the draw) run no step, but
+     * nothing borrowed is relied on across them. */
+    PyObject *shape = NULL, *t = NULL, *records = NULL, *node = NULL, *hooks = NULL, *rnd = NULL, *draw = NULL;
     int done = 0;
+    Py_INCREF(log); Py_INCREF(outputs);
     PyObject *rel = PyLong_FromLongLong(seq1 - base), *mode = PyLong_FromLong(frame->mode);
     PyObject *its = PyList_AsTuple(items);
     if (rel && mode && its) shape = PyTuple_Pack(3, rel, mode, its);
     Py_XDECREF(rel); Py_XDECREF(mode); Py_XDECREF(its);
     if (shape == NULL) goto pass;
-    PyObject *t = PyDict_GetItemWithError(sampling, shape);  /* borrowed */
-    if (t == NULL || (PyObject *)Py_TYPE(t) != g_template_type) goto pass;
-    PyObject *calls_o = SLOT(t, o_calls), *records = SLOT(t, o_records);
-    if (calls_o == NULL || !PyLong_CheckExact(calls_o) || records == NULL || !PyTuple_CheckExact(records)) goto pass;
+    t = PyDict_GetItemWithError(sampling, shape);
+    if (t == NULL || (PyObject *)Py_TYPE(t) != g_template_type) { t = NULL; goto pass; }
+    Py_INCREF(t);
+    PyObject *calls_o = SLOT(t, o_calls);  /* read here, written back below: no Python call between */
+    if (calls_o == NULL || !PyLong_CheckExact(calls_o)) goto pass;
     long long calls = PyLong_AsLongLong(calls_o);
     if ((calls == -1 && PyErr_Occurred()) || calls + 1 <= every) goto pass;  /* the census: Python */
     node = PyObject_GetAttr(outputs, s_grad_fn);
@@ -103,17 +107,22 @@ int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
     Py_XDECREF(s);
     if (ns != seq1 - 1) goto pass;  /* not the anchor's newest node: Python looks further */
     hooks = PyObject_GetAttr(outputs, s_hooks);
-    PyObject *rnd = PyDict_GetItemWithError(PyModule_GetDict(g_sampling_mod), s_random);  /* borrowed */
-    if (hooks == NULL || rnd == NULL) goto pass;
+    rnd = PyDict_GetItemWithError(PyModule_GetDict(g_sampling_mod), s_random);
+    if (hooks == NULL || rnd == NULL) { rnd = NULL; goto pass; }
+    Py_INCREF(rnd);
     draw = PyObject_CallNoArgs(rnd);
     double r = draw ? PyFloat_AsDouble(draw) : -1.0;
     if (draw == NULL || (r == -1.0 && PyErr_Occurred())) goto pass;
+    calls_o = SLOT(t, o_calls);
+    records = SLOT(t, o_records);
+    if (calls_o == NULL || !PyLong_CheckExact(calls_o) || PyLong_AsLongLong(calls_o) != calls
+        || records == NULL || !PyTuple_CheckExact(records)) { records = NULL; goto pass; }
+    Py_INCREF(records);
     /* Chosen: from here on this call is counted or timed, never handed back. */
     PyObject *next = PyLong_FromLongLong(calls + 1);
     if (next == NULL) goto pass;
     Py_SETREF(SLOT(t, o_calls), next);
     done = 1;
-    Py_INCREF(log); Py_INCREF(outputs); Py_INCREF(t);
     Py_CLEAR(frame->log); Py_CLEAR(frame->outputs);
     frame->seq0 = -1;
     int fail = 0;
@@ -138,9 +147,10 @@ int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
         }
     }
     if (fail) report_failure(entry);
-    Py_DECREF(log); Py_DECREF(outputs); Py_DECREF(t);
 pass:
     if (!done) PyErr_Clear();
-    Py_XDECREF(shape); Py_XDECREF(node); Py_XDECREF(hooks); Py_XDECREF(draw);
+    Py_DECREF(log); Py_DECREF(outputs);
+    Py_XDECREF(shape); Py_XDECREF(t); Py_XDECREF(records); Py_XDECREF(node); Py_XDECREF(hooks);
+    Py_XDECREF(rnd); Py_XDECREF(draw);
     return done;
 }

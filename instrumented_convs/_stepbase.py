@@ -120,6 +120,7 @@ if speedups is not None:
                   _anchor.log_exit, FOLD_AT)
     speedups.set_seq_native(seq_counter_address())
     speedups.bind_anchor(Entry, torch.Tensor, _sampling.Template, _sampling, _anchor, _anchor.chosen, _anchor.failed,
-                         _sampling._Count, OrderedDict, _sampling._keys, "instrumented_convs")
+                         _sampling.Count, OrderedDict, _sampling._keys, "instrumented_convs")
+    speedups.bind_count(_sampling.Template, registry._skips, _sampling.counted)
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

@@ -36,7 +36,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "_registry": {"_clock", "_entry", "_stats", "distributed", "report"},
     "_frame": {"_clock", "_config", "_native", "_ranges", "_registry", "_stack"},
     "_backward": {"_clock", "_config", "_frame", "_registry", "_stack", "report"},
-    "_sampling": {"_backward", "_config", "_registry", "_stack"},
+    "_sampling": {"_backward", "_config", "_native", "_registry", "_stack"},
     "_anchor": {"_backward", "_sampling", "_stack"},
     "_stepbase": {"_anchor", "_clock", "_config", "_entry", "_frame", "_native", "_ranges", "_registry", "_sampling",
                   "_stack"},

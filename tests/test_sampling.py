@@ -188,3 +188,32 @@ def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fo
     row = s["bwd/h"]
     assert (row.count, row.estimated) == (60, 60 - (4 + 56 // 4))
     assert row.total == pytest.approx(60 * 100 * SEC)
+
+
+def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(clock, every_fourth, exit_path):
+    """The count hook appends to the registry's queue (C: its common case); at 1,024 queued
+    the Python path appends and folds them: no count is lost either way."""
+    s = _run(clock, 1500, lambda i: 100)
+    assert (s["bwd/f"].count, s["bwd/f"].estimated) == (1500, 1500 - (4 + 1496 // 4))
+    if _native.speedups is not None:
+        assert _sampling.Count is _native.speedups.CountHook
+
+
+def test_a_backward_run_on_a_thread_with_no_step_open_counts_under_the_forwards(clock, every_fourth, exit_path):
+    """No step open on the thread running the backward (as on CUDA's device threads): the
+    count goes under the step open on the forward's thread (here none: the root)."""
+    import threading
+
+    @step("g")
+    def g(v):
+        return Advance.apply(v, clock, 100)
+
+    for _ in range(40):
+        x = torch.randn(3, requires_grad=True)
+        y = g(x)
+        t = threading.Thread(target=lambda: y.sum().backward())
+        t.start()
+        t.join()
+    s = registry.summary()
+    rows = {r.name: r for r in s.rows if r.phase == "backward"}
+    assert (rows["g"].count, rows["g"].estimated) == (40, 40 - (4 + 36 // 4))
