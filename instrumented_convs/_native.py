@@ -2,11 +2,12 @@
 
 ``instrumented_convs/_speedups*.c`` hold the common case of a step (see :mod:`._stepbase`),
 the frames and the per-thread stack they live on, and the arithmetic of folding an entry's
-buffer. It needs only CPython's headers (and reads autograd's sequence counter through
-ATen's own C++ function where :func:`seq_counter_address` finds it and it agrees with torch); ``pip install`` builds it, and so does ``python
-setup.py build_ext --inplace`` in a checkout. Where it is not built, or where
-``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its Python twin, which behaves the same.
-This module imports nothing from the package but the extension.
+buffer. It needs only CPython's headers (it reads autograd's sequence counter through ATen's
+own C++ function where :func:`seq_counter_address` finds it and it agrees with torch);
+``pip install`` builds it, and so does ``python setup.py build_ext --inplace`` in a checkout.
+Where it is not built, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its
+Python twin, which behaves the same. This module imports nothing from the package but the
+extension.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
  *   _speedups.c        the module: bind(), the clock, the per-thread stack, folding sums;
  *   _speedups_step.c   Frame and StepBase (the fast __enter__/__exit__ of a step);
  *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances;
- *   _speedups_anchor.c an anchor's exit: choosing how its backward is timed, counting it;
+ *   _speedups_anchor.c anchors: their logs, and their exit (choosing how the backward is
+ *                      timed, counting it);
  *   _speedups_count.c  CountHook, the hook that counts a backward not timed.
  * The Python twin of all of it is instrumented_convs/_stepbase.py and _generic.py.
  */
@@ -59,6 +60,8 @@ PyObject *time_methods(PyObject *mod, PyObject *args);
 PyObject *time_children(PyObject *mod, PyObject *args);
 PyObject *restore(PyObject *mod, PyObject *undo);
 /* _speedups_anchor.c */
+PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0);
+int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry);
 PyObject *bind_anchor(PyObject *mod, PyObject *args);
 int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry);
 /* _speedups_count.c */

@@ -1,6 +1,61 @@
-/* An anchor's exit on the fast path: choosing how its backward is timed, and counting the
- * common case without a Python frame (see _speedups.h; the Python twin is _anchor.finish). */
+/* Anchors on the fast path: their logs (the node ranges of nested steps), and their exit:
+ * choosing how the backward is timed and counting the common case without a Python frame
+ * (see _speedups.h; the Python twins are _anchor.Log, _stepbase and _anchor.finish). */
 #include "_speedups.h"
+
+/* -- an anchor's log ---------------------------------------------------------------------- */
+
+/* _anchor.Log(seq0, depth0), its slots filled here rather than by its Python __init__. */
+PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0) {
+    PyTypeObject *t = (PyTypeObject *)g_log_type;
+    PyObject *log = t->tp_alloc(t, 0);
+    if (log == NULL) return NULL;
+    PyObject *s = PyLong_FromLongLong(seq0), *d = PyLong_FromSsize_t(depth0);
+    PyObject *items = PyList_New(0), *outs = PyList_New(0);
+    SLOT(log, o_seq0) = s; SLOT(log, o_depth0) = d; SLOT(log, o_items) = items; SLOT(log, o_outputs) = outs;
+    if (!s || !d || !items || !outs) { Py_DECREF(log); return NULL; }
+    return log;
+}
+
+/* Log a nested step's node range in its anchor's log (see _anchor.Log). */
+int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
+    long long seq0 = frame->seq0, seq1 = seq_nr();
+    if (seq1 < 0 && PyErr_Occurred()) return -1;
+    PyObject *log = frame->log, *outputs = frame->outputs;
+    frame->log = NULL;
+    frame->outputs = NULL;
+    frame->seq0 = -1;
+    int rc = 0;
+    if (log != NULL && log != Py_None && seq1 != seq0) {
+        PyObject *b, *d0, *items, *outs;
+        rc = -1;
+        if ((PyObject *)Py_TYPE(log) != g_log_type || !(b = SLOT(log, o_seq0)) || !(d0 = SLOT(log, o_depth0))
+            || !(items = SLOT(log, o_items)) || !(outs = SLOT(log, o_outputs))) {
+            PyErr_SetString(PyExc_TypeError, "instrumented_convs: a step's log is not an _anchor.Log");
+        } else {
+            long long base = PyLong_AsLongLong(b);
+            Py_ssize_t dd = PyLong_AsSsize_t(d0);
+            PyObject *item = PyErr_Occurred() ? NULL : PyTuple_New(5);
+            if (item != NULL) {  /* (seq0, seq1, entry, depth, mode), relative to the anchor */
+                PyObject *v0 = PyLong_FromLongLong(seq0 - base), *v1 = PyLong_FromLongLong(seq1 - base);
+                PyObject *v3 = PyLong_FromSsize_t(depth - dd), *v4 = PyLong_FromLong(CPU);
+                PyTuple_SET_ITEM(item, 0, v0); PyTuple_SET_ITEM(item, 1, v1);
+                PyTuple_SET_ITEM(item, 2, Py_NewRef(entry));
+                PyTuple_SET_ITEM(item, 3, v3); PyTuple_SET_ITEM(item, 4, v4);
+                if (!v0 || !v1 || !v3 || !v4) Py_CLEAR(item);
+            }
+            if (item != NULL) {
+                rc = PyList_Append(items, item);
+                if (rc == 0 && outputs != NULL && outputs != Py_None) rc = PyList_Append(outs, outputs);
+                Py_DECREF(item);
+            }
+        }
+    }
+    Py_XDECREF(log);
+    Py_XDECREF(outputs);
+    return rc;
+}
+
 
 /* -- an anchor's exit: the common case of _anchor.log_exit and finish ----------------------- */
 

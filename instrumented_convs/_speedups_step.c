@@ -74,18 +74,6 @@ static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) 
     return PyObject_CallMethodObjArgs(self, s_enter, stack, top, NULL);
 }
 
-/* _anchor.Log(seq0, depth0), its slots filled here rather than by its Python __init__. */
-static PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0) {
-    PyTypeObject *t = (PyTypeObject *)g_log_type;
-    PyObject *log = t->tp_alloc(t, 0);
-    if (log == NULL) return NULL;
-    PyObject *s = PyLong_FromLongLong(seq0), *d = PyLong_FromSsize_t(depth0);
-    PyObject *items = PyList_New(0), *outs = PyList_New(0);
-    SLOT(log, o_seq0) = s; SLOT(log, o_depth0) = d; SLOT(log, o_items) = items; SLOT(log, o_outputs) = outs;
-    if (!s || !d || !items || !outs) { Py_DECREF(log); return NULL; }
-    return log;
-}
-
 PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (g_registry == NULL) { PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called"); return NULL; }
     PyObject *stack = thread_stack(), *result = NULL, *root = NULL, *new_log = NULL;
@@ -192,45 +180,6 @@ done:
     Py_XDECREF(new_log);
     Py_DECREF(stack);
     return result;
-}
-
-/* Log a nested step's node range in its anchor's log (see _anchor.Log). */
-static int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
-    long long seq0 = frame->seq0, seq1 = seq_nr();
-    if (seq1 < 0 && PyErr_Occurred()) return -1;
-    PyObject *log = frame->log, *outputs = frame->outputs;
-    frame->log = NULL;
-    frame->outputs = NULL;
-    frame->seq0 = -1;
-    int rc = 0;
-    if (log != NULL && log != Py_None && seq1 != seq0) {
-        PyObject *b, *d0, *items, *outs;
-        rc = -1;
-        if ((PyObject *)Py_TYPE(log) != g_log_type || !(b = SLOT(log, o_seq0)) || !(d0 = SLOT(log, o_depth0))
-            || !(items = SLOT(log, o_items)) || !(outs = SLOT(log, o_outputs))) {
-            PyErr_SetString(PyExc_TypeError, "instrumented_convs: a step's log is not an _anchor.Log");
-        } else {
-            long long base = PyLong_AsLongLong(b);
-            Py_ssize_t dd = PyLong_AsSsize_t(d0);
-            PyObject *item = PyErr_Occurred() ? NULL : PyTuple_New(5);
-            if (item != NULL) {  /* (seq0, seq1, entry, depth, mode), relative to the anchor */
-                PyObject *v0 = PyLong_FromLongLong(seq0 - base), *v1 = PyLong_FromLongLong(seq1 - base);
-                PyObject *v3 = PyLong_FromSsize_t(depth - dd), *v4 = PyLong_FromLong(CPU);
-                PyTuple_SET_ITEM(item, 0, v0); PyTuple_SET_ITEM(item, 1, v1);
-                PyTuple_SET_ITEM(item, 2, Py_NewRef(entry));
-                PyTuple_SET_ITEM(item, 3, v3); PyTuple_SET_ITEM(item, 4, v4);
-                if (!v0 || !v1 || !v3 || !v4) Py_CLEAR(item);
-            }
-            if (item != NULL) {
-                rc = PyList_Append(items, item);
-                if (rc == 0 && outputs != NULL && outputs != Py_None) rc = PyList_Append(outs, outputs);
-                Py_DECREF(item);
-            }
-        }
-    }
-    Py_XDECREF(log);
-    Py_XDECREF(outputs);
-    return rc;
 }
 
 PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs) {
