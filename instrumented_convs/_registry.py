@@ -29,6 +29,11 @@ from ._stats import EntryStats, summarize
 from .distributed import merged_summary
 from .report import Summary
 
+#: Skipped calls queued before :meth:`Registry.record_skipped` counts them (the C count hook
+#: leaves the append that reaches it to that method).
+SKIPS_FOLD_AT = 1024
+
+
 class Registry:
     """Thread-safe store of step timings: a tree of :class:`Entry` with a narrow write API."""
 
@@ -128,11 +133,12 @@ class Registry:
     def record_skipped(self, entries: List[Entry]) -> None:
         """Count one call of each of ``entries`` that was not timed, by choice (sampling).
 
-        An append (atomic, no lock), counted when the registry is read or 1024 are queued.
+        An append (atomic, no lock), counted when the registry is read or :data:`SKIPS_FOLD_AT`
+        are queued.
         """
         skips = self._skips
         skips.append(entries)
-        if len(skips) >= 1024:
+        if len(skips) >= SKIPS_FOLD_AT:
             with self._lock:
                 self._fold_skips_locked()
 

@@ -5,22 +5,24 @@
 /* What bind_count() hands over. */
 static PyObject *g_skips, *g_counted;  /* registry._skips (a deque), _sampling.counted */
 static Py_ssize_t o_under = -1;       /* the slot Template._under */
-static PyObject *s_enabled, *s_backward_c, *s_append;
-#define SKIPS_FOLD_AT 1024            /* _registry.Registry.record_skipped folds at this length */
+static Py_ssize_t g_fold_skips = 0;   /* _registry.SKIPS_FOLD_AT: Python appends the one reaching it */
+static PyObject *s_enabled, *s_append;
 
 PyObject *bind_count(PyObject *mod, PyObject *args) {
     PyObject *template_t, *skips, *counted;
-    if (!PyArg_ParseTuple(args, "OOO", &template_t, &skips, &counted)) return NULL;
+    Py_ssize_t fold_at;
+    if (!PyArg_ParseTuple(args, "OOOn", &template_t, &skips, &counted, &fold_at)) return NULL;
     o_under = slot_offset(template_t, "_under");
     if (o_under < 0) {
         PyErr_SetString(PyExc_TypeError, "Template must be a class with __slots__ (see CountHook)");
         return NULL;
     }
 #define INTERN(var, text) if (var == NULL && (var = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_enabled, "enabled"); INTERN(s_backward_c, "backward"); INTERN(s_append, "append");
+    INTERN(s_enabled, "enabled"); INTERN(s_append, "append");
 #undef INTERN
     Py_XSETREF(g_skips, Py_NewRef(skips));
     Py_XSETREF(g_counted, Py_NewRef(counted));
+    g_fold_skips = fold_at;
     Py_RETURN_NONE;
 }
 
@@ -35,7 +37,7 @@ typedef struct {
 static int count_fast(CountHook *self) {
     if (g_skips == NULL || o_under < 0) return 0;
     int on = module_flag(g_config, s_enabled);
-    if (on > 0) on = module_flag(g_config, s_backward_c);
+    if (on > 0) on = module_flag(g_config, s_backward);
     if (on <= 0) return on < 0 ? -1 : 1;  /* switched off: nothing to count */
     PyObject *stack = thread_stack();
     if (stack == NULL) return -1;
@@ -51,7 +53,7 @@ static int count_fast(CountHook *self) {
     if (entries == NULL) return PyErr_Occurred() ? -1 : 0;
     Py_ssize_t n = PyObject_Length(g_skips);
     if (n < 0) return -1;
-    if (n + 1 >= SKIPS_FOLD_AT) return 0;  /* Python appends and folds */
+    if (n + 1 >= g_fold_skips) return 0;  /* Python appends and folds */
     PyObject *r = PyObject_CallMethodOneArg(g_skips, s_append, entries);
     if (r == NULL) return -1;
     Py_DECREF(r);

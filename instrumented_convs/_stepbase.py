@@ -27,7 +27,7 @@ import torch
 
 from . import _anchor, _clock, _config, _frame, _ranges, _sampling
 from ._entry import FOLD_AT, Entry
-from ._registry import registry
+from ._registry import SKIPS_FOLD_AT, registry
 from ._native import IMPLEMENTATION, seq_counter_address, speedups
 from ._stack import CPU, Frame, _tls
 
@@ -121,6 +121,6 @@ if speedups is not None:
     speedups.set_seq_native(seq_counter_address())
     speedups.bind_anchor(Entry, torch.Tensor, _sampling.Template, _sampling, _anchor, _anchor.chosen, _anchor.failed,
                          _sampling.Count, OrderedDict, _sampling._keys, "instrumented_convs")
-    speedups.bind_count(_sampling.Template, registry._skips, _sampling.counted)
+    speedups.bind_count(_sampling.Template, registry._skips, _sampling.counted, SKIPS_FOLD_AT)
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

@@ -191,8 +191,8 @@ def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fo
 
 
 def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(clock, every_fourth, exit_path):
-    """The count hook appends to the registry's queue (C: its common case); at 1,024 queued
-    the Python path appends and folds them: no count is lost either way."""
+    """The count hook appends to the registry's queue (C: its common case); at SKIPS_FOLD_AT
+    (1,024) queued the Python path appends and folds them: no count is lost either way."""
     s = _run(clock, 1500, lambda i: 100)
     assert (s["bwd/f"].count, s["bwd/f"].estimated) == (1500, 1500 - (4 + 1496 // 4))
     if _native.speedups is not None:
