@@ -20,15 +20,20 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
-#: The CPU clock, in integer nanoseconds. Steps read it as ``_clock.cpu_now`` at each call,
-#: so :func:`set_cpu_clock` (tests: :mod:`instrumented_convs.testing`) takes effect at once.
+#: The CPU clock, in integer nanoseconds. Replace it with :func:`set_cpu_clock` only (tests:
+#: :mod:`instrumented_convs.testing`): Python steps read ``_clock.cpu_now`` at each call, the
+#: C fast path keeps the function it was last told of (:data:`on_set`).
 cpu_now: Callable[[], int] = time.perf_counter_ns
+#: Called with the new clock by :func:`set_cpu_clock` (the C fast path's ``set_clock``).
+on_set: List[Callable[[Callable[[], int]], None]] = []
 
 
 def set_cpu_clock(clock: Callable[[], int]) -> Callable[[], int]:
     """Replace the CPU clock (integer nanoseconds) and return the previous one."""
     global cpu_now
     previous, cpu_now = cpu_now, clock
+    for tell in on_set:
+        tell(clock)
     return previous
 
 

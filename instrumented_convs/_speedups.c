@@ -48,13 +48,20 @@ int module_flag(PyObject *mod, PyObject *name) {
     return PyObject_IsTrue(v);
 }
 
+/* The CPU clock as _clock.set_cpu_clock() last set it (set_clock(), told by _clock); NULL:
+ * not told, read _clock.cpu_now at each call. */
+static PyObject *g_cpu_clock = NULL;
+
 /* The CPU clock (_clock.cpu_now, replaceable by tests), in ns; -1 and an exception on error.
  * When it is time.perf_counter_ns, read the same clock directly: on Linux, CLOCK_MONOTONIC. */
 long long now_ns(void) {
-    PyObject *fn = PyDict_GetItemWithError(PyModule_GetDict(g_clock_mod), s_cpu_now);  /* borrowed */
+    PyObject *fn = g_cpu_clock;  /* borrowed */
     if (fn == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_clock.cpu_now");
-        return -1;
+        fn = PyDict_GetItemWithError(PyModule_GetDict(g_clock_mod), s_cpu_now);
+        if (fn == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_clock.cpu_now");
+            return -1;
+        }
     }
 #ifdef __linux__
     if (fn == g_perf_counter_ns) {
@@ -99,21 +106,34 @@ long long seq_nr(void) {
 
 static PyObject *s_tls_key;
 
+/* The stack last found, and the id of its thread (ids are never reused, addresses are): a
+ * strong reference, so a dead thread's stack lives until another thread asks for its own. */
+static unsigned long long g_last_thread = 0;
+static PyObject *g_last_stack = NULL;
+
 /* This thread's stack of frames (borrowed), made with its bottom sentinel on first use; it
- * lives in the thread state's dict, as threading.local's data does, and dies with it. */
+ * lives in the thread state's dict, as threading.local's data does, and dies with it. The
+ * thread's id is compared first: the dictionary is read when the thread is not the last one. */
 PyObject *thread_stack(void) {
+    unsigned long long id = PyThreadState_GetID(PyThreadState_Get());
+    if (g_last_stack != NULL && id == g_last_thread) return g_last_stack;
     PyObject *d = PyThreadState_GetDict();  /* borrowed */
     if (d == NULL) { PyErr_SetString(PyExc_RuntimeError, "no thread state dict"); return NULL; }
     PyObject *stack = PyDict_GetItemWithError(d, s_tls_key);
-    if (stack != NULL || PyErr_Occurred()) return stack;
-    PyObject *bottom = PyObject_CallNoArgs((PyObject *)&FrameType);
-    if (bottom == NULL) return NULL;
-    stack = PyList_New(1);
-    if (stack == NULL) { Py_DECREF(bottom); return NULL; }
-    PyList_SET_ITEM(stack, 0, bottom);
-    int rc = PyDict_SetItem(d, s_tls_key, stack);
-    Py_DECREF(stack);
-    return rc < 0 ? NULL : stack;
+    if (stack == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        PyObject *bottom = PyObject_CallNoArgs((PyObject *)&FrameType);
+        if (bottom == NULL) return NULL;
+        stack = PyList_New(1);
+        if (stack == NULL) { Py_DECREF(bottom); return NULL; }
+        PyList_SET_ITEM(stack, 0, bottom);
+        int rc = PyDict_SetItem(d, s_tls_key, stack);
+        Py_DECREF(stack);
+        if (rc < 0) return NULL;
+    }
+    g_last_thread = id;
+    Py_XSETREF(g_last_stack, Py_NewRef(stack));  /* may free a dead thread's stack: state set first */
+    return stack;
 }
 
 typedef struct { PyObject_HEAD } ThreadState;
@@ -229,6 +249,12 @@ static PyObject *seq_is_native(PyObject *mod, PyObject *unused) {
     return PyBool_FromLong(g_seq_native != NULL);
 }
 
+static PyObject *set_clock(PyObject *mod, PyObject *fn) {
+    if (fn != Py_None && !PyCallable_Check(fn)) { PyErr_SetString(PyExc_TypeError, "set_clock: a callable or None"); return NULL; }
+    Py_XSETREF(g_cpu_clock, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
 static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
     int r = PyObject_IsTrue(arg);
     if (r < 0) return NULL;
@@ -244,6 +270,7 @@ static PyMethodDef module_methods[] = {
      "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
     {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},
     {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
+    {"set_clock", set_clock, METH_O, "The CPU clock _clock.set_cpu_clock() set (None: read _clock.cpu_now each time)."},
     {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
     {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see _generic.install)."},
     {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see _generic.install)."},

@@ -15,6 +15,7 @@
 
 #if PY_VERSION_HEX < 0x030A0000  /* Python 3.9 */
 static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
 #endif
 
 enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
@@ -23,8 +24,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *entry, *start, *rf, *owner, *dev, *spare, *log, *outputs, *task;
     int mode, flags;
-    char cuda, anchor;
-    long long seq0;
+    char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
+    long long seq0, t0;
 } Frame;
 
 typedef struct {

@@ -10,6 +10,7 @@ static int Frame_init(Frame *self, PyObject *args, PyObject *kw) {
     }
     self->mode = BOTTOM;
     self->seq0 = -1;
+    self->has_t0 = 0;
     return 0;
 }
 
@@ -41,9 +42,28 @@ static PyObject *Frame_repr(Frame *self) {
     return r;
 }
 
+/* start: the C enter keeps the CPU clock's reading as a C integer (t0); Python reads and sets
+ * an object (integer ns, a CUDA event pair, None). */
+static PyObject *Frame_get_start(Frame *self, void *closure) {
+    if (self->has_t0) return PyLong_FromLongLong(self->t0);
+    return Py_NewRef(self->start ? self->start : Py_None);
+}
+
+static int Frame_set_start(Frame *self, PyObject *value, void *closure) {
+    Py_XSETREF(self->start, Py_XNewRef(value));
+    self->has_t0 = 0;
+    return 0;
+}
+
+static PyGetSetDef Frame_getset[] = {
+    {"start", (getter)Frame_get_start, (setter)Frame_set_start,
+     "CPU: integer ns; CUDA: ``(event, device key)``; else None.", NULL},
+    {NULL},
+};
+
 #define OBJ(n) {#n, T_OBJECT, offsetof(Frame, n), 0, NULL}
 static PyMemberDef Frame_members[] = {
-    OBJ(entry), OBJ(start), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
+    OBJ(entry), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
     {"mode", T_INT, offsetof(Frame, mode), 0, NULL},
     {"flags", T_INT, offsetof(Frame, flags), 0, NULL},
     {"cuda", T_BOOL, offsetof(Frame, cuda), 0, NULL},
@@ -66,6 +86,7 @@ PyTypeObject FrameType = {
     .tp_clear = (inquiry)Frame_clear,
     .tp_repr = (reprfunc)Frame_repr,
     .tp_members = Frame_members,
+    .tp_getset = Frame_getset,
 };
 
 /* -- StepBase ----------------------------------------------------------------------------- */
@@ -170,10 +191,12 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
         Py_CLEAR(frame->log);
         frame->seq0 = -1;
     }
+    if (frame->start != NULL) Py_CLEAR(frame->start);  /* an object a Python enter left */
     if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
     long long t0 = now_ns();  /* the clock last */
     if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
-    Py_XSETREF(frame->start, PyLong_FromLongLong(t0));
+    frame->t0 = t0;
+    frame->has_t0 = 1;
     result = Py_NewRef((PyObject *)self);
 done:
     Py_XDECREF(root);
@@ -192,7 +215,7 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyList_CheckExact(stack) ? PyList_GET_SIZE(stack) : 0;
     Frame *frame = n ? (Frame *)PyList_GET_ITEM(stack, n - 1) : NULL;
     int slow = frame == NULL || Py_TYPE(frame) != &FrameType || frame->owner != (PyObject *)self
-        || frame->flags || frame->mode != CPU || exc_type != Py_None || frame->start == NULL;
+        || frame->flags || frame->mode != CPU || exc_type != Py_None || !frame->has_t0;
     if (!slow)
         slow = frame->entry == NULL || (PyObject *)Py_TYPE(frame->entry) != g_entry_type
             || SLOT(frame->entry, o_retired) != Py_False || SLOT(frame->entry, o_buf) == NULL
@@ -204,12 +227,11 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
                                             frame ? (PyObject *)frame : Py_None, t1o, exc_type, NULL);
         goto done;
     }
-    Py_INCREF(frame);
-    if (PySequence_DelItem(stack, n - 1) < 0) { Py_DECREF(frame); goto done; }
+    Py_SET_SIZE(stack, n - 1);  /* pop: the list's reference to frame is ours now (list.pop's
+                                   own shrink of the storage is left to the next resize) */
     PyObject *entry = Py_NewRef(frame->entry);
-    long long t0 = PyLong_AsLongLong(frame->start);
     PyObject *buf = Py_NewRef(SLOT(entry, o_buf)), *ns = NULL;
-    int ok = !(t0 == -1 && PyErr_Occurred()) && (ns = PyLong_FromLongLong(t1 - t0)) != NULL
+    int ok = (ns = PyLong_FromLongLong(t1 - frame->t0)) != NULL
         && PyList_Append(buf, ns) == 0;
     if (ok && PyList_GET_SIZE(buf) >= g_fold_at) {
         PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);

@@ -159,3 +159,70 @@ def test_random_durations_fold_to_the_same_statistics_either_way(clock):
     mean = sum(durations) / n
     std = (sum((d - mean) ** 2 for d in durations) / (n - 1)) ** 0.5
     assert r.std == pytest.approx(std * 1e-9)
+
+
+def test_a_step_open_while_other_threads_open_and_close_theirs_closes_on_its_own_stack(clock):
+    """Threads take turns inside one step of another (the C path remembers the last thread's
+    stack): each exit finds its own frame, each path is its thread's own, times are exact."""
+    done = []
+
+    def work(k: int) -> None:
+        with step(f"t{k}"):
+            clock.advance(5)
+        done.append(depth())
+
+    with step("outer"):
+        clock.advance(1)
+        for k in range(3):  # each thread starts and dies while "outer" is open here
+            t = threading.Thread(target=work, args=(k,))
+            t.start()
+            t.join()
+            with step("inner"):
+                clock.advance(2)
+    s = registry.summary()
+    assert done == [0, 0, 0] and depth() == 0
+    assert s["outer/inner"].count == 3 and s["outer/inner"].total == pytest.approx(6e-9)
+    assert [s[f"t{k}"].count for k in range(3)] == [1, 1, 1] and s["t0"].total == pytest.approx(5e-9)
+    assert "outer/t0" not in s and s["outer"].total == pytest.approx(22e-9)
+
+
+def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(clock):
+    """The C enter keeps its clock reading as a C integer; Python reads it as ``start`` (an
+    exception's exit is Python's) and a Python enter sets it back to an object."""
+    from instrumented_convs._stack import thread_stack
+
+    t0 = clock.now
+    with pytest.raises(ValueError):
+        with step("outer"):
+            assert thread_stack()[-1].start == t0
+            clock.advance(7)
+            raise ValueError("bad")
+    frame = thread_stack()[0].spare  # the frame "outer" used, kept for reuse
+    frame.start = None  # as a Python enter of an untimed step leaves it
+    assert frame.start is None
+    with step("outer"):
+        assert thread_stack()[-1] is frame and frame.start == t0 + 7
+    r = registry.summary()["outer"]
+    assert r.count == 2 and r.errors == 1 and r.total == pytest.approx(7e-9)
+
+
+def test_the_cpu_clock_set_is_the_one_steps_read_at_once_and_the_old_one_is_let_go():
+    """set_cpu_clock tells the C fast path, which keeps the function rather than reading
+    ``_clock.cpu_now`` at each step: a new clock is read from the next step, the old never again."""
+    from instrumented_convs.testing import FakeClock, cpu_clock
+
+    calls = []
+
+    class Counting(FakeClock):
+        def __call__(self) -> int:
+            calls.append(1)
+            return super().__call__()
+
+    with cpu_clock(Counting()):
+        with step("a"):
+            pass
+    n = len(calls)
+    with step("a"):
+        pass
+    s = registry.summary()["a"]
+    assert n == 2 and len(calls) == 2 and s.count == 2 and s.max > 0
