@@ -21,12 +21,12 @@ static int PyModule_AddObjectRef(PyObject *m, const char *name, PyObject *o) {
 }
 #endif
 
-PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_clock_mod, *g_grad_enabled;
+PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 Py_ssize_t g_fold_at = 64;
 int g_nvtx_live = 1;
 Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
-PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter, *s_exit, *s_forward;
+PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
 
 static int truthy_attr(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -48,8 +48,8 @@ int module_flag(PyObject *mod, PyObject *name) {
     return PyObject_IsTrue(v);
 }
 
-/* The CPU clock as _clock.set_cpu_clock() last set it (set_clock(), told by _clock); NULL:
- * not told, read _clock.cpu_now at each call. */
+/* The CPU clock, _clock.cpu_now: handed to bind(), then told by _clock.set_cpu_clock()
+ * through set_clock() (_clock.on_set). */
 static PyObject *g_cpu_clock = NULL;
 
 /* The CPU clock (_clock.cpu_now, replaceable by tests), in ns; -1 and an exception on error.
@@ -57,11 +57,8 @@ static PyObject *g_cpu_clock = NULL;
 long long now_ns(void) {
     PyObject *fn = g_cpu_clock;  /* borrowed */
     if (fn == NULL) {
-        fn = PyDict_GetItemWithError(PyModule_GetDict(g_clock_mod), s_cpu_now);
-        if (fn == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "_clock.cpu_now");
-            return -1;
-        }
+        PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called");
+        return -1;
     }
 #ifdef __linux__
     if (fn == g_perf_counter_ns) {
@@ -204,13 +201,13 @@ static PyObject *sums(PyObject *mod, PyObject *args) {
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyObject *bind(PyObject *mod, PyObject *args) {
-    PyObject *config, *prof, *registry, *seq, *clock_mod, *grad_enabled, *entry_t, *log_t, *pc, *log_exit;
+    PyObject *config, *prof, *registry, *seq, *cpu_now, *grad_enabled, *entry_t, *log_t, *pc, *log_exit;
     Py_ssize_t fold_at;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOn", &config, &prof, &registry, &seq, &clock_mod, &grad_enabled,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOn", &config, &prof, &registry, &seq, &cpu_now, &grad_enabled,
                           &entry_t, &log_t, &pc, &log_exit, &fold_at))
         return NULL;
     Py_XSETREF(g_log_exit, Py_NewRef(log_exit));
-    if (!PyModule_Check(clock_mod)) { PyErr_SetString(PyExc_TypeError, "clock_mod: a module"); return NULL; }
+    if (!PyCallable_Check(cpu_now)) { PyErr_SetString(PyExc_TypeError, "cpu_now: a callable"); return NULL; }
     o_retired = slot_offset(entry_t, "retired"); o_children = slot_offset(entry_t, "children");
     o_buf = slot_offset(entry_t, "buf"); o_seq0 = slot_offset(log_t, "seq0");
     o_depth0 = slot_offset(log_t, "depth0"); o_items = slot_offset(log_t, "items");
@@ -223,7 +220,7 @@ static PyObject *bind(PyObject *mod, PyObject *args) {
     Py_XSETREF(g_perf_counter_ns, Py_NewRef(pc));
     Py_XSETREF(g_config, Py_NewRef(config)); Py_XSETREF(g_prof, Py_NewRef(prof));
     Py_XSETREF(g_registry, Py_NewRef(registry)); Py_XSETREF(g_seq, Py_NewRef(seq));
-    Py_XSETREF(g_clock_mod, Py_NewRef(clock_mod)); Py_XSETREF(g_grad_enabled, Py_NewRef(grad_enabled));
+    Py_XSETREF(g_cpu_clock, Py_NewRef(cpu_now)); Py_XSETREF(g_grad_enabled, Py_NewRef(grad_enabled));
     g_fold_at = fold_at;
     Py_RETURN_NONE;
 }
@@ -250,8 +247,8 @@ static PyObject *seq_is_native(PyObject *mod, PyObject *unused) {
 }
 
 static PyObject *set_clock(PyObject *mod, PyObject *fn) {
-    if (fn != Py_None && !PyCallable_Check(fn)) { PyErr_SetString(PyExc_TypeError, "set_clock: a callable or None"); return NULL; }
-    Py_XSETREF(g_cpu_clock, fn == Py_None ? NULL : Py_NewRef(fn));
+    if (!PyCallable_Check(fn)) { PyErr_SetString(PyExc_TypeError, "set_clock: a callable"); return NULL; }
+    Py_XSETREF(g_cpu_clock, Py_NewRef(fn));
     Py_RETURN_NONE;
 }
 
@@ -270,7 +267,7 @@ static PyMethodDef module_methods[] = {
      "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
     {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},
     {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
-    {"set_clock", set_clock, METH_O, "The CPU clock _clock.set_cpu_clock() set (None: read _clock.cpu_now each time)."},
+    {"set_clock", set_clock, METH_O, "The CPU clock _clock.set_cpu_clock() set (see _clock.on_set)."},
     {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
     {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see _generic.install)."},
     {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see _generic.install)."},
@@ -288,7 +285,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC PyInit__speedups(void) {
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_backward, "backward"); INTERN(s_root, "root");
-    INTERN(s_prof_on, "_is_profiler_enabled"); INTERN(s_fold, "fold"); INTERN(s_cpu_now, "cpu_now");
+    INTERN(s_prof_on, "_is_profiler_enabled"); INTERN(s_fold, "fold");
     INTERN(s_enter, "_enter");
     INTERN(s_exit, "_exit"); INTERN(s_tls_key, "instrumented_convs._speedups.stack");
     INTERN(s_forward, "forward");

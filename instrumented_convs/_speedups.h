@@ -37,7 +37,7 @@ typedef struct {
 extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType;
 
 /* What bind() hands over (_speedups.c). */
-extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_clock_mod, *g_grad_enabled;
+extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 extern Py_ssize_t g_fold_at;
 extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
@@ -45,7 +45,7 @@ extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (the
 extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 /* Interned names (PyInit__speedups). */
-extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_cpu_now, *s_enter, *s_exit, *s_forward;
+extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
 
 /* _speedups.c */
 int module_flag(PyObject *mod, PyObject *name);

@@ -116,11 +116,10 @@ class PyStepBase:
 
 
 if speedups is not None:
-    speedups.bind(_config, _prof, registry, _seq, _clock, _grad_enabled, Entry, _anchor.Log, time.perf_counter_ns,
-                  _anchor.log_exit, FOLD_AT)
+    speedups.bind(_config, _prof, registry, _seq, _clock.cpu_now, _grad_enabled, Entry, _anchor.Log,
+                  time.perf_counter_ns, _anchor.log_exit, FOLD_AT)
+    _clock.on_set.append(speedups.set_clock)  # the clock the extension reads, kept current
     speedups.set_seq_native(seq_counter_address())
-    speedups.set_clock(_clock.cpu_now)
-    _clock.on_set.append(speedups.set_clock)
     speedups.bind_anchor(Entry, torch.Tensor, _sampling.Template, _sampling, _anchor, _anchor.chosen, _anchor.failed,
                          _sampling.Count, OrderedDict, _sampling._keys, "instrumented_convs")
     speedups.bind_count(_sampling.Template, registry._skips, _sampling.counted, SKIPS_FOLD_AT)
