@@ -83,7 +83,7 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     prof = _profile(forward, args.passes)
     summary = ic.registry.summary()
     syncs_on = _sync_count(prof)
-    with ic.disabled():
+    with ic.configure(enabled=False):
         syncs_off = _sync_count(_profile(forward, args.passes))
 
     labels: Dict[str, float] = {}

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import step
+from instrumented_convs.layers import step
 
 
 class _Identity(torch.autograd.Function):
@@ -128,7 +128,7 @@ def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
 
     def stepped(backward: bool) -> Callable[[], None]:
         def run() -> None:
-            saved = ic.settings()
+            saved = ic.configure()
             ic.configure(backward=backward)
             try:
                 _stepped_chain(x, nodes)

@@ -53,7 +53,7 @@ def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> 
     """Run ``fn`` with ``settings``; ``count_all``: every call counted (``"ranges"``: and the
     anchor's exit skipped; ``"python"``: the anchor's exit and the count hook in Python);
     everything put back afterwards."""
-    saved, draw, finish, fast = ic.settings(), _sampling._random, _anchor.finish, _anchor.fast_exit
+    saved, draw, finish, fast = ic.configure(), _sampling._random, _anchor.finish, _anchor.fast_exit
     hook = _sampling.Count
     if count_all:
         _sampling._random = lambda: 1.0  # never chosen at random: counted

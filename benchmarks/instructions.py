@@ -100,7 +100,7 @@ def child(label: str, epochs: int, passes: int, lib_path: str) -> None:
 
         def run(n: int, e=epoch, s=settings, c=how) -> None:
             if c == "disabled":
-                with _config.disabled():
+                with _config.configure(enabled=False):
                     for _ in range(n):
                         e()
                 return

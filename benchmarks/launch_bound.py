@@ -15,7 +15,7 @@ so that every timing includes its share of the calls whose backward is timed ste
 - ``stock``: the framework's own layers;
 - ``defaults``: ours, as a user gets them (forward and backward rows, NVTX on);
 - ``no backward``: ours with ``configure(backward=False)``;
-- ``disabled``: ours inside ``disabled()``;
+- ``disabled``: ours inside ``configure(enabled=False)``;
 - ``stock again``: a second stock copy: its ratio to ``stock`` is the noise floor (A/A).
 
 torch.profiler is process-wide, so it runs in a phase of its own after the others: ``stock``
@@ -202,7 +202,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     epochs = {v: _epoch(m, x, graph, y) for v, m in models.items()}
 
     def no_backward() -> float:
-        saved = ic.settings()
+        saved = ic.configure()
         ic.configure(backward=False)
         try:
             return _timed(epochs["no backward"])
@@ -210,7 +210,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
             saved.restore()
 
     def disabled() -> float:
-        with ic.disabled():
+        with ic.configure(enabled=False):
             return _timed(epochs["disabled"])
 
     variants = {"stock": lambda: _timed(epochs["stock"]), "defaults": lambda: _timed(epochs["defaults"]),
@@ -218,7 +218,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
                 "stock again": lambda: _timed(epochs["stock again"])}
     times = _interleave(variants, rounds, warmup)
     fwd, bwd = _rows_per_epoch(epochs["defaults"])
-    saved = ic.settings()
+    saved = ic.configure()
     ic.configure(backward=False)
     try:
         fwd_only, _ = _rows_per_epoch(epochs["no backward"])
@@ -298,7 +298,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     floor = python_floor()
     print(f"Launch-bound proxy: 3 layers, {NODES} nodes, {EDGES} edges, {FEATURES} features, full training "
           f"steps, 1 thread; medians of {args.rounds} interleaved rounds of {BLOCK} epochs; NVTX backend "
-          f"{ic.nvtx_backend()}; backward_every {ic.settings().backward_every}")
+          f"{ic.configure().nvtx}; backward_every {ic.configure().backward_every}")
     print("  bare-Python floor, ns: " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items()))
     print(f"  {'layer':27s} {'stock us':>9s} {'defaults':>9s} {'no bw':>7s} {'disabled':>9s} {'profiler':>9s} "
           f"{'A/A':>6s} {'rows':>5s} {'us/row':>7s} {'rows nb':>7s} {'us/row nb':>9s}")
@@ -316,7 +316,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"{r['rows']['defaults']:5d} {r['us_per_row']['defaults']:7.2f} {r['rows']['no backward']:7d} "
               f"{r['us_per_row']['no backward']:9.2f}", flush=True)
     if args.json:
-        info = {"python": platform.python_version(), "torch": torch.__version__, "nvtx_backend": ic.nvtx_backend(),
+        info = {"python": platform.python_version(), "torch": torch.__version__, "nvtx_backend": ic.configure().nvtx,
                 "machine": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
                 "python_floor_ns": floor}
         with open(args.json, "w") as fh:

@@ -144,7 +144,7 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
         return (time.perf_counter_ns() - t0) / calls / 1e3
 
     def disabled() -> float:
-        with ic.disabled():
+        with ic.configure(enabled=False):
             return loop(fns["ours"])
 
     def noop_steps() -> float:
@@ -199,7 +199,7 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     args = p.parse_args(argv)
     out = {}
     print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
-          f"no_grad, NVTX backend {ic.nvtx_backend()})")
+          f"no_grad, NVTX backend {ic.configure().nvtx})")
     print("  (no-op steps: detailed layers only; wrapped-unwrapped: a stock DGL layer with and "
           "without our wrappers of DGL's functions; A/A: stock again minus stock, the noise floor)")
     print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "

@@ -147,7 +147,7 @@ def _per_round(fns: Dict[str, Callable[[], None]], rounds: int, warmup: int) -> 
 
 def measure(ops: int, rounds: int, warmup: int) -> Dict[str, Any]:
     """The forward floor per row and the backward floor per hook, µs."""
-    saved = ic.settings()
+    saved = ic.configure()
     ic.configure(backward=False)  # the forward floor: rows only (no grad anyway)
     try:
         with torch.no_grad():
@@ -192,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.set_num_threads(1)
     r = measure(args.ops, args.rounds, args.warmup)
     print(f"Row floor: chains of {args.ops} ops at the launch-bound size, 1 thread; medians of {args.rounds} "
-          f"interleaved rounds of {BLOCK} chains ({ic.nvtx_backend()} NVTX backend, implementation "
+          f"interleaved rounds of {BLOCK} chains ({ic.configure().nvtx} NVTX backend, implementation "
           f"{IMPLEMENTATION})")
     print("  bare-Python floor (in a loop of nothing), ns: "
           + ", ".join(f"{k} {v:.0f}" for k, v in lb.python_floor().items()))

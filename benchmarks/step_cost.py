@@ -26,7 +26,7 @@ from typing import Callable, Dict, List
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import step
+from instrumented_convs.layers import step
 
 
 def _loop_bare(n: int) -> None:
@@ -68,22 +68,19 @@ def _loop_call_decorated(n: int) -> None:
 
 def _variants() -> Dict[str, Callable[[int], None]]:
     def disabled(n: int) -> None:
-        with ic.disabled():
+        with ic.configure(enabled=False):
             _loop_step(n)
 
     def enabled_plain(n: int) -> None:
-        ic.configure(nvtx=False)
-        try:
+        with ic.configure(nvtx=False):
             _loop_step(n)
-        finally:
-            ic.configure(nvtx=True)
 
     def enabled_nvtx(n: int) -> None:
         with _nvtx_forced():
             _loop_step(n)
 
     def fn_disabled(n: int) -> None:
-        with ic.disabled():
+        with ic.configure(enabled=False):
             _loop_call_decorated(n)
 
     return {
@@ -100,16 +97,18 @@ def _variants() -> Dict[str, Callable[[int], None]]:
 
 class _nvtx_forced:
     """Inside the block, NVTX ranges are pushed (the ``nvtx`` package, else torch's) even
-    with no tool attached; the default backend is chosen again after."""
+    with no tool attached; the switches are put back after."""
 
     def __enter__(self) -> str:
+        self.previous = ic.configure()
         for name in ("nvtx", "torch"):
-            if ic.set_nvtx_backend(name) != "none":
+            ic.configure(nvtx=name)
+            if ic.configure().nvtx != "none":
                 break
-        return ic.nvtx_backend()
+        return ic.configure().nvtx
 
     def __exit__(self, *exc: object) -> None:
-        ic.set_nvtx_backend(None)
+        self.previous.restore()
 
 
 def _medians(variants: Dict[str, Callable[[int], None]], n: int, rounds: int) -> Dict[str, float]:
@@ -163,11 +162,8 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
             stack.pop()
 
     def no_nvtx(k: int) -> None:
-        ic.configure(nvtx=False)
-        try:
+        with ic.configure(nvtx=False):
             full(k)
-        finally:
-            ic.configure(nvtx=True)
 
     def no_record(k: int) -> None:
         real = _frame._record
@@ -204,7 +200,7 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
         "python": platform.python_version(),
         "torch": torch.__version__,
         "machine": platform.processor() or platform.machine(),
-        "nvtx_backend": ic.nvtx_backend(),
+        "nvtx_backend": ic.configure().nvtx,
         "n": args.n,
         "rounds": args.rounds,
     }

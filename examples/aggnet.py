@@ -25,7 +25,8 @@ import dgl  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from instrumented_convs import region, registry, step  # noqa: E402
+from instrumented_convs import region, registry  # noqa: E402
+from instrumented_convs.layers import step  # noqa: E402
 from instrumented_convs.dgl import GraphConv  # noqa: E402
 from instrumented_convs.study import SHAPES, load_graph  # noqa: E402
 

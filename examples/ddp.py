@@ -28,7 +28,8 @@ from typing import List, Optional
 import torch
 import torch.distributed as dist
 
-from instrumented_convs import Summary, registry
+from instrumented_convs import registry
+from instrumented_convs.report import Summary
 from instrumented_convs.study.data import MissingDependency
 from instrumented_convs.study.minibatch import describe
 from instrumented_convs.study.minibatch_cli import add_minibatch_arguments, epoch_line, run_minibatch

@@ -4,65 +4,36 @@ Change one import (``from instrumented_convs.pyg import GCNConv``), train as bef
 ``print(registry.summary())``: every internal step of every layer, timed (CUDA events on a
 GPU, no per-step synchronize), nested, and shown as NVTX ranges and profiler labels.
 
-This module is the face: it re-exports what users use (``__all__``). The machinery lives
-in private modules whose imports point down only: ``_config``, ``_clock``, ``_stack`` and
-``report`` import nothing above them; ``_stats`` builds summaries from plain data;
-``_registry`` stores; ``_ranges`` emits NVTX ranges and profiler labels; ``_step`` ties them
-together. Test plumbing (a fake clock, fake CUDA events) is in
-:mod:`instrumented_convs.testing`.
+This module is the face, every name a user calls (``__all__``):
+
+- :func:`region`: time a block of your own code (an epoch, its forward, the loss);
+- :func:`instrument` / :func:`uninstrument`: swap a built model's conv layers for ours and
+  back; :func:`name_layers`: name each layer after its attribute path;
+- :data:`registry`: ``registry.summary()`` reads the table, ``registry.reset()`` empties it;
+- :func:`configure`: every switch (recording, NVTX, profiler labels, backward timing),
+  returning the :class:`Settings` it replaced (a context manager that puts them back).
+
+What a summary is made of (``Summary``, ``Row``, the renderers) is in
+:mod:`instrumented_convs.report`; steps for layers of your own are in
+:mod:`instrumented_convs.layers`; the drop-in layers in :mod:`instrumented_convs.pyg` and
+:mod:`instrumented_convs.dgl`. docs/architecture.rst shows the private modules behind them.
 """
-from __future__ import annotations
 
-from typing import Any, Optional
-
-from ._config import Settings, configure, disable, disabled, enable, is_enabled, settings
+from . import distributed as _distributed  # noqa: F401  (registers registry.summary()'s reader)
+from ._config import Settings, configure
 from ._instrument import instrument, uninstrument
 from ._layers import name_layers
-from ._registry import Entry, Registry, registry
-from ._step import (
-    Step, current_path, instrumenting, mark_outputs, nvtx_backend, region, set_nvtx_backend, step,
-)
-from .report import Row, Summary, TableRenderer
+from ._registry import registry
+from ._step import region
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__",
-    # recording
-    "step",
     "region",
-    "name_layers",
     "instrument",
     "uninstrument",
-    # reading
+    "name_layers",
     "registry",
-    "summary",
-    "reset",
-    "Summary",
-    "Row",
-    # switches
-    "enable",
-    "disable",
-    "disabled",
-    "is_enabled",
     "configure",
-    "settings",
     "Settings",
-    "set_nvtx_backend",
-    "nvtx_backend",
-    # for layer authors: the step machinery
-    "Step",
-    "instrumenting",
-    "current_path",
-    "mark_outputs",
 ]
-
-
-def summary(by: str = "step", unit: Optional[str] = None, all_ranks: bool = False, group: Any = None) -> Summary:
-    """Shorthand for ``registry.summary(by, unit, all_ranks, group)``."""
-    return registry.summary(by=by, unit=unit, all_ranks=all_ranks, group=group)
-
-
-def reset() -> None:
-    """Shorthand for ``registry.reset()``."""
-    registry.reset()

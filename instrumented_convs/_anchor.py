@@ -2,9 +2,12 @@
 
 Autograd numbers every node it creates with a per-thread sequence number, so the nodes a
 step creates are those numbered from the counter at its entry up to the counter at its exit.
-The outermost step that can say what it produced is an *anchor*: a layer's own step, a
-``@step`` function (both call :func:`mark_outputs` on their return value), or a
-``with step()`` block, whose outputs are looked for among the caller's local variables.
+The outermost step with autograd recording is an *anchor*: a layer's own step, a ``@step``
+function, or a ``with step()`` block. Its backward is found from the tensors it produced,
+which it declares with :func:`mark_outputs` (layers and ``@step`` functions do it on their
+return value; a ``with step()`` block must call it on its result before the block ends),
+and from those its nested steps declared. An anchor that declared nothing, with no nested
+step that did, has no backward rows: nothing says which tensors are its own.
 Steps nested in an anchor log their number ranges in the anchor's :class:`Log`
 (:func:`log_exit`); at the anchor's exit :func:`finish` decides, with
 :mod:`._sampling`, whether this call's backward is timed step by step or only counted:
@@ -21,8 +24,6 @@ Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
@@ -34,9 +35,6 @@ from ._stack import Frame, _tls
 __all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "chosen", "walk", "failed"]
 
 logger = logging.getLogger(__name__)
-
-#: Source files whose frames stand between a ``with step()`` block and :func:`finish`.
-_MACHINERY = {__file__, *(os.path.join(os.path.dirname(__file__), f"{m}.py") for m in ("_step", "_stepbase"))}
 
 #: Whether the C extension chooses and counts at an anchor's exit itself (``_speedups_anchor.c``:
 #: the common case of :func:`finish`, with the same outcome); tests and benchmarks turn it off
@@ -67,8 +65,11 @@ class Log:
 def mark_outputs(out: Any) -> Any:
     """Tell the innermost open step which tensors it produced; returns ``out`` unchanged.
 
-    Layers and ``@step`` functions call it on their return value, so their backward is found
-    from exactly those outputs instead of the caller's local variables.
+    ``out``: a tensor, or tuples, lists and dicts of them (two levels deep). Layers and
+    ``@step`` functions call it on their return value; a ``with step()`` block calls it on
+    its result before the block ends. A step's backward is found from these tensors only:
+    a step that marks none (and has no nested step that does) gets no backward rows. With
+    no step open, or while disabled, it does nothing.
     """
     top = _tls.stack[-1]
     if top.seq0 >= 0:
@@ -117,19 +118,11 @@ def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
             _tensors(v, out, depth + 1)
 
 
-def _user_frame() -> Any:
-    """The innermost Python frame outside the step machinery: the code around a ``with`` block."""
-    f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename in _MACHINERY:
-        f = f.f_back
-    return f
-
-
 def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame]) -> None:
     """At an anchor's exit: time its backward step by step, or count it (see the module).
 
-    ``outputs`` are the anchor's own (None: look for them among the local variables of the
-    code around the ``with`` block, the first frame outside the step machinery).
+    ``outputs`` are the anchor's own (None: it declared none; the outputs its nested steps
+    declared are in ``log``).
     """
     shape = (seq1 - log.seq0, mode, tuple(log.items))
     template, how = _sampling.choose(entry, shape)
@@ -151,10 +144,6 @@ def chosen(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
     _tensors(outputs, roots)
     for out in log.outputs:
         _tensors(out, roots)
-    if not explicit:
-        user = _user_frame()
-        if user is not None:
-            _tensors(list(user.f_locals.values()), roots)
     if how == _sampling.COUNT:
         newest = _newest(roots, seq0, seq1)
         if newest is not None:

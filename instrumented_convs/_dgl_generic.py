@@ -16,7 +16,7 @@ generic DGL layer is built) sees every call without copying any DGL code. Steps:
     segment_mm, gather_mm
 
 A wrapper records only while a generic layer's forward runs on this thread
-(:data:`._generic.inside`); everywhere else (stock layers, user code, the detailed
+(:data:`._generic.framework_steps`); everywhere else (stock layers, user code, the detailed
 ``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run: their copies
 time DGL's calls as steps of their own) it calls DGL's own function after one thread-local read.
 """
@@ -27,9 +27,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
-from . import _config
-from ._generic import GenericLayer, inside
-from ._step import Step, _is_compiling
+from ._generic import GenericLayer, framework_steps
+from ._step import Step, recording
 
 __all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
 
@@ -60,12 +59,12 @@ def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not inside.n or not _config.enabled or _is_compiling():  # instrumenting(), inline
+        if not framework_steps.n or not recording():
             return fn(*args, **kwargs)
         with st:
             return fn(*args, **kwargs)
 
-    wrapper._ic_step = name  # type: ignore[attr-defined]
+    wrapper._ic_wrapped = name  # type: ignore[attr-defined]
     return wrapper if method else staticmethod(wrapper)
 
 
@@ -79,7 +78,7 @@ def install() -> None:
         for module, owner_name, attr, name in WRAPPED:
             owner = getattr(importlib.import_module(module), owner_name, None)
             fn = getattr(owner, attr, None) if owner is not None else None
-            if fn is None or hasattr(fn, "_ic_step"):
+            if fn is None or hasattr(fn, "_ic_wrapped"):
                 if owner is not None:
                     logger.debug("DGL has no %s.%s.%s: not timed", module, owner_name, attr)
                 continue

@@ -11,13 +11,13 @@ package but the optional C arithmetic (:mod:`._native`).
 from __future__ import annotations
 
 from operator import mul
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from ._native import speedups
 
 _sums = speedups.sums if speedups is not None else None
 
-__all__ = ["Entry", "FOLD_AT", "backward_key", "fold_buffer"]
+__all__ = ["Entry", "EntryStats", "FOLD_AT", "backward_key", "fold_buffer"]
 
 Key = Union[str, Tuple[str, Optional[str]]]
 _NO_MIN = 1 << 62  # larger than any duration in ns
@@ -28,6 +28,29 @@ FOLD_AT = 64
 def backward_key(key: Any) -> Tuple[Any, str]:
     """The child key of the backward counterpart of a forward step keyed ``key``."""
     return (key, "backward")
+
+
+class EntryStats(NamedTuple):
+    """One registry entry as plain data (times in integer nanoseconds)."""
+
+    name: str  #: the step name (last path component)
+    path: str  #: the ``/``-separated step path
+    scope: Optional[str]  #: the layer instance, or None
+    kind: str  #: ``step`` or ``region``
+    depth: int  #: 0 for top-level steps
+    parent: int  #: index of the parent record in the snapshot, -1 at the top level
+    count: int  #: timed calls
+    total: int  #: sum of the durations
+    sumsq: int  #: sum of the squared durations
+    min: int  #: shortest duration (0 when ``count`` is 0)
+    max: int  #: longest duration
+    errors: int  #: calls that raised
+    untimed: int  #: calls that could not be timed
+    phase: str = "forward"  #: ``forward`` or ``backward``
+    skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
+    rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
+    rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
+
 
 
 class Entry:

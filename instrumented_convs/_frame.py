@@ -12,8 +12,8 @@ NVTX: with no NVTX tool attached, every NVTX call is a no-op in C that still cos
 call per push and per pop. Tools (Nsight Systems, Nsight Compute) attach when the process
 starts, through the environment variable ``NVTX_INJECTION64_PATH``; without it nothing can
 ever receive a range, so the default backend is then ``none`` and ranges cost nothing.
-:func:`set_nvtx_backend` picks a backend explicitly (``set_nvtx_backend("nvtx")`` pushes
-ranges even with no tool in sight).
+``configure(nvtx="nvtx")`` picks a backend explicitly (it pushes ranges even with no tool
+in sight); :func:`use_nvtx` is how :mod:`._config` switches.
 """
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ from ._registry import registry
 from ._native import speedups
 from ._stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
 
-__all__ = ["open_frame", "close_frame", "close_elsewhere", "abandon_frame", "set_nvtx_backend", "nvtx_backend",
-           "tool_attached"]
+__all__ = ["open_frame", "close_frame", "close_elsewhere", "abandon_frame", "use_nvtx", "tool_attached"]
 
 _open_rf = _ranges.open_record_function
 _prof = _ranges.profiler_state
@@ -44,27 +43,26 @@ def tool_attached() -> bool:
     return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
 
 
-def _pick(name: Optional[str]) -> _ranges.NvtxBackend:
-    if name is None and not tool_attached():
-        return _ranges.NvtxBackend()  # nothing could see the ranges: push none
-    return _ranges.make_backend(name)
+def _pick(choice: str) -> _ranges.NvtxBackend:
+    if choice == "auto":
+        if not tool_attached():
+            return _ranges.NvtxBackend()  # nothing could see the ranges: push none
+        return _ranges.make_backend(None)
+    return _ranges.make_backend(choice)
 
 
-_nvtx: _ranges.NvtxBackend = _pick(None)
+_nvtx: _ranges.NvtxBackend = _ranges.NvtxBackend()
 _push, _pop = _nvtx.push, _nvtx.pop
-_nvtx_live = _nvtx.name != "none"
-if speedups is not None:
-    speedups.set_nvtx_live(_nvtx_live)
+_nvtx_live = False
 
 
-def set_nvtx_backend(name: Optional[str] = None) -> str:
-    """Choose the NVTX backend: ``nvtx``, ``torch``, ``none``, or ``None`` for the default.
-
-    The default is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
-    attached to the process, else ``none``. Returns the name of the backend now in use.
-    """
+def use_nvtx(choice: str) -> str:
+    """Switch NVTX backends (``auto``, ``nvtx``, ``torch`` or ``none``: see
+    :func:`~instrumented_convs.configure`); returns the name of the backend now in use.
+    ``auto`` is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
+    attached to the process, else ``none``."""
     global _nvtx, _push, _pop, _nvtx_live
-    _nvtx = _pick(name)
+    _nvtx = _pick(choice)
     _push, _pop = _nvtx.push, _nvtx.pop
     _nvtx_live = _nvtx.name != "none"
     if speedups is not None:
@@ -72,9 +70,7 @@ def set_nvtx_backend(name: Optional[str] = None) -> str:
     return _nvtx.name
 
 
-def nvtx_backend() -> str:
-    """The name of the NVTX backend in use (``nvtx``, ``torch.cuda.nvtx`` or ``none``)."""
-    return _nvtx.name
+_config.on_nvtx(use_nvtx)  # applies the environment's request (INSTRUMENTED_CONVS_NVTX)
 
 
 def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None:
@@ -85,7 +81,7 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     popped again and the exception propagates (the frame is then not open).
     """
     flags = 0
-    if _nvtx_live and _config.nvtx:
+    if _nvtx_live:
         _push(label)
         flags = PUSHED
     if _config.record_function and _prof._is_profiler_enabled:

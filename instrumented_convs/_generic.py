@@ -17,7 +17,6 @@ framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`).
 """
 from __future__ import annotations
 
-import copy
 import functools
 import threading
 from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple
@@ -25,24 +24,25 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
-from . import _config
 from ._native import speedups
-from ._layers import InstrumentedLayer, instance_scope
-from ._step import Step, _is_compiling, mark_outputs
+from ._layers import InstrumentedLayer, Timed
+from ._step import Step, mark_outputs, recording
 
-__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "inside", "device_of", "stock_copy",
-           "Timed", "PyTimed", "install", "uninstall"]
+__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "framework_steps", "device_of", "install",
+           "uninstall"]
 
 
-class _Inside(threading.local):
-    """How many generic layers' forwards are running on this thread (framework steps gate on it)."""
+class _Depth(threading.local):
+    """How many generic layers' forwards are running on this thread."""
 
     n = 0
 
 
-#: Per-thread depth of running generic forwards: DGL's graph and kernel wrappers record a
-#: step only while it is positive, so stock layers elsewhere record nothing.
-inside = _Inside()
+#: Where the framework's own calls are steps: the per-thread depth of running generic
+#: forwards. DGL's graph and kernel wrappers record a step only while it is positive (and
+#: :func:`._step.recording`), so stock layers elsewhere record nothing; the detailed DGL
+#: layers set it to 0 while they run, since their copies time those calls themselves.
+framework_steps = _Depth()
 
 
 def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.device]:
@@ -68,27 +68,6 @@ def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.d
                 return d
     return None
 
-
-class PyTimed:
-    """A bound callable run inside a step: set in an instance's ``__dict__`` for the length of
-    one instrumented forward (see :func:`install`), so it needs no check of its own. (The C
-    extension has the same type, without a Python frame per call: :data:`Timed`.)"""
-
-    __slots__ = ("fn", "step")
-
-    def __init__(self, fn: Callable[..., Any], step: Step) -> None:
-        """Call ``fn`` (a bound method, or a callable found on the instance) inside ``step``."""
-        self.fn = fn
-        self.step = step
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` inside the step."""
-        with self.step:
-            return self.fn(*args, **kwargs)
-
-
-#: The type of timed callables: the C one when the extension is in use, else :class:`PyTimed`.
-Timed: Any = speedups.Timed if speedups is not None else PyTimed
 
 #: What :func:`install` changed: (the instance dict, the name, the value before or None).
 Undo = List[Tuple[Dict[str, Any], str, Any]]
@@ -163,85 +142,12 @@ def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
             yield name, child
 
 
-_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")
-
-
-def _shallow(m: torch.nn.Module) -> torch.nn.Module:
-    """A new module object sharing ``m``'s parameters, buffers and children, with its own
-    dictionaries of them and of its forward hooks, and none of our timing or caches."""
-    c = copy.copy(m)
-    for attr in ("_parameters", "_buffers", "_modules", *_HOOK_DICTS):
-        d = m.__dict__.get(attr)
-        if d is not None:
-            c.__dict__[attr] = type(d)(d)
-    for name, value in list(c.__dict__.items()):  # (timing is only there during a forward)
-        if type(value) is Timed or name == "_ic_children":
-            del c.__dict__[name]
-    return c
-
-
-def _copy_children(layer: torch.nn.Module) -> None:
-    """Give ``layer`` shallow copies of its children (and of containers' items)."""
-    for name, child in list(layer._modules.items()):
-        if child is None:
-            continue
-        child = _shallow(child)
-        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
-            for key, item in list(child._modules.items()):
-                if item is not None:
-                    child._modules[key] = _shallow(item)
-        layer._modules[name] = child
-
-
-def stock_copy(layer: torch.nn.Module, stock: type) -> torch.nn.Module:
-    """A stock-class copy of ``layer`` sharing its parameters, buffers and grandchildren;
-    its children are shallow copies (TorchScript compiles it; it records nothing)."""
-    out = _shallow(layer)
-    out.__class__ = stock
-    for attr in ("_ic_scope", "_ic_steps"):
-        out.__dict__.pop(attr, None)
-    _copy_children(out)
-    return out
-
-
 class GenericLayer(InstrumentedLayer):
     """Mixin of the generic layers: the stock forward in a step, children and named methods
-    timed during it (:func:`install`), stock copies for scripting."""
+    timed during it (:func:`install`)."""
 
     #: Children not timed as steps (PyG's aggregation module runs inside ``aggregate``).
     _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor, arguments passed through unchanged; then the set-up."""
-        super().__init__(*args, **kwargs)
-        self._ic_after_init()
-
-    def _ic_after_init(self) -> None:
-        """Per-framework set-up after the stock constructor (and after :func:`convert`)."""
-
-    def to_stock(self) -> Any:
-        """A stock layer sharing this layer's parameters, buffers and grandchildren."""
-        return stock_copy(self, self._ic_stock)  # type: ignore[arg-type]
-
-    @classmethod
-    def from_stock(cls, layer: Any) -> Any:
-        """An instrumented layer sharing the parameters, buffers and children of ``layer``."""
-        if type(layer) is not cls._ic_stock:
-            raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
-                            f"not a {type(layer).__name__}")
-        out = _shallow(layer)
-        _copy_children(out)
-        return convert(out, cls)
-
-
-def convert(layer: Any, cls: type) -> Any:
-    """Turn ``layer`` (an instance of ``cls._ic_stock``) into a ``cls`` in place."""
-    layer.__class__ = cls
-    layer._ic_scope = instance_scope(cls._ic_stock.__name__)
-    after = getattr(layer, "_ic_after_init", None)
-    if after is not None:
-        after()
-    return layer
 
 
 def _forward(stock: type) -> Callable[..., Any]:
@@ -249,15 +155,15 @@ def _forward(stock: type) -> Callable[..., Any]:
 
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _config.enabled or _is_compiling():
+        if not recording():
             return stock_forward(self, *args, **kwargs)
         undo = install(self)
-        inside.n += 1
+        framework_steps.n += 1
         try:
             with self._ic_step(device_of(args, kwargs)):
                 return mark_outputs(stock_forward(self, *args, **kwargs))
         finally:
-            inside.n -= 1
+            framework_steps.n -= 1
             uninstall(undo)
 
     forward.__doc__ = f"The stock ``{stock.__name__}.forward`` inside the layer's own step."

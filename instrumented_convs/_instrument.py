@@ -16,8 +16,7 @@ from typing import Dict, TypeVar
 
 import torch
 
-from ._generic import convert
-from ._layers import InstrumentedLayer, name_layers
+from ._layers import InstrumentedLayer, convert, name_layers, revert
 
 __all__ = ["instrument", "uninstrument"]
 
@@ -71,12 +70,5 @@ def uninstrument(model: M) -> M:
     """
     for module in model.modules():
         if isinstance(module, InstrumentedLayer):
-            stock = module._ic_stock
-            module.__class__ = stock
-            for attr in ("_ic_scope", "_ic_steps", "_ic_children"):
-                module.__dict__.pop(attr, None)
-            if "torch_geometric" in sys.modules:
-                from ._pyg_generic import generate
-
-                generate(module)
+            revert(module)
     return model

@@ -5,13 +5,9 @@ in its bases::
 
     class GCNConv(InstrumentedLayer, torch_geometric.nn.GCNConv):
         _ic_stock = torch_geometric.nn.GCNConv      # the stock class
-        _ic_shared = ("lin", "bias", ...)          # state to_stock/from_stock share
-
-        @classmethod
-        def _ic_constructor(cls, layer): ...        # (args, kwargs) that rebuild `layer`
 
         def forward(self, ...):
-            if not instrumenting():
+            if not recording():
                 return super().forward(...)         # disabled: the stock code, nothing else
             with self._ic_step(device):             # the layer's own step, scoped per instance
                 ...
@@ -19,22 +15,32 @@ in its bases::
 What the contract gives every layer: the stock constructor, unchanged (arguments pass
 through, so each upstream version's own defaults apply); a default scope per instance
 (``GCNConv#0``, ``GCNConv#1``...; :func:`name_layers` renames them after the model's
-attributes); the layer's own top-level step, built once per (scope, device);
-:meth:`~InstrumentedLayer.to_stock` / :meth:`~InstrumentedLayer.from_stock` sharing
-parameters with a stock layer; and ``torch.jit.script`` compiling the stock layer instead.
+attributes); the layer's own top-level step, built once per (scope, device); and one
+conversion between stock and instrumented layers, for detailed and generic layers alike:
+an instrumented class adds no state to the stock one but its scope, so converting a layer
+is swapping its class (:func:`convert` and :func:`revert`, in place: what
+``instrument(model)`` and ``uninstrument(model)`` do), and a converted *copy* is the same
+swap on a shallow copy sharing parameters, buffers and grandchildren
+(:meth:`~InstrumentedLayer.from_stock`, :meth:`~InstrumentedLayer.to_stock`, and the stock
+copy ``torch.jit.script`` compiles instead).
+
+During its instrumented forward a layer's timed methods and children are :data:`Timed`
+callables in its instance ``__dict__`` (``_generic.install``), there for that call only.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import threading
-from typing import Any, ClassVar, Dict, Iterator, Tuple, TypeVar
+from typing import Any, Callable, ClassVar, Dict, Iterator, Tuple, TypeVar
 
 import torch
 
+from ._native import speedups
 from ._step import Step
 
-__all__ = ["InstrumentedLayer", "instance_scope", "name_layers"]
+__all__ = ["InstrumentedLayer", "instance_scope", "name_layers", "convert", "revert", "Timed", "PyTimed"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +48,28 @@ _counters: Dict[str, Iterator[int]] = {}
 _lock = threading.Lock()
 
 L = TypeVar("L", bound="InstrumentedLayer")
+
+
+class PyTimed:
+    """A bound callable run inside a step: set in an instance's ``__dict__`` for the length of
+    one instrumented forward (see ``_generic.install``), so it needs no check of its own. (The C
+    extension has the same type, without a Python frame per call: :data:`Timed`.)"""
+
+    __slots__ = ("fn", "step")
+
+    def __init__(self, fn: Callable[..., Any], step: Step) -> None:
+        """Call ``fn`` (a bound method, or a callable found on the instance) inside ``step``."""
+        self.fn = fn
+        self.step = step
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` inside the step."""
+        with self.step:
+            return self.fn(*args, **kwargs)
+
+
+#: The type of timed callables: the C one when the extension is in use, else :class:`PyTimed`.
+Timed: Any = speedups.Timed if speedups is not None else PyTimed
 
 
 def instance_scope(kind: str) -> str:
@@ -56,16 +84,23 @@ class InstrumentedLayer:
 
     #: The stock class this layer instruments.
     _ic_stock: ClassVar[type]
-    #: Attributes (parameters, submodules, caches) that to_stock/from_stock share.
-    _ic_shared: ClassVar[Tuple[str, ...]] = ()
     #: Methods of the layer timed as steps during its instrumented forward: (name, Step)
     #: pairs (see ``_generic.install``); none by default.
     _ic_methods: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor, arguments passed through unchanged; then a default scope."""
+        """The stock constructor, arguments passed through unchanged; then a default scope
+        and the class's own set-up (:meth:`_ic_after_init`)."""
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         self._ic_scope = instance_scope(self._ic_stock.__name__)
+        self._ic_after_init()
+
+    def _ic_after_init(self) -> None:
+        """Per-class set-up after the stock constructor and after :func:`convert`."""
+
+    @staticmethod
+    def _ic_after_revert(layer: Any) -> None:
+        """Per-class set-up of ``layer`` once :func:`revert` made it a stock layer again."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give the subclass the stock constructor's signature (for ``help`` and ``inspect``)."""
@@ -102,21 +137,23 @@ class InstrumentedLayer:
             s = cache[key] = Step(self._ic_stock.__name__, scope=self._ic_scope, device=device)
         return s
 
-    @classmethod
-    def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        """The constructor arguments that rebuild ``layer`` (stock or ours); per layer class."""
-        raise NotImplementedError(f"{cls.__name__} does not say how to rebuild a layer")
-
     def to_stock(self) -> Any:
-        """A stock layer sharing this layer's parameters (and caches) and train/eval mode."""
-        args, kwargs = self._ic_constructor(self)
-        return _share_state(self, self._ic_stock(*args, **kwargs), self._ic_shared)
+        """A stock layer sharing this layer's parameters, buffers and grandchildren (its
+        children are shallow copies) and train/eval mode; it records nothing."""
+        out = _shallow(self)
+        _copy_children(out)
+        return revert(out)
 
     @classmethod
     def from_stock(cls: "type[L]", layer: Any) -> L:
-        """An instrumented layer sharing the parameters (and caches) of a stock ``layer``."""
-        args, kwargs = cls._ic_constructor(layer)
-        return _share_state(layer, cls(*args, **kwargs), cls._ic_shared)
+        """An instrumented layer sharing the parameters, buffers and grandchildren of the
+        stock ``layer`` (its children are shallow copies)."""
+        if type(layer) is not cls._ic_stock:
+            raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
+                            f"not a {type(layer).__name__}")
+        out = _shallow(layer)
+        _copy_children(out)
+        return convert(out, cls)
 
     def __prepare_scriptable__(self) -> Any:
         """``torch.jit.script`` compiles the stock layer (sharing parameters) instead.
@@ -132,14 +169,59 @@ class InstrumentedLayer:
         return self.to_stock()
 
 
-def _share_state(src: torch.nn.Module, dst: Any, names: Tuple[str, ...]) -> Any:
-    """Make ``dst`` use ``src``'s attributes ``names`` (None skipped) and its train/eval mode."""
-    for name in names:
-        value = getattr(src, name)
-        if value is not None:
-            setattr(dst, name, value)
-    dst.train(src.training)
-    return dst
+def convert(layer: Any, cls: "type[L]") -> L:
+    """Make ``layer`` (a ``cls._ic_stock``) a ``cls`` in place: the same object, parameters,
+    buffers and ``state_dict``; a fresh default scope."""
+    layer.__class__ = cls
+    layer._ic_scope = instance_scope(cls._ic_stock.__name__)
+    layer._ic_after_init()
+    return layer
+
+
+#: Attributes an instrumented layer keeps in its ``__dict__`` (the rest is the stock layer's).
+_OURS = ("_ic_scope", "_ic_steps", "_ic_children")
+
+
+def revert(layer: Any) -> Any:
+    """Make the instrumented ``layer`` a stock layer of its ``_ic_stock`` class in place:
+    the same object, parameters, buffers and ``state_dict``; nothing of ours left on it."""
+    cls = type(layer)
+    layer.__class__ = cls._ic_stock
+    d = layer.__dict__
+    for name in [n for n, v in d.items() if n in _OURS or type(v) is Timed]:
+        del d[name]
+    cls._ic_after_revert(layer)
+    return layer
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called")
+
+
+def _shallow(m: torch.nn.Module) -> torch.nn.Module:
+    """A new module object sharing ``m``'s parameters, buffers and children, with its own
+    dictionaries of them and of its forward hooks, and none of our timing or caches."""
+    c = copy.copy(m)
+    for attr in ("_parameters", "_buffers", "_modules", *_HOOK_DICTS):
+        d = m.__dict__.get(attr)
+        if d is not None:
+            c.__dict__[attr] = type(d)(d)
+    for name, value in list(c.__dict__.items()):  # (timing is only there during a forward)
+        if type(value) is Timed or name == "_ic_children":
+            del c.__dict__[name]
+    return c
+
+
+def _copy_children(layer: torch.nn.Module) -> None:
+    """Give ``layer`` shallow copies of its children (and of containers' items)."""
+    for name, child in list(layer._modules.items()):
+        if child is None:
+            continue
+        child = _shallow(child)
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            for key, item in list(child._modules.items()):
+                if item is not None:
+                    child._modules[key] = _shallow(item)
+        layer._modules[name] = child
 
 
 def name_layers(model: torch.nn.Module, prefix: str = "") -> Dict[str, str]:

@@ -161,14 +161,14 @@ class DetailedPyG(InstrumentedLayer):
         for name, fn in original_methods(stock).items():
             setattr(cls, name, fn)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """The stock constructor; then PyG's code generation for this class, if not done."""
-        super().__init__(*args, **kwargs)
-        self._ic_after_init()
-
     def _ic_after_init(self) -> None:
         """Have PyG generate this class's code (after construction or convert)."""
         generate(self)
+
+    @staticmethod
+    def _ic_after_revert(layer: Any) -> None:
+        """Have PyG generate the stock class's code (a layer made stock by revert())."""
+        generate(layer)
 
 
 class GenericPyG(GenericLayer):
@@ -181,19 +181,18 @@ class GenericPyG(GenericLayer):
             prepare_class(next(k for k in type(self).__mro__ if "_ic_stock" in k.__dict__))
         super().__init__(*args, **kwargs)
 
-    def to_stock(self) -> Any:
-        """A stock copy sharing parameters; PyG generates the stock class's code if it has
-        not yet (TorchScript needs it: the copy never ran the stock constructor)."""
-        out = super().to_stock()
-        if isinstance(out, MessagePassing):
-            generate(out)
-        return out
-
     def _ic_after_init(self) -> None:
         """PyG's code generation for this class, if not done (after construction or convert)."""
         super()._ic_after_init()
         if isinstance(self, MessagePassing):
             generate(self)
+
+    @staticmethod
+    def _ic_after_revert(layer: Any) -> None:
+        """PyG's code generation for the stock class, if not done (TorchScript needs it: a
+        stock copy or a layer given back by uninstrument() never ran the stock constructor)."""
+        if isinstance(layer, MessagePassing):
+            generate(layer)
 
 
 def generate(layer: Any) -> None:

@@ -100,7 +100,7 @@ class _NvtxPackageBackend(NvtxBackend):
 class _TorchNvtxBackend(NvtxBackend):
     """``torch.cuda.nvtx`` (CORE ``RangePushA``/``RangePop``), available in CUDA builds."""
 
-    name = "torch.cuda.nvtx"
+    name = "torch"
 
     def __init__(self) -> None:
         super().__init__()

@@ -14,20 +14,20 @@ the duration to its entry's buffer without a lock (a list append is atomic); eve
 into the statistics under the lock (:func:`~._entry.fold_buffer`).
 
 The registry is storage only: it knows nothing of PyG or DGL, nothing of rendering, and no
-arithmetic beyond sums. :meth:`Registry.snapshot` hands plain records to
-:mod:`instrumented_convs._stats`, which builds the :class:`~instrumented_convs.report.Summary`.
+arithmetic beyond sums. :meth:`Registry.snapshot` gives every entry as plain data; reading
+is done by functions of that snapshot above it (:mod:`._stats` builds a summary,
+:mod:`.distributed` merges the snapshots of many processes), which the reading side
+registers with :func:`on_read` at import. :meth:`Registry.summary`, the user's call, hands
+its snapshot to them and imports none of them.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Deque, List, Optional
+from typing import Any, Callable, Deque, List, Optional
 
 from ._clock import PendingTimes
-from ._entry import FOLD_AT, Entry, backward_key, fold_buffer
-from ._stats import EntryStats, summarize
-from .distributed import merged_summary
-from .report import Summary
+from ._entry import FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
 #: Skipped calls queued before :meth:`Registry.record_skipped` counts them (the C count hook
 #: leaves the append that reaches it to that method).
@@ -237,8 +237,11 @@ class Registry:
     def snapshot(self) -> List[EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times).
 
-        Each record carries the raw integer statistics and the index of its parent record
-        (-1 for top-level steps): all :mod:`instrumented_convs._stats` needs for a summary.
+        Each record is a named tuple of the raw statistics (``name``, ``path``, ``scope``,
+        ``kind``, ``depth``, ``count``, ``total``, ``sumsq``, ``min``, ``max``, ``errors``,
+        ``untimed``, ``phase``, ``skipped``, ``rcount``, ``rtotal``; times in integer
+        nanoseconds) and the index of its parent record (``parent``, -1 at the top level):
+        all a summary is made of (:func:`instrumented_convs.distributed.read`).
         """
         self.resolve()
         with self._lock:
@@ -256,11 +259,12 @@ class Registry:
 
     def summary(
         self, by: str = "step", unit: Optional[str] = None, all_ranks: bool = False, group: Any = None,
-    ) -> Summary:
+    ) -> Any:
         """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
 
         ``by="step"`` merges each step path across layer instances (scopes);
-        ``by="layer"`` gives one row per (layer instance, step path).
+        ``by="layer"`` gives one row per (layer instance, step path). ``unit`` forces the
+        table's time unit (``s``, ``ms``, ``us``, ``ns``).
 
         ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a
         collective over ``group`` (default: the default process group) that every rank must
@@ -268,11 +272,20 @@ class Registry:
         step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
         initialised process group it raises RuntimeError.
         """
-        if by not in ("step", "layer"):
-            raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
-        if all_ranks:
-            return merged_summary(self.snapshot(), by=by, unit=unit, group=group)
-        return summarize(self.snapshot(), by=by, unit=unit)
+        if _read is None:
+            raise RuntimeError("no reader of snapshots is registered (import instrumented_convs)")
+        return _read(self.snapshot(), by, unit, all_ranks, group)
+
+
+_read: Optional[Callable[..., Any]] = None
+
+
+def on_read(read: Callable[..., Any]) -> None:
+    """Register what :meth:`Registry.summary` hands its snapshot to:
+    ``read(snapshot, by, unit, all_ranks, group)``, returning the summary
+    (:func:`instrumented_convs.distributed.read`, at its import)."""
+    global _read
+    _read = read
 
 
 #: The process-wide registry every step writes to.

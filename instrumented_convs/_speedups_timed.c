@@ -1,7 +1,7 @@
 /* Timed, and installing it on instances (see _speedups.h, _generic.py). */
 #include "_speedups.h"
 
-/* -- Timed: a callable run inside a step (see _generic.Timed) ------------------------------ */
+/* -- Timed: a callable run inside a step (see _layers.Timed) ------------------------------ */
 
 typedef struct {
     PyObject_HEAD
@@ -84,7 +84,7 @@ static PyMemberDef Timed_members[] = {
 PyTypeObject TimedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs._speedups.Timed",
-    .tp_doc = "Timed(fn, step): calls fn inside step (see instrumented_convs._generic.Timed).",
+    .tp_doc = "Timed(fn, step): calls fn inside step (see instrumented_convs._layers.Timed).",
     .tp_basicsize = sizeof(Timed),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = Timed_new,

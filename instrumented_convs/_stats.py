@@ -1,6 +1,6 @@
 """The arithmetic of a summary, in one place: from raw per-entry statistics to rows.
 
-The registry hands over a snapshot, a list of :class:`EntryStats` (plain data: integer
+The registry hands over a snapshot, a list of :class:`~._entry.EntryStats` (plain data: integer
 nanoseconds and the index of each record's parent); :func:`summarize` groups it by step
 path (merging layer instances) or by layer, computes self time, mean, standard deviation
 and the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
@@ -11,31 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ._entry import EntryStats
 from .report import Row, Summary
-
-
-class EntryStats(NamedTuple):
-    """One registry entry as plain data (times in integer nanoseconds)."""
-
-    name: str  #: the step name (last path component)
-    path: str  #: the ``/``-separated step path
-    scope: Optional[str]  #: the layer instance, or None
-    kind: str  #: ``step`` or ``region``
-    depth: int  #: 0 for top-level steps
-    parent: int  #: index of the parent record in the snapshot, -1 at the top level
-    count: int  #: timed calls
-    total: int  #: sum of the durations
-    sumsq: int  #: sum of the squared durations
-    min: int  #: shortest duration (0 when ``count`` is 0)
-    max: int  #: longest duration
-    errors: int  #: calls that raised
-    untimed: int  #: calls that could not be timed
-    phase: str = "forward"  #: ``forward`` or ``backward``
-    skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
-    rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
-    rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
 
 
 _GroupKey = Tuple[Optional[str], str, str]
@@ -48,6 +27,12 @@ def _std_seconds(n: int, total: int, sumsq: int) -> float:
         return 0.0
     var = (sumsq - total * total / n) / (n - 1)
     return math.sqrt(max(var, 0.0)) * 1e-9
+
+
+def check_by(by: str) -> None:
+    """Raise ValueError unless ``by`` is a grouping a summary knows: ``step`` or ``layer``."""
+    if by not in ("step", "layer"):
+        raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
 
 
 def estimated_total(s: EntryStats) -> float:
@@ -71,8 +56,7 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     timed (backward sampling) are in the counts, and their time is estimated per entry
     (:func:`estimated_total`) before entries are merged; ``Row.estimated`` says how many.
     """
-    if by not in ("step", "layer"):
-        raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
+    check_by(by)
     layer = by == "layer"
     totals = [estimated_total(s) for s in stats]
     child_total: List[float] = [0] * len(stats)
@@ -135,7 +119,7 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
             self_fraction=(g["self"] / grand) if grand else 0.0,
             errors=g["errors"], untimed=g["untimed"], phase=g["phase"], estimated=g["skipped"],
         ))
-    return Summary(rows, unit=unit, by=by, grand_total=grand * 1e-9)
+    return Summary(rows, unit=unit, by=by, total=grand * 1e-9)
 
 
 def merge_ranks(
@@ -155,7 +139,7 @@ def merge_ranks(
     for rank, stats in enumerate(snapshots):
         own = summarize(stats, by=by, unit=unit)
         parts.append(Summary([dataclasses.replace(r, rank=rank) for r in own.rows], unit=unit, by=by,
-                             grand_total=own.grand_total))
+                             total=own.total))
     combined: List[EntryStats] = []
     for stats in snapshots:
         offset = len(combined)
@@ -175,4 +159,4 @@ def merge_ranks(
             r = dataclasses.replace(r, ranks=len(totals), slowest=slow, slowest_rank=slow_rank,
                                     fastest=min(t for t, _ in totals))
         rows.append(r)
-    return Summary(rows, unit=unit, by=by, grand_total=merged.grand_total, per_rank=parts)
+    return Summary(rows, unit=unit, by=by, total=merged.total, per_rank=parts)

@@ -28,14 +28,13 @@ import torch
 from . import _anchor, _backward, _clock, _config, _frame, _ranges
 from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
-from ._frame import nvtx_backend, set_nvtx_backend
 from ._registry import registry
-from ._stack import Frame, _tls, current_path, depth, open_steps, pop_own
+from ._stack import Frame, current_path, depth, open_steps, pop_own
 from ._stepbase import StepBase
 
 __all__ = [
-    "Step", "step", "region", "instrumenting", "current_path", "depth", "open_steps",
-    "nvtx_backend", "set_nvtx_backend", "mark_outputs",
+    "Step", "step", "region", "recording", "current_path", "depth", "open_steps",
+    "mark_outputs",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,10 +53,11 @@ mark_outputs = _anchor.mark_outputs
 _is_compiling = _ranges.compiling_probe()
 
 
-def instrumenting() -> bool:
+def recording() -> bool:
     """Whether steps record right now: enabled, and not inside a ``torch.compile`` trace.
 
-    Layers check it once per forward and run the stock code when it is False.
+    The one gate: layers and wrappers check it once per call and run the stock code when it
+    is False.
     """
     return _config.enabled and not _is_compiling()
 
@@ -158,7 +158,7 @@ class Step(StepBase):
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not _config.enabled or _is_compiling():
+            if not recording():
                 return fn(*args, **kwargs)
             with st:
                 return mark_outputs(fn(*args, **kwargs))

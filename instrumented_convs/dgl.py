@@ -27,7 +27,7 @@ and where they differ the layer logs one warning and runs upstream's own ``forwa
 its single top-level step (coarse timing, exact results): :data:`DETAILED` says which.
 """
 import logging
-from typing import Any, Dict, Tuple
+from typing import Any, Dict
 
 import dgl
 import torch as th
@@ -41,16 +41,16 @@ from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
 from . import _dgl_generic
-from ._generic import inside
+from ._generic import framework_steps
 from ._guard import guard, warn_fallback
 from ._layers import InstrumentedLayer
-from ._step import Step, instrumenting, mark_outputs
+from ._step import Step, mark_outputs, recording
 
 __all__ = ["GraphConv", "EdgeWeightNorm", "DETAILED"]
 
 logger = logging.getLogger(__name__)
 
-# The steps of the forwards, built once: forward checks instrumenting() on entry and then
+# The steps of the forwards, built once: forward checks recording() on entry and then
 # the copies enter these directly (a step() call per use would cost a call and a lookup).
 _DEGREES = Step("degrees")
 _POW = Step("pow")
@@ -248,27 +248,19 @@ class GraphConv(InstrumentedLayer, _StockGraphConv):
     """``dgl.nn.GraphConv`` with its internal steps timed (a true drop-in)."""
 
     _ic_stock = _StockGraphConv
-    _ic_shared = ("weight", "bias")
 
     def forward(self, graph: Any, feat: Any, weight: Any = None, edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not instrumenting():
+        if not recording():
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        depth, inside.n = inside.n, 0  # inside a generic layer too: DGL's calls are our steps
+        depth, framework_steps.n = framework_steps.n, 0  # inside a generic layer too: DGL's calls are our steps
         try:
             with self._ic_step(graph.device):
                 if _GRAPH_CONV_OK:
                     return mark_outputs(_instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
                 return mark_outputs(super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
         finally:
-            inside.n = depth
-
-    @classmethod
-    def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        """The constructor arguments of ``layer`` (stock or ours)."""
-        return (layer._in_feats, layer._out_feats), dict(
-            norm=layer._norm, weight=layer.weight is not None, bias=layer.bias is not None,
-            activation=layer._activation, allow_zero_in_degree=layer._allow_zero_in_degree)
+            framework_steps.n = depth
 
 
 class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
@@ -278,21 +270,16 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
 
     def forward(self, graph: Any, edge_weight: th.Tensor) -> th.Tensor:
         """The stock forward with steps: positivity_check, out_weight, in_weight, apply_edges."""
-        if not instrumenting():
+        if not recording():
             return super().forward(graph, edge_weight)
-        depth, inside.n = inside.n, 0
+        depth, framework_steps.n = framework_steps.n, 0
         try:
             with self._ic_step(graph.device):
                 if _EDGE_WEIGHT_NORM_OK:
                     return mark_outputs(_instrumented_edge_weight_norm_forward(self, graph, edge_weight))
                 return mark_outputs(super().forward(graph, edge_weight))
         finally:
-            inside.n = depth
-
-    @classmethod
-    def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        """The constructor arguments of ``layer`` (stock or ours)."""
-        return (), dict(norm=layer._norm, eps=layer._eps)
+            framework_steps.n = depth
 
 
 # -- every other conv module of dgl.nn.pytorch.conv: generic layers (no copied code; _generic.py)

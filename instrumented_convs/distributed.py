@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from ._stats import EntryStats, merge_ranks
+from . import _registry
+from ._entry import EntryStats
+from ._stats import check_by, merge_ranks, summarize
 from .report import Summary
 
-__all__ = ["merged_summary"]
+__all__ = ["merged_summary", "read"]
 
 _NO_GROUP = (
     "summary(all_ranks=True) merges the registries of a torch.distributed job over its "
@@ -55,6 +57,7 @@ def merged_summary(
     Every rank of ``group`` (default: the default process group) must call it; every rank
     gets the same result. ``snapshot`` is this rank's ``registry.snapshot()``.
     """
+    check_by(by)  # before the collective: a bad argument costs no exchange
     dist = _dist()
     if dist.get_rank(group) < 0:
         raise ValueError("this process is not a member of the process group given to summary()")
@@ -71,3 +74,16 @@ def merged_summary(
                 "on every rank")
         snapshots.append([EntryStats(*entry) for entry in entries])
     return merge_ranks(snapshots, by=by, unit=unit)
+
+
+def read(snapshot: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None, all_ranks: bool = False,
+         group: Any = None) -> Summary:
+    """The summary of ``snapshot``: this process's own, or merged over every rank of
+    ``group`` (``all_ranks``: a collective, see :func:`merged_summary`). What
+    ``registry.summary()`` hands its snapshot to."""
+    if all_ranks:
+        return merged_summary(snapshot, by=by, unit=unit, group=group)
+    return summarize(snapshot, by=by, unit=unit)
+
+
+_registry.on_read(read)

@@ -29,7 +29,7 @@ upstream's own code inside its single ``GCNConv`` step (coarse timing, exact res
 :data:`DETAILED` says which copies run. PyG 2.3 and 2.4 run upstream's ``forward``.
 """
 import logging
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import torch
 import torch_geometric
@@ -43,17 +43,17 @@ from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from . import _config, _pyg_generic
+from . import _pyg_generic
 from ._generic import install, uninstall
 from ._guard import guard, warn_fallback
 from ._pyg_generic import DetailedPyG
-from ._step import Step, _is_compiling, instrumenting, mark_outputs
+from ._step import Step, mark_outputs, recording
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
 
 logger = logging.getLogger(__name__)
 
-# The steps of forward and gcn_norm, built once: both check instrumenting() on entry and then
+# The steps of forward and gcn_norm, built once: both check recording() on entry and then
 # enter these directly (a step() call per use would cost a function call and a lookup).
 _GCN_NORM = Step("gcn_norm")
 _LIN = Step("lin")
@@ -185,7 +185,7 @@ def gcn_norm(
     dtype: Optional[torch.dtype] = None,
 ) -> Any:
     """Upstream ``torch_geometric.nn.conv.gcn_conv.gcn_norm``, with a step per part."""
-    if not instrumenting() or not _GCN_NORM_OK:
+    if not recording() or not _GCN_NORM_OK:
         return _stock_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
     return _instrumented_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
 
@@ -201,11 +201,10 @@ class GCNConv(DetailedPyG, _StockGCNConv):
     # no mention of that call in its strings before the real one.
 
     _ic_stock = _StockGCNConv
-    _ic_shared = ("lin", "bias", "_cached_edge_index", "_cached_adj_t")
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not _config.enabled or _is_compiling() or not isinstance(x, Tensor):
+        if not recording() or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
         undo = install(self, children=False)  # PyG's collect, message, aggregate... as steps
         try:
@@ -266,17 +265,6 @@ class GCNConv(DetailedPyG, _StockGCNConv):
                 out = out + self.bias
 
         return out
-
-    @classmethod
-    def _ic_constructor(cls, layer: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        """The constructor arguments of ``layer`` (stock or ours)."""
-        kwargs: Dict[str, Any] = dict(
-            improved=layer.improved, cached=layer.cached, add_self_loops=layer.add_self_loops,
-            normalize=layer.normalize, bias=layer.bias is not None, aggr=layer.aggr,
-            flow=layer.flow, node_dim=layer.node_dim)
-        if layer.decomposed_layers != 1:
-            kwargs["decomposed_layers"] = layer.decomposed_layers
-        return (layer.in_channels, layer.out_channels), kwargs
 
 
 # -- every other conv class of torch_geometric.nn.conv: generic layers (no copied code; _generic.py)

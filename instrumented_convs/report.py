@@ -33,11 +33,11 @@ class Summary:
 
     def __init__(
         self, rows: Sequence[Row], unit: Optional[str] = None, by: str = "step",
-        grand_total: Optional[float] = None, per_rank: Optional[Sequence["Summary"]] = None,
+        total: Optional[float] = None, per_rank: Optional[Sequence["Summary"]] = None,
     ) -> None:
         """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
 
-        ``grand_total`` (seconds) is what the fractions are shares of; it defaults to the
+        ``total`` (seconds) is what the fractions are shares of; it defaults to the
         sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
         ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
         order (what :meth:`by_rank` returns).
@@ -47,8 +47,9 @@ class Summary:
         self.rows: List[Row] = list(rows)
         self.unit = unit
         self.by = by
-        self.grand_total = (
-            grand_total if grand_total is not None
+        #: The grand total in seconds, of which every ``fraction`` is a share.
+        self.total: float = (
+            total if total is not None
             else sum(row.total for row in self.rows if row.depth == 0)
         )
         self._per_rank = None if per_rank is None else list(per_rank)
@@ -77,8 +78,8 @@ class Summary:
         """Same rows, unit, grouping, grand total and per-rank parts."""
         if not isinstance(other, Summary):
             return NotImplemented
-        return (self.rows, self.unit, self.by, self.grand_total, self._per_rank) == (
-            other.rows, other.unit, other.by, other.grand_total, other._per_rank)
+        return (self.rows, self.unit, self.by, self.total, self._per_rank) == (
+            other.rows, other.unit, other.by, other.total, other._per_rank)
 
     @property
     def world_size(self) -> Optional[int]:
@@ -105,11 +106,6 @@ class Summary:
         """The rows directly under ``path`` (``None``: the top-level rows)."""
         return [row for row in self.rows if row.parent == path]
 
-    @property
-    def total(self) -> float:
-        """The grand total in seconds, of which every ``fraction`` is a share."""
-        return self.grand_total
-
     def select(
         self, prefix: Optional[str] = None, max_depth: Optional[int] = None,
         phase: Optional[str] = None,
@@ -129,7 +125,7 @@ class Summary:
         ]
         parts = None if self._per_rank is None else [
             part.select(prefix, max_depth, phase) for part in self._per_rank]
-        return Summary(rows, unit=self.unit, by=self.by, grand_total=self.grand_total, per_rank=parts)
+        return Summary(rows, unit=self.unit, by=self.by, total=self.total, per_rank=parts)
 
     # -- rendering --------------------------------------------------------------------------
     def table(self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True) -> str:
@@ -150,12 +146,12 @@ class Summary:
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
-        """A JSON-ready dict: ``{"by", "unit", "grand_total", "rows": [row fields...]}``.
+        """A JSON-ready dict: ``{"by", "unit", "total", "rows": [row fields...]}``.
 
         A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
         """
         data = {
-            "by": self.by, "unit": self.unit, "grand_total": self.grand_total,
+            "by": self.by, "unit": self.unit, "total": self.total,
             "rows": [dataclasses.asdict(r) for r in self.rows],
         }
         if self._per_rank is not None:
@@ -172,7 +168,7 @@ class Summary:
         parts = data.get("per_rank")
         return cls(
             [Row(**r) for r in data["rows"]], unit=data.get("unit"), by=data.get("by", "step"),
-            grand_total=data.get("grand_total"),
+            total=data.get("total"),
             per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
         )
 
@@ -186,14 +182,14 @@ class Summary:
         return self.rows + [r for part in self._per_rank or () for r in part.rows]
 
     @classmethod
-    def _from_rows(cls, rows: List[Row], by: str, grand_total: Optional[float]) -> "Summary":
+    def _from_rows(cls, rows: List[Row], by: str, total: Optional[float]) -> "Summary":
         """The summary of exported rows: those without a rank, and a part per rank if both."""
         merged = [r for r in rows if r.rank is None]
         if not merged or len(merged) == len(rows):
-            return cls(rows, by=by, grand_total=grand_total)
+            return cls(rows, by=by, total=total)
         ranks = sorted({r.rank for r in rows if r.rank is not None})
         parts = [cls([r for r in rows if r.rank == k], by=by) for k in range(max(ranks) + 1)]
-        return cls(merged, by=by, grand_total=grand_total, per_rank=parts)
+        return cls(merged, by=by, total=total, per_rank=parts)
 
     def to_csv(self) -> str:
         """The rows as CSV text with a header line (times in seconds, repr precision).
@@ -211,12 +207,12 @@ class Summary:
         return out.getvalue()
 
     @classmethod
-    def from_csv(cls, text: str, by: str = "step", grand_total: Optional[float] = None) -> "Summary":
-        """Rebuild a summary from :meth:`to_csv` output (pass ``grand_total`` for a part)."""
+    def from_csv(cls, text: str, by: str = "step", total: Optional[float] = None) -> "Summary":
+        """Rebuild a summary from :meth:`to_csv` output (pass ``total`` for a part)."""
         rows = []
         for d in csv.DictReader(io.StringIO(text)):
             rows.append(Row(**{k: _parse(k, v) for k, v in d.items()}))
-        return cls._from_rows(rows, by, grand_total)
+        return cls._from_rows(rows, by, total)
 
     def to_dataframe(self) -> Any:
         """The rows as a pandas DataFrame, one column per :class:`Row` field.
@@ -228,8 +224,8 @@ class Summary:
         return pd.DataFrame([dataclasses.asdict(r) for r in self._all_rows()], columns=_FIELDS)
 
     @classmethod
-    def from_dataframe(cls, frame: Any, by: str = "step", grand_total: Optional[float] = None) -> "Summary":
-        """Rebuild a summary from :meth:`to_dataframe` output (pass ``grand_total`` for a part)."""
+    def from_dataframe(cls, frame: Any, by: str = "step", total: Optional[float] = None) -> "Summary":
+        """Rebuild a summary from :meth:`to_dataframe` output (pass ``total`` for a part)."""
         rows = []
         for record in frame.to_dict(orient="records"):
             values = {}
@@ -245,4 +241,4 @@ class Summary:
                     v = float(v)
                 values[k] = v
             rows.append(Row(**values))
-        return cls._from_rows(rows, by, grand_total)
+        return cls._from_rows(rows, by, total)

@@ -5,7 +5,8 @@ timings exact, but it is for tests only: nothing here belongs in a training prog
 
 .. code-block:: python
 
-   from instrumented_convs import registry, step
+   from instrumented_convs import registry
+   from instrumented_convs.layers import step
    from instrumented_convs.testing import FakeClock, cpu_clock
 
    with cpu_clock(FakeClock()) as clock:

@@ -16,9 +16,7 @@ from .helpers import outcome, train_losses  # noqa: F401  (re-exported)
 @pytest.fixture(autouse=True)
 def clean_state():
     """Every test starts enabled, with an empty registry, NVTX and record_function on."""
-    saved = ic.settings()
-    ic.enable()
-    ic.configure(nvtx=True, record_function=True)
+    saved = ic.configure(enabled=True, nvtx=True, record_function=True)
     ic.registry.reset()
     yield
     assert depth() == 0, f"a test left steps open on the main thread: {open_steps()}"

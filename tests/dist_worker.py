@@ -20,14 +20,15 @@ import torch
 import torch.distributed as dist
 
 import instrumented_convs as ic
-from instrumented_convs import region, step
+from instrumented_convs import region
+from instrumented_convs.layers import step
 from instrumented_convs.testing import FakeClock, cpu_clock
 
 
 def main(out: str, backend: str) -> None:
     """Run this rank's share, merge, and write ``OUT/rank<r>.json``."""
     try:  # before the process group exists: the clear error
-        ic.summary(all_ranks=True)
+        ic.registry.summary(all_ranks=True)
         error = ""
     except RuntimeError as exc:
         error = str(exc)
@@ -68,9 +69,9 @@ def main(out: str, backend: str) -> None:
         with region("layer", device=device):
             call().sum().backward()
 
-    merged = ic.summary(all_ranks=True)
-    by_layer = ic.summary(by="layer", all_ranks=True)
-    mine = ic.summary()
+    merged = ic.registry.summary(all_ranks=True)
+    by_layer = ic.registry.summary(by="layer", all_ranks=True)
+    mine = ic.registry.summary()
     # a group of the last rank alone: its members merge alone, others are refused
     last = dist.new_group([world - 1])
     if rank == world - 1:

@@ -150,6 +150,10 @@ def test_instrument_converts_a_stock_layer_in_place_and_back(fw, case):
     assert registry.summary()[case.name].count >= 1
     ic.uninstrument(layer)
     assert type(layer) is stock_cls
+    from instrumented_convs._layers import Timed
+
+    ours_left = [n for n, v in layer.__dict__.items() if n.startswith("_ic_") or type(v) is Timed]
+    assert not ours_left, ours_left  # nothing of ours left, detailed layer or generic
     registry.reset()
     _assert_same(_run(cases, ref, case), _run(cases, layer, case))
     assert len(registry.summary()) == 0, registry.summary()
@@ -183,13 +187,17 @@ def test_pickle_and_deepcopy_keep_the_steps(fw, case):
 
 
 @pytest.mark.parametrize("fw,case", [p for p in PARAMS if p.values[1].id in (
-    "SAGEConv", "GATConv", "GINConv", "SAGEConv-mean")][:6])
+    "SAGEConv", "GATConv", "GINConv", "SAGEConv-mean", "GCNConv", "GCNConv-edge_weight", "GraphConv")])
 def test_to_stock_and_from_stock_share_parameters(fw, case):
+    """One conversion for detailed layers (GCNConv, DGL's GraphConv) and generic ones."""
     stock_cls, ours_cls = _classes(fw, case.name)
     cases = FRAMEWORKS[fw][2]
     stock, ours = cases.build_pair(case, ours_cls)
     back = ours.to_stock()
     assert type(back) is stock_cls
+    assert set(back.__dict__) == set(stock.__dict__)  # nothing of ours on the stock copy
+    with pytest.raises(TypeError):
+        ours_cls.from_stock(ours)  # takes a stock layer, not one of ours
     assert [id(p) for p in back.parameters()] == [id(p) for p in ours.parameters()]
     again = ours_cls.from_stock(stock)
     assert [id(p) for p in again.parameters()] == [id(p) for p in stock.parameters()]

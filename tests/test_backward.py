@@ -28,7 +28,9 @@ needs_pyg = pytest.mark.skipif(StockGCN is None, reason="needs torch_geometric")
 
 import instrumented_convs as ic  # noqa: E402
 import instrumented_convs._backward as _bw  # noqa: E402
-from instrumented_convs import Summary, region, registry, step  # noqa: E402
+from instrumented_convs import region, registry  # noqa: E402
+from instrumented_convs.layers import step  # noqa: E402
+from instrumented_convs.report import Summary  # noqa: E402
 if StockGCN is not None:
     from instrumented_convs.pyg import GCNConv
 from instrumented_convs.testing import depth, open_steps  # noqa: E402
@@ -701,7 +703,7 @@ def test_configure_backward_false_records_none_even_for_hooks_set_before():
     x0, ei, _ = _graph()
     hooked = ours(x0.clone().requires_grad_(), ei)  # hooks set up while backward is on
     ic.configure(backward=False)
-    assert not ic.settings().backward
+    assert not ic.configure().backward
     hooked.sum().backward()
     ours(x0.clone().requires_grad_(), ei).sum().backward()
     s = registry.summary()
@@ -715,15 +717,16 @@ def test_env_var_turns_backward_off_at_import():
     """INSTRUMENTED_CONVS_BACKWARD=0 in a fresh interpreter: forward rows, no backward ones."""
     code = (
         "import torch, instrumented_convs as ic\n"
+        "from instrumented_convs.layers import step\n"
         "w = torch.ones(3, requires_grad=True)\n"
-        "@ic.step('f')\n"
+        "@step('f')\n"
         "def f(v):\n"
         "    return (v * 2).sum()\n"
         "f(w).backward()\n"
-        "with ic.step('user'):\n"
+        "with step('user'):\n"
         "    y = (w * 3).sum()\n"
         "y.backward()\n"
-        "print(ic.settings().backward, sorted((r.name, r.phase) for r in ic.summary()))\n"
+        "print(ic.configure().backward, sorted((r.name, r.phase) for r in ic.registry.summary()))\n"
     )
     out = run_script("-c", code, env={"INSTRUMENTED_CONVS_BACKWARD": "0"}).stdout.strip()
     assert out == "False [('f', 'forward'), ('user', 'forward')]"
@@ -731,17 +734,17 @@ def test_env_var_turns_backward_off_at_import():
 
 @needs_pyg
 def test_disable_records_nothing_even_for_hooks_set_before():
-    """ic.disable(): nothing at all, also from a graph hooked while enabled."""
+    """ic.configure(enabled=False): nothing at all, also from a graph hooked while enabled."""
     _, ours = _gcn_pair()
     x0, ei, _ = _graph()
     hooked = ours(x0.clone().requires_grad_(), ei)
     registry.reset()
-    ic.disable()
+    ic.configure(enabled=False)
     try:
         hooked.sum().backward()
         ours(x0.clone().requires_grad_(), ei).sum().backward()
     finally:
-        ic.enable()
+        ic.configure(enabled=True)
     assert len(registry.summary()) == 0
 
 
@@ -759,13 +762,19 @@ def test_profiler_shows_backward_labels():
 # -- 11. user steps --------------------------------------------------------------------------
 
 def test_with_block_and_decorated_function_get_backward_rows():
-    """A top-level ``with step("user")`` block (outputs found among the caller's locals) and
-    a decorated ``@step("head")`` function each get one backward row."""
+    """A top-level ``with step("user")`` block that marks its result and a decorated
+    ``@step("head")`` function each get one backward row; a block that marks nothing gets
+    none (its outputs are never guessed from the caller's variables)."""
+    from instrumented_convs.layers import mark_outputs
+
     x = torch.randn(4, requires_grad=True)
     w = torch.randn(4, requires_grad=True)
     with step("user"):
-        y = (x * w).sum()
+        y = mark_outputs((x * w).sum())
     y.backward()
+    with step("unmarked"):
+        z = (x * w).sum()
+    z.backward()
 
     @step("head")
     def head(v):
@@ -775,9 +784,26 @@ def test_with_block_and_decorated_function_get_backward_rows():
     s = registry.summary()
     assert sorted((r.name, r.phase, r.count) for r in s) == [
         ("head", "backward", 1), ("head", "forward", 1),
+        ("unmarked", "forward", 1),
         ("user", "backward", 1), ("user", "forward", 1),
     ]
-    torch.testing.assert_close(x.grad, 2 * w.detach())
+    torch.testing.assert_close(x.grad, 3 * w.detach())
+
+
+def test_an_unmarked_block_gets_the_backward_of_what_nested_steps_marked():
+    """A ``with step()`` block that marks nothing still gets backward rows for the steps
+    nested in it that did mark theirs (a layer inside a user's step)."""
+    from instrumented_convs.layers import mark_outputs
+
+    x = torch.randn(4, requires_grad=True)
+    with step("outer"):
+        with step("inner"):
+            h = mark_outputs(x * 2)
+        y = (h * 3).sum()
+    y.backward()
+    rows = {(r.name, r.phase) for r in registry.summary()}
+    assert ("inner", "backward") in rows  # (the backward of a step whose parent has none)
+    assert not {name for name, phase in rows if phase == "backward" and name.startswith("outer")}
 
 
 # -- 12. the Summary API with phases ------------------------------------------------------------
@@ -814,10 +840,10 @@ def test_serialisation_keeps_phase_and_reads_files_without_it():
     existed still load, every row a forward row."""
     s = _mixed_summary()
     assert Summary.from_json(s.to_json()) == s
-    csv_back = Summary.from_csv(s.to_csv(), grand_total=s.grand_total)
+    csv_back = Summary.from_csv(s.to_csv(), total=s.total)
     assert [r.phase for r in csv_back] == [r.phase for r in s]
     assert [r.name for r in csv_back] == [r.name for r in s]
-    df_back = Summary.from_dataframe(s.to_dataframe(), grand_total=s.grand_total)
+    df_back = Summary.from_dataframe(s.to_dataframe(), total=s.total)
     assert [(r.name, r.phase) for r in df_back] == [(r.name, r.phase) for r in s]
     assert {r.phase for r in s} == {"forward", "backward"}
     # older files: no phase field

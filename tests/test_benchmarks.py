@@ -72,14 +72,14 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
     def spy(model, graph, data):
         fn = real(model, graph, data)
         if not any(type(m).__module__.startswith("torch_geometric") for m in model.modules()):
-            return lambda: (seen.append(ic.settings()), fn())
+            return lambda: (seen.append(ic.configure()), fn())
         return fn
 
     monkeypatch.setattr(bench, "_epoch_fn", spy)
-    before = ic.settings()
+    before = ic.configure()
     bench.measure_case(load_graph("synthetic-quick"), "pyg", False, rounds=2, warmup=1, hidden=8,
                        device=torch.device("cpu"))
-    assert ic.settings() == before
+    assert ic.configure() == before
     assert [s.backward for s in seen].count(True) >= [s.backward for s in seen].count(False) * 2
 
 
@@ -100,10 +100,10 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     spec = importlib.util.spec_from_file_location("backward_parts", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    before, draw = ic.settings(), _sampling._random
-    seen = mod._with({"backward_every": 1}, True, lambda: (_sampling._random(), ic.settings().backward_every))
+    before, draw = ic.configure(), _sampling._random
+    seen = mod._with({"backward_every": 1}, True, lambda: (_sampling._random(), ic.configure().backward_every))
     assert seen == (1.0, 1)  # inside: every call counted, the switch set
-    assert ic.settings() == before and _sampling._random is draw  # after: both put back
+    assert ic.configure() == before and _sampling._random is draw  # after: both put back
     from instrumented_convs import _anchor
 
     finish = _anchor.finish
@@ -127,10 +127,10 @@ def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows
     spec = importlib.util.spec_from_file_location("row_floor", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    before = ic.settings()
+    before = ic.configure()
     mod.BLOCK = 1
     r = mod.measure(ops=4, rounds=1, warmup=0)
-    assert ic.settings() == before  # the forward phase's backward=False is put back
+    assert ic.configure() == before  # the forward phase's backward=False is put back
     assert set(r["forward_us_per_row"]) == {"bare again", "with a C lock", "perf_counter_ns pair",
                                             "our nested step"}
     assert set(r["backward_us_per_hook"]) == {"bare again", "tensor hook", "node pre-hook"}

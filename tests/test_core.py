@@ -10,7 +10,9 @@ import threading
 import pytest
 
 import instrumented_convs as ic
-from instrumented_convs import current_path, disabled, region, registry, step
+import instrumented_convs.layers as ic_layers
+from instrumented_convs import configure, region, registry
+from instrumented_convs.layers import current_path, step
 from instrumented_convs.testing import depth, open_steps
 
 SEC = 1e-9  # one nanosecond in seconds
@@ -132,14 +134,14 @@ def test_decorator_times_each_call_and_reads_the_switch_per_call(clock):
         return n * 2
 
     assert work(5) == 10
-    with disabled():
+    with configure(enabled=False):
         assert work(7) == 14
     assert work.__name__ == "work"
     r = registry.summary()["work"]
     assert r.count == 1 and r.total == pytest.approx(5 * SEC)
 
     # decorated while disabled still records once enabled again
-    with disabled():
+    with configure(enabled=False):
         @step("late")
         def late():
             clock.advance(3)
@@ -163,28 +165,29 @@ def test_step_object_is_reentrant_and_recursive(clock):
 
 
 def test_disabled_records_nothing_and_restores(clock):
-    with disabled():
-        assert not ic.is_enabled()
+    with configure(enabled=False):
+        assert not ic.configure().enabled
         with step("x"):
             clock.advance(1)
         with region("y"):
             clock.advance(1)
-    assert ic.is_enabled()
+    assert ic.configure().enabled
     assert len(registry.summary()) == 0
-    ic.disable()
+    ic.configure(enabled=False)
     try:
         with step("x"):
             pass
     finally:
-        ic.enable()
+        ic.configure(enabled=True)
     assert len(registry.summary()) == 0
 
 
 def test_env_var_disables_at_import():
     code = (
         "import instrumented_convs as ic\n"
-        "with ic.step('x'): pass\n"
-        "print(ic.is_enabled(), len(ic.registry.summary()))\n"
+        "from instrumented_convs.layers import step\n"
+        "with step('x'): pass\n"
+        "print(ic.configure().enabled, len(ic.registry.summary()))\n"
     )
     env = dict(os.environ, INSTRUMENTED_CONVS_DISABLE="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
@@ -216,7 +219,7 @@ def test_bad_step_names_are_rejected_enabled_or_not():
     for bad in ("", "a/b", None, 3):
         with pytest.raises(ValueError):
             step(bad)  # type: ignore[arg-type]
-        with disabled():
+        with configure(enabled=False):
             with pytest.raises(ValueError):
                 step(bad)  # type: ignore[arg-type]
 
@@ -329,21 +332,72 @@ def test_registry_memory_stays_flat_over_a_million_steps(clock):
     assert grown < 16 * 1024, f"registry grew by {grown} bytes over 10^6 steps"
 
 
-def test_configure_switches_nvtx_and_record_function():
-    now = ic.configure(nvtx=False, record_function=False)
-    assert not now.nvtx and not now.record_function
-    ic.configure(nvtx=True)
-    assert ic.settings().nvtx and not ic.settings().record_function
-    assert ic.configure() == ic.settings() == (True, True, False, True, ic.settings().backward_every)
+def test_configure_returns_the_switches_it_replaced():
+    before = ic.configure()
+    assert isinstance(before, ic.Settings) and before == ic.configure()  # no argument: a read
+    previous = ic.configure(nvtx=False, record_function=False, backward_every=3)
+    assert previous == before
+    now = ic.configure()
+    assert now.nvtx == "none" and not now.record_function and now.backward_every == 3
+    assert now.enabled and now.backward == before.backward
+    assert ic.configure(nvtx=True).nvtx == "none"  # what it replaced
+    assert ic.configure().nvtx == "none"  # auto: no NVTX tool is attached to this process
+    previous.restore()
+    assert ic.configure() == before
 
 
-def test_settings_snapshot_restores_every_switch():
-    saved = ic.settings()
-    ic.disable()
-    ic.configure(nvtx=False, record_function=False)
-    assert ic.settings() == ic.Settings(enabled=False, nvtx=False, record_function=False)
-    saved.restore()
-    assert ic.settings() == saved and ic.is_enabled()
+def test_configure_is_a_context_manager_that_puts_every_switch_back(clock):
+    before = ic.configure()
+    with ic.configure(enabled=False, backward=False, record_function=False) as previous:
+        assert previous == before
+        assert ic.configure() == before._replace(enabled=False, backward=False, record_function=False)
+        with step("x"):
+            clock.advance(1)
+    assert ic.configure() == before and len(registry.summary()) == 0
+    with pytest.raises(KeyError):  # an exception in the block: propagated, switches put back
+        with ic.configure(enabled=False):
+            raise KeyError("boom")
+    assert ic.configure() == before
+
+
+def test_configure_checks_every_value_before_changing_any():
+    before = ic.configure()
+    for bad in (dict(nvtx="nsys"), dict(nvtx=1), dict(backward_every=0), dict(backward_every=True),
+                dict(enabled=False, nvtx="bogus"), dict(record_function=False, backward_every=2.5)):
+        with pytest.raises(ValueError):
+            ic.configure(**bad)
+        assert ic.configure() == before, bad
+
+
+def test_configure_nvtx_picks_a_backend_and_settings_tell_it():
+    before = ic.configure()
+    try:
+        assert ic.configure(nvtx="none").nvtx == before.nvtx
+        assert ic.configure().nvtx == "none"
+        ic.configure(nvtx=False)
+        assert ic.configure().nvtx == "none"
+    finally:
+        before.restore()
+    assert ic.configure() == before
+
+
+def test_the_face_is_small_and_points_into_no_private_module():
+    import instrumented_convs.layers as layers
+    import instrumented_convs.report as report
+
+    assert sorted(ic.__all__) == sorted(
+        ["region", "instrument", "uninstrument", "name_layers", "registry", "configure", "Settings"])
+    assert len(ic.__all__) <= 12
+    public = {n for n in vars(ic) if not n.startswith("_")}
+    # besides __all__, only submodules (importing one binds it on the package)
+    assert all(type(getattr(ic, n)).__name__ == "module" for n in public - set(ic.__all__)), public
+    assert sorted(layers.__all__) == sorted(["step", "Step", "mark_outputs", "recording", "current_path"])
+    for mod in (ic, layers, report):
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if isinstance(obj, type) or callable(obj):
+                # documented under the public module: each public object says so itself
+                assert getattr(obj, "__doc__", None), f"{mod.__name__}.{name} has no docstring"
 
 
 def test_open_steps_and_current_path_follow_the_nesting():
@@ -356,10 +410,14 @@ def test_open_steps_and_current_path_follow_the_nesting():
     assert open_steps() == []
 
 
-def test_step_module_keeps_the_names_layers_and_tests_import():
+def test_layers_module_is_the_step_machinery():
     from instrumented_convs import _step
 
-    assert _step.Step is ic.Step and _step.step is ic.step and _step.instrumenting is ic.instrumenting
+    assert _step.Step is ic_layers.Step and _step.step is ic_layers.step
+    assert _step.recording is ic_layers.recording and _step.current_path is ic_layers.current_path
+    assert ic_layers.recording()
+    with ic.configure(enabled=False):
+        assert not ic_layers.recording()
     assert _step.depth() == 0
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from instrumented_convs import registry, step
+from instrumented_convs import registry
+from instrumented_convs.layers import step
 from instrumented_convs._clock import EventPool, PendingTimes
 from instrumented_convs.testing import cuda_event_factory, depth
 

@@ -13,7 +13,7 @@ from dgl.base import DGLError  # noqa: E402
 from dgl.nn import EdgeWeightNorm as StockEWN  # noqa: E402
 from dgl.nn import GraphConv as Stock  # noqa: E402
 
-from instrumented_convs import disabled, region, registry  # noqa: E402
+from instrumented_convs import configure, region, registry  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 
 from .helpers import gpu, train_losses  # noqa: E402
@@ -328,7 +328,7 @@ def test_disabled_runs_the_stock_code(monkeypatch):
     torch.manual_seed(0)
     stock, ours = Stock(4, 3), GraphConv(4, 3)
     ours.load_state_dict(stock.state_dict())
-    with disabled():
+    with configure(enabled=False):
         torch.testing.assert_close(ours(g, x), stock(g, x))
         EdgeWeightNorm()(g, torch.rand(g.num_edges()) + 0.1)
     assert len(registry.summary()) == 0

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import Registry, Summary
+from instrumented_convs.report import Summary
+from instrumented_convs._registry import Registry
 from instrumented_convs._stats import merge_ranks
 
 from .helpers import ROOT, gpu, run_torchrun
@@ -146,8 +147,8 @@ def test_all_ranks_without_a_process_group_is_a_clear_error():
     with pytest.raises(RuntimeError, match="init_process_group"):
         ic.registry.summary(all_ranks=True)
     with pytest.raises(RuntimeError, match="torchrun"):
-        ic.summary(all_ranks=True)
-    assert ic.summary()["epoch"].count == 1  # the registry is untouched
+        ic.registry.summary(all_ranks=True)
+    assert ic.registry.summary()["epoch"].count == 1  # the registry is untouched
 
 
 # -- two real processes over gloo --------------------------------------------------------------

@@ -11,7 +11,7 @@ pytest.importorskip("dgl")
 
 import torch_geometric.typing as pyg_typing  # noqa: E402
 
-from instrumented_convs import Summary  # noqa: E402
+from instrumented_convs.report import Summary  # noqa: E402
 from instrumented_convs.study import SHAPES, build_model, scaled_shape, synthetic_graph  # noqa: E402
 from instrumented_convs.study.data import MissingDependency  # noqa: E402
 from instrumented_convs.study.minibatch import make_loader, require_pyg_sampler, setup, shard  # noqa: E402

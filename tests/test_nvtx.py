@@ -21,7 +21,7 @@ def injection(tmp_path_factory):
 
 
 def _run(injection, tmp_path, body, env=None):
-    code = "import instrumented_convs as ic\nfrom instrumented_convs import step, region\n" + textwrap.dedent(body)
+    code = "import instrumented_convs as ic\nfrom instrumented_convs import region\nfrom instrumented_convs.layers import step\n" + textwrap.dedent(body)
     proc, events = nc.capture(injection, code, tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     return proc, events
@@ -29,7 +29,7 @@ def _run(injection, tmp_path, body, env=None):
 
 def test_ranges_names_nesting_and_balance(injection, tmp_path):
     _, events = _run(injection, tmp_path, """
-        assert ic.nvtx_backend() == "nvtx"
+        assert ic.configure().nvtx == "nvtx"
         with region("forward"):
             with step("GCNConv"):
                 with step("gcn_norm"):
@@ -90,7 +90,7 @@ def test_nvtx_switch_and_disable_open_no_ranges(injection, tmp_path):
         with step("timed_only"):
             pass
         ic.configure(nvtx=True)
-        with ic.disabled():
+        with ic.configure(enabled=False):
             with step("off"):
                 pass
         with step("on"):
@@ -136,14 +136,20 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
 
 def test_backend_can_be_switched_off_and_back(injection, tmp_path):
     _, events = _run(injection, tmp_path, """
-        assert ic.set_nvtx_backend("none") == "none"
+        assert ic.configure(nvtx="none").nvtx == "nvtx"   # what it replaced: auto, a tool attached
+        assert ic.configure().nvtx == "none"
         with step("silent"):
             pass
-        assert ic.set_nvtx_backend() == "nvtx"
+        assert ic.configure(nvtx="auto").nvtx == "none"
+        assert ic.configure().nvtx == "nvtx"
         with step("loud"):
             pass
+        with ic.configure(nvtx=False):
+            with step("quiet"):
+                pass
+        assert ic.configure().nvtx == "nvtx"
         try:
-            ic.set_nvtx_backend("bogus")
+            ic.configure(nvtx="bogus")
         except ValueError:
             pass
         else:
@@ -234,8 +240,8 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         real_get_domain = nvtx.get_domain
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
         from instrumented_convs import _frame
-        assert ic.set_nvtx_backend("nvtx") == "nvtx"
-        assert _frame._nvtx.forced
+        ic.configure(nvtx="nvtx")
+        assert ic.configure().nvtx == "nvtx" and _frame._nvtx.forced
         with step("outer"):
             with step("inner"):
                 pass
@@ -359,11 +365,12 @@ def test_no_tool_attached_means_no_nvtx_calls_until_forced():
 
     code = textwrap.dedent("""
         import instrumented_convs as ic
-        from instrumented_convs import step
-        assert ic.nvtx_backend() == "none", ic.nvtx_backend()
+        from instrumented_convs.layers import step
+        assert ic.configure().nvtx == "none", ic.configure().nvtx
         with step("x"):
             pass
-        assert ic.set_nvtx_backend("nvtx") == "nvtx"
+        ic.configure(nvtx="nvtx")
+        assert ic.configure().nvtx == "nvtx"
         with step("y"):
             pass
         assert ic.registry.summary()["y"].count == 1

@@ -14,7 +14,7 @@ from torch_geometric.nn import GCNConv as Stock  # noqa: E402
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import disabled, region, registry  # noqa: E402
+from instrumented_convs import configure, region, registry  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 
 from .helpers import gpu, train_losses  # noqa: E402
@@ -339,7 +339,7 @@ def test_disabled_runs_the_stock_code(monkeypatch):
     monkeypatch.setattr(ipyg, "_FORWARD_OK", True)
     stock, ours = _pair()
     x, ei, ew = _graph()
-    with disabled():
+    with configure(enabled=False):
         torch.testing.assert_close(ours(x, ei, ew), stock(x, ei, ew))
         torch.testing.assert_close(ipyg.gcn_norm(ei, ew, N), ipyg._stock_gcn_norm(ei, ew, N))
     assert len(registry.summary()) == 0

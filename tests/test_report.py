@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from instrumented_convs import Summary, region, registry, step
+from instrumented_convs import region, registry
+from instrumented_convs.report import Summary
+from instrumented_convs.layers import step
 from instrumented_convs._stats import EntryStats, summarize
 from instrumented_convs.report import choose_unit
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _anchor, _native, _sampling, registry, region, step
+from instrumented_convs import _anchor, _native, _sampling, registry, region
+from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 
 from .test_backward import Advance

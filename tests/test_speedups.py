@@ -19,7 +19,8 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _entry, _native, registry, step
+from instrumented_convs import _entry, _native, registry
+from instrumented_convs.layers import step
 from instrumented_convs._step import Step
 from instrumented_convs.testing import depth
 
@@ -68,9 +69,9 @@ def test_the_counter_address_is_refused_where_the_function_disagrees(monkeypatch
 
 
 def test_pure_python_can_be_forced_and_records_the_same_steps():
-    code = ("import instrumented_convs as ic\nfrom instrumented_convs import _native, step\n"
+    code = ("import instrumented_convs as ic\nfrom instrumented_convs import _native\nfrom instrumented_convs.layers import step\n"
             "with step('a'):\n    with step('b'):\n        pass\n    with step('b'):\n        pass\n"
-            "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.summary()])\n")
+            "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.registry.summary()])\n")
     out = {}
     for pure in ("0", "1"):
         env = dict(os.environ, PYTHONPATH=python_path(), INSTRUMENTED_CONVS_PURE_PYTHON=pure)

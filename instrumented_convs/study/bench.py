@@ -9,7 +9,7 @@ same weights:
   nvtx package if installed);
 - ``no backward``: the same with backward timing off (``configure(backward=False)``): the
   difference to ``enabled`` is what timing the backward costs;
-- ``disabled``: instrumented_convs' layers inside ``disabled()``;
+- ``disabled``: instrumented_convs' layers inside ``configure(enabled=False)``;
 - ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the
   noise floor of the measurement (an A/A comparison).
 
@@ -115,15 +115,11 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
 
     def run(variant: str) -> float:
         if variant == "disabled":
-            with ic.disabled():
+            with ic.configure(enabled=False):
                 return timed(epochs[variant])
         if variant == "no backward":
-            saved = ic.settings()  # (configure() returns the switches it set, not the old ones)
-            ic.configure(backward=False)
-            try:
+            with ic.configure(backward=False):
                 return timed(epochs[variant])
-            finally:
-                saved.restore()
         return timed(epochs[variant])
 
     for _ in range(warmup):
@@ -185,7 +181,7 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
     device = torch.device(args.device)
     results: List[Dict[str, Any]] = []
     print(f"Training-epoch time, stock vs instrumented ({args.rounds} interleaved rounds after "
-          f"{args.warmup} warm-up; NVTX backend {ic.nvtx_backend()}; {device})")
+          f"{args.warmup} warm-up; NVTX backend {ic.configure().nvtx}; {device})")
     print(f"  {'shape':16s} {'case':17s} {'stock ms (IQR)':>18s} {'enabled ms (IQR)':>18s} "
           f"{'no-bw ms (IQR)':>18s} {'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} {'enabled/stock':>14s} "
           f"{'no-bw/stock':>12s} {'disabled/stock':>15s} {'again/stock':>12s}")
@@ -213,6 +209,6 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
 def write_json(path: str, results: List[Dict[str, Any]], device: torch.device) -> None:
     """Write the results with the machine's versions to ``path``."""
     info = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),
-            "nvtx_backend": ic.nvtx_backend(), "cpu_count": os.cpu_count()}
+            "nvtx_backend": ic.configure().nvtx, "cpu_count": os.cpu_count()}
     with open(path, "w") as fh:
         json.dump({"info": info, "results": results}, fh, indent=2)

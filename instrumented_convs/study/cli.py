@@ -23,7 +23,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from instrumented_convs import Summary, registry
+from instrumented_convs import registry
+from instrumented_convs.report import Summary
 
 from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
 from .loop import TrainResult, train

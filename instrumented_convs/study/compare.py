@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from instrumented_convs import Row, Summary
+from instrumented_convs.report import Row, Summary
 
 from .models import MODELS
 

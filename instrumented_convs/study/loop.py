@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from instrumented_convs import disabled, region
+from instrumented_convs import configure, region
 
 from .data import GraphData
 
@@ -33,7 +33,7 @@ class TrainResult:
 
 def accuracy(model: torch.nn.Module, data: GraphData, graph: Any) -> Tuple[float, float, float]:
     """Train/valid/test accuracy, computed with instrumentation off."""
-    with disabled():
+    with configure(enabled=False):
         model.eval()
         with torch.no_grad():
             pred = model(data.x, graph).argmax(dim=-1)
@@ -75,7 +75,7 @@ def train(
             opt.step()
         return loss
 
-    with disabled():
+    with configure(enabled=False):
         for _ in range(warmup):
             one_epoch()
     for epoch in range(epochs):

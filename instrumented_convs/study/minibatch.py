@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from instrumented_convs import disabled, region
+from instrumented_convs import configure, region
 
 from .data import GraphData, MissingDependency
 from .models import build_model
@@ -225,7 +225,7 @@ def train_minibatch(
             opt.step()
         return loss.detach()
 
-    with disabled():
+    with configure(enabled=False):
         it = iter(loader)
         for _ in range(min(warmup, batches)):  # the same count on every rank
             one_batch(next(it))
@@ -257,7 +257,7 @@ def evaluate(s: MiniBatchSetup, nodes: Tensor) -> Tuple[float, int]:
     """
     correct = total = 0
     mine = nodes[s.rank::s.world]
-    with disabled(), torch.no_grad():
+    with configure(enabled=False), torch.no_grad():
         s.net.eval()
         if mine.numel():
             for batch in make_loader(s, mine, train=False):

@@ -13,7 +13,8 @@ import logging
 import sys
 from typing import List, Optional, Tuple
 
-from instrumented_convs import Summary, registry
+from instrumented_convs import registry
+from instrumented_convs.report import Summary
 
 from .cli import _progress
 from .data import SHAPES, GraphData, MissingDependency, scaled_shape, synthetic_graph
