@@ -4,14 +4,22 @@
 built (no compiler), the install goes on and the package runs its Python twin
 (``instrumented_convs/_stepbase.py``), which behaves the same, more slowly.
 """
+
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("instrumented_convs._speedups",
-                  ["instrumented_convs/_speedups.c", "instrumented_convs/_speedups_step.c",
-                   "instrumented_convs/_speedups_timed.c", "instrumented_convs/_speedups_anchor.c",
-                   "instrumented_convs/_speedups_count.c"],
-                  depends=["instrumented_convs/_speedups.h"], optional=True),
+        Extension(
+            "instrumented_convs._speedups",
+            [
+                "instrumented_convs/_speedups.c",
+                "instrumented_convs/_speedups_step.c",
+                "instrumented_convs/_speedups_timed.c",
+                "instrumented_convs/_speedups_anchor.c",
+                "instrumented_convs/_speedups_count.c",
+            ],
+            depends=["instrumented_convs/_speedups.h"],
+            optional=True,
+        ),
     ],
 )

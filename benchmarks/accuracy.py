@@ -18,6 +18,7 @@ is what our hot path adds (it should be 0).
 
 Exits with status 2 and a message when no CUDA device is present.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,9 @@ def _sync_count(prof: Any) -> int:
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Measure and print the comparison."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--shape", default="synthetic-arxiv", choices=sorted(SHAPES))
     p.add_argument("--passes", type=int, default=20, help="forward passes profiled")
     p.add_argument("--sparse", action="store_true", help="SparseTensor input (fused path)")
@@ -91,8 +94,11 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
         if evt.name in {r.step for r in summary}:
             labels[evt.name] = labels.get(evt.name, 0.0) + _device_time_us(evt) * 1e-6
     rows = []
-    print(f"Per-step time: CUDA events (ours) vs CUPTI kernel sum per label; {args.passes} forward passes, "
-          f"{args.shape}{' SparseTensor' if args.sparse else ''}, {torch.cuda.get_device_name()}")
+    print(
+        f"Per-step time: CUDA events (ours) vs CUPTI kernel sum per label; "
+        f"{args.passes} forward passes, "
+        f"{args.shape}{' SparseTensor' if args.sparse else ''}, {torch.cuda.get_device_name()}"
+    )
     print(f"  {'step':50s} {'ours ms':>10s} {'kernels ms':>11s} {'ours/kernels':>13s}")
     by_step: Dict[str, float] = {}
     for r in summary:
@@ -105,12 +111,22 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     layer = summary["GCNConv"]
     covered = sum(r.total for r in summary.children("GCNConv"))
     print(f"layer coverage: top-level steps sum to {covered / layer.total:.1%} of GCNConv's time")
-    print(f"synchronising CUDA calls in {args.passes} passes: instrumented {syncs_on}, disabled {syncs_off} "
-          f"(added by instrumentation: {syncs_on - syncs_off})")
+    print(
+        f"synchronising CUDA calls in {args.passes} passes: instrumented {syncs_on}, "
+        f"disabled {syncs_off} (added by instrumentation: {syncs_on - syncs_off})"
+    )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows,
-                       "coverage": covered / layer.total, "syncs": {"on": syncs_on, "off": syncs_off}}, fh, indent=2)
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "rows": rows,
+                    "coverage": covered / layer.total,
+                    "syncs": {"on": syncs_on, "off": syncs_off},
+                },
+                fh,
+                indent=2,
+            )
     return 0
 
 

@@ -20,6 +20,7 @@ Variants are interleaved round by round; the table gives the median over rounds.
 
     python benchmarks/backward_hooks.py [--nodes 50] [--reps 20] [--rounds 15] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,9 @@ def _stepped(y: torch.Tensor) -> torch.Tensor:
     return y * 1.0001
 
 
-def _chain(attach: Optional[Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor, nodes: int) -> None:
+def _chain(
+    attach: Optional[Callable[[torch.Tensor], torch.Tensor]], x: torch.Tensor, nodes: int
+) -> None:
     y = x
     for _ in range(nodes):
         y = y * 1.0001
@@ -108,14 +111,29 @@ def _attach(kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
         _seq()
         return y
 
-    return {"tensor hook": tensor_hook, "node pre-hook": pre, "node post-hook": post,
-            "node pre+post": both, "multi-grad hook": multi, "identity Function": identity,
-            "sequence number": seq}[kind]
+    return {
+        "tensor hook": tensor_hook,
+        "node pre-hook": pre,
+        "node post-hook": post,
+        "node pre+post": both,
+        "multi-grad hook": multi,
+        "identity Function": identity,
+        "sequence number": seq,
+    }[kind]
 
 
-VARIANTS = ("bare", "tensor hook", "node pre-hook", "node post-hook", "node pre+post",
-            "multi-grad hook", "identity Function", "sequence number",
-            "@step, backward on", "@step, backward off")
+VARIANTS = (
+    "bare",
+    "tensor hook",
+    "node pre-hook",
+    "node post-hook",
+    "node pre+post",
+    "multi-grad hook",
+    "identity Function",
+    "sequence number",
+    "@step, backward on",
+    "@step, backward off",
+)
 
 
 def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
@@ -124,7 +142,7 @@ def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
     runs: Dict[str, Callable[[], None]] = {"bare": lambda: _chain(None, x, nodes)}
     for kind in VARIANTS[1:8]:
         fn = _attach(kind)
-        runs[kind] = (lambda f=fn: _chain(f, x, nodes))
+        runs[kind] = lambda f=fn: _chain(f, x, nodes)
 
     def stepped(backward: bool) -> Callable[[], None]:
         def run() -> None:
@@ -134,6 +152,7 @@ def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
                 _stepped_chain(x, nodes)
             finally:
                 saved.restore()
+
         return run
 
     runs["@step, backward on"] = stepped(True)
@@ -156,21 +175,30 @@ def measure(nodes: int, reps: int, rounds: int) -> Dict[str, float]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Measure and print the table; optionally write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nodes", type=int, default=50, help="autograd nodes per chain")
     p.add_argument("--reps", type=int, default=20, help="chains per variant per round")
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)
     res = measure(args.nodes, args.reps, args.rounds)
-    print(f"Backward hook mechanisms: extra us per autograd node, forward + backward "
-          f"(median of {args.rounds} rounds; torch {torch.__version__}, Python {platform.python_version()})")
+    print(
+        f"Backward hook mechanisms: extra us per autograd node, forward + backward "
+        f"(median of {args.rounds} rounds; torch {torch.__version__}, Python "
+        f"{platform.python_version()})"
+    )
     print(f"  {'bare (the node itself)':28s} {res['bare us per node']:8.2f}")
     for v in VARIANTS[1:]:
         print(f"  {v:28s} {res[v]:8.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"torch": torch.__version__, "python": platform.python_version(), "us": res}, fh, indent=2)
+            json.dump(
+                {"torch": torch.__version__, "python": platform.python_version(), "us": res},
+                fh,
+                indent=2,
+            )
     return 0
 
 

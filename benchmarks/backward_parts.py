@@ -10,12 +10,14 @@ reversed every other round); extra microseconds per epoch over stock, and per la
   the cost of counting alone;
 - ``every call timed``: ``backward_every=1``: the cost of timing every call's backward;
 - ``node ranges only``: backward timing on, but the anchor's exit does nothing
-  (``_anchor.finish`` replaced, the C extension's exit turned off): what the forward's logging of node ranges costs alone
+  (``_anchor.finish`` replaced, the C extension's exit turned off): what the forward's
+  logging of node ranges costs alone
   (each nested step reading autograd's sequence counter at entry and exit, the anchor's log);
 - ``stock again``: a second stock copy: the noise floor (A/A) of every figure above.
 
 With ``--functions``, one more run (not interleaved, ``--epochs`` epochs, every call counted,
-the anchor's exit and the count hook in Python: the C extension's turned off) wraps the Python functions of the counting path in a ``perf_counter_ns`` pair each (about
+the anchor's exit and the count hook in Python: the C extension's turned off) wraps the
+Python functions of the counting path in a ``perf_counter_ns`` pair each (about
 0.3 µs of wrapper per call) and prints their time per layer call.
 
 This benchmark reaches into the machinery on purpose (it replaces ``_sampling._random`` and,
@@ -25,6 +27,7 @@ with ``--functions``, module functions), and puts them back.
     python benchmarks/backward_parts.py --layer "DGL GraphConv" --functions
     python benchmarks/backward_parts.py --quick                  # a smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,12 +82,15 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
     make_stock, make_ours, (graph, call) = lb.LAYERS[label]()
     torch.manual_seed(0)
     x, y = torch.randn(lb.NODES, lb.FEATURES), torch.randint(0, lb.CLASSES, (lb.NODES,))
-    plan = {"stock": (make_stock, {}, False), "backward off": (make_ours, {"backward": False}, False),
-            "defaults": (make_ours, {"backward_every": 16}, False),
-            "every call counted": (make_ours, {"backward_every": 16}, True),
-            "every call timed": (make_ours, {"backward_every": 1}, False),
-            "node ranges only": (make_ours, {"backward_every": 16}, "ranges"),
-            "stock again": (make_stock, {}, False)}
+    plan = {
+        "stock": (make_stock, {}, False),
+        "backward off": (make_ours, {"backward": False}, False),
+        "defaults": (make_ours, {"backward_every": 16}, False),
+        "every call counted": (make_ours, {"backward_every": 16}, True),
+        "every call timed": (make_ours, {"backward_every": 1}, False),
+        "node ranges only": (make_ours, {"backward_every": 16}, "ranges"),
+        "stock again": (make_stock, {}, False),
+    }
     torch.manual_seed(1)
     ref = lb.Net(make_stock, call)
     variants: Dict[str, Callable[[], float]] = {}
@@ -92,9 +98,13 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
         m = lb.Net(make, call)
         m.load_state_dict(ref.state_dict())
         epoch = lb._epoch(m, x, graph, y)
-        variants[name] = (lambda e=epoch, s=settings, c=count_all: _with(s, c, lambda: lb._timed(e)))
+        variants[name] = lambda e=epoch, s=settings, c=count_all: _with(s, c, lambda: lb._timed(e))
     times = lb._interleave(variants, rounds, warmup)
-    return {v: statistics.median([a - b for a, b in zip(times[v], times["stock"])]) for v in plan if v != "stock"}
+    return {
+        v: statistics.median([a - b for a, b in zip(times[v], times["stock"])])
+        for v in plan
+        if v != "stock"
+    }
 
 
 def functions(label: str, epochs: int) -> Dict[str, float]:
@@ -104,8 +114,15 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
     x, y = torch.randn(lb.NODES, lb.FEATURES), torch.randint(0, lb.CLASSES, (lb.NODES,))
     epoch = lb._epoch(lb.Net(make_ours, call), x, graph, y)
     spent: Dict[str, int] = {}
-    targets = [(_anchor, "finish"), (_anchor, "_tensors"), (_anchor, "_newest"), (_sampling, "choose"),
-               (_sampling, "count"), (_sampling._Count, "__call__"), (_sampling, "counted")]
+    targets = [
+        (_anchor, "finish"),
+        (_anchor, "_tensors"),
+        (_anchor, "_newest"),
+        (_sampling, "choose"),
+        (_sampling, "count"),
+        (_sampling._Count, "__call__"),
+        (_sampling, "counted"),
+    ]
     real = [(owner, name, getattr(owner, name)) for owner, name in targets]
 
     def wrap(fn: Callable[..., Any], key: str) -> Callable[..., Any]:
@@ -115,6 +132,7 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
                 return fn(*a)
             finally:
                 spent[key] = spent.get(key, 0) + time.perf_counter_ns() - t0
+
         return timed
 
     def run() -> float:
@@ -136,12 +154,16 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print the parts."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--layer", default="PyG GCNConv", choices=list(lb.LAYERS))
     p.add_argument("--rounds", type=int, default=60)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--block", type=int, default=16, help="epochs per timing")
-    p.add_argument("--functions", action="store_true", help="also time the counting path's functions")
+    p.add_argument(
+        "--functions", action="store_true", help="also time the counting path's functions"
+    )
     p.add_argument("--epochs", type=int, default=200, help="epochs of the --functions run")
     p.add_argument("--quick", action="store_true", help="3 rounds, 2-epoch blocks: a smoke run")
     args = p.parse_args(argv)
@@ -149,12 +171,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.rounds, args.warmup, args.block, args.epochs = 3, 1, 2, 3
     lb.BLOCK = args.block
     torch.set_num_threads(1)
-    print(f"Backward timing by parts: {args.layer}, launch-bound proxy, medians of {args.rounds} interleaved "
-          f"rounds of {args.block} epochs; extra µs over stock")
+    print(
+        f"Backward timing by parts: {args.layer}, launch-bound proxy, medians of "
+        f"{args.rounds} interleaved rounds of {args.block} epochs; extra µs over stock"
+    )
     for name, us in measure(args.layer, args.rounds, args.warmup).items():
         print(f"  {name:22s} {us:8.1f} per epoch {us / CALLS:8.1f} per layer call")
     if args.functions:
-        print(f"Counting path, µs per layer call in each function ({args.epochs} epochs, wrappers included):")
+        print(
+            f"Counting path, µs per layer call in each function ({args.epochs} epochs, "
+            "wrappers included):"
+        )
         for name, us in functions(args.layer, args.epochs).items():
             print(f"  {name:22s} {us:8.2f}")
     return 0

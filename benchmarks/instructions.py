@@ -27,6 +27,7 @@ minutes (valgrind runs ~50x slower; torch's import is not instrumented).
     python benchmarks/instructions.py --layers "PyG SAGEConv" "DGL GraphConv"
     python benchmarks/instructions.py --quick                         # a smoke run (2 epochs)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,10 @@ def missing() -> Optional[str]:
         return "valgrind is not installed"
     if shutil.which(os.environ.get("CC", "cc")) is None:
         return "no C compiler (cc)"
-    if not any(os.path.exists(os.path.join(d, "valgrind", "callgrind.h")) for d in ("/usr/include", "/usr/local/include")):
+    if not any(
+        os.path.exists(os.path.join(d, "valgrind", "callgrind.h"))
+        for d in ("/usr/include", "/usr/local/include")
+    ):
         return "valgrind's callgrind.h is not installed"
     return None
 
@@ -66,7 +70,9 @@ def _client(tmp: str) -> str:
     src, lib = os.path.join(tmp, "client.c"), os.path.join(tmp, "libclient.so")
     with open(src, "w") as f:
         f.write(_CLIENT)
-    subprocess.run([os.environ.get("CC", "cc"), "-O1", "-shared", "-fPIC", "-o", lib, src], check=True)
+    subprocess.run(
+        [os.environ.get("CC", "cc"), "-O1", "-shared", "-fPIC", "-o", lib, src], check=True
+    )
     return lib
 
 
@@ -78,22 +84,29 @@ def child(label: str, epochs: int, passes: int, lib_path: str) -> None:
     sys.path.insert(0, _HERE)
     import backward_parts as bp
     import launch_bound as lb
+
     from instrumented_convs import _config
 
     torch.set_num_threads(1)
     if label.startswith("DGL"):
         import dgl
 
-        dgl.use_libxsmm(False)  # its kernels are generated again now and then: ~2M instructions each time
+        dgl.use_libxsmm(
+            False
+        )  # its kernels are generated again now and then: ~2M instructions each time
     lib = ctypes.CDLL(lib_path)
     make_stock, make_ours, (graph, call) = lb.LAYERS[label]()
     torch.manual_seed(0)
     x, y = torch.randn(lb.NODES, lb.FEATURES), torch.randint(0, lb.CLASSES, (lb.NODES,))
-    plan = [("stock", make_stock, {}, False), ("backward off", make_ours, {"backward": False}, False),
-            ("every call counted", make_ours, {"backward_every": 16}, True),
-            ("node ranges only", make_ours, {"backward_every": 16}, "ranges"),
-            ("every call timed", make_ours, {"backward_every": 1}, False),
-            ("disabled", make_ours, {}, "disabled"), ("stock again", make_stock, {}, False)]
+    plan = [
+        ("stock", make_stock, {}, False),
+        ("backward off", make_ours, {"backward": False}, False),
+        ("every call counted", make_ours, {"backward_every": 16}, True),
+        ("node ranges only", make_ours, {"backward_every": 16}, "ranges"),
+        ("every call timed", make_ours, {"backward_every": 1}, False),
+        ("disabled", make_ours, {}, "disabled"),
+        ("stock again", make_stock, {}, False),
+    ]
     runs = []
     for name, make, settings, how in plan:
         epoch = lb._epoch(lb.Net(make, call), x, graph, y)
@@ -142,8 +155,19 @@ def measure(label: str, epochs: int, passes: int = 4) -> Tuple[Dict[str, List[in
     with tempfile.TemporaryDirectory() as tmp:
         lib = _client(tmp)
         prefix = os.path.join(tmp, "cg.out")
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={prefix}",
-               sys.executable, os.path.abspath(__file__), "--child", label, str(epochs), str(passes), lib]
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={prefix}",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            label,
+            str(epochs),
+            str(passes),
+            lib,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"callgrind run of {label} failed:\n{proc.stderr[-3000:]}")
@@ -161,10 +185,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     sys.path.insert(0, _HERE)
     import launch_bound as lb
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--layers", nargs="+", default=["PyG GCNConv"], choices=list(lb.LAYERS))
     p.add_argument("--epochs", type=int, default=10, help="epochs counted per variant and order")
-    p.add_argument("--passes", type=int, default=4, help="counts of each variant (order reversed every other)")
+    p.add_argument(
+        "--passes", type=int, default=4, help="counts of each variant (order reversed every other)"
+    )
     p.add_argument("--quick", action="store_true", help="2 epochs, 2 passes: a smoke run")
     args = p.parse_args(argv)
     why = missing()
@@ -173,15 +201,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     epochs, passes = (2, 2) if args.quick else (args.epochs, args.passes)
     calls = epochs * 3  # the proxy's three layer calls per epoch
-    print(f"Instructions added per layer call over stock, thousands: the least and the most of {passes} counts "
-          f"of {epochs} epochs each (callgrind); the epoch's ratio to stock, from the least")
+    print(
+        f"Instructions added per layer call over stock, thousands: the least and the most of "
+        f"{passes} counts "
+        f"of {epochs} epochs each (callgrind); the epoch's ratio to stock, from the least"
+    )
     for label in args.layers:
         counts, stock = measure(label, epochs, passes)
         print(f"{label}: stock {stock / epochs / 1e6:.2f} M instructions per epoch")
         for name, values in counts.items():
             lo, hi = min(values), max(values)
-            print(f"  {name:20s} {(lo - stock) / calls / 1e3:8.1f} {(hi - stock) / calls / 1e3:8.1f}   "
-                  f"ratio {lo / stock:.4f}")
+            print(
+                f"  {name:20s} {(lo - stock) / calls / 1e3:8.1f} "
+                f"{(hi - stock) / calls / 1e3:8.1f}   ratio {lo / stock:.4f}"
+            )
     return 0
 
 

@@ -32,10 +32,10 @@ costs at the least where rows are, between torch ops, is ``row_floor.py``'s.
     python benchmarks/launch_bound.py --layers "PyG GCNConv" --rounds 50
     python benchmarks/launch_bound.py --quick            # a smoke run (CI)
 """
+
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
@@ -59,9 +59,13 @@ VARIANTS = ("stock", "defaults", "no backward", "disabled", "stock again")
 class Net(torch.nn.Module):
     """Three layers of ``make(in, out)``: ReLU between them, log_softmax at the end."""
 
-    def __init__(self, make: Callable[[int, int], torch.nn.Module], call: Callable[..., Any]) -> None:
+    def __init__(
+        self, make: Callable[[int, int], torch.nn.Module], call: Callable[..., Any]
+    ) -> None:
         super().__init__()
-        self.convs = torch.nn.ModuleList([make(FEATURES, HIDDEN), make(HIDDEN, HIDDEN), make(HIDDEN, CLASSES)])
+        self.convs = torch.nn.ModuleList(
+            [make(FEATURES, HIDDEN), make(HIDDEN, HIDDEN), make(HIDDEN, CLASSES)]
+        )
         self.call = call
 
     def forward(self, x: torch.Tensor, graph: Any) -> torch.Tensor:
@@ -79,8 +83,11 @@ def _pyg(name: str, sparse: bool = False) -> Callable[[], Tuple[Any, Any, Any]]:
         def make(mod: Any) -> Callable[[int, int], torch.nn.Module]:
             cls = getattr(mod, name)
             if name == "GINConv":
-                return lambda i, o: cls(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
-                                                            torch.nn.Linear(o, o)))
+                return lambda i, o: cls(
+                    torch.nn.Sequential(
+                        torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o)
+                    )
+                )
             if name == "GATConv":
                 return lambda i, o: cls(i, o, heads=1)
             return lambda i, o: cls(i, o)
@@ -94,6 +101,7 @@ def _pyg(name: str, sparse: bool = False) -> Callable[[], Tuple[Any, Any, Any]]:
             graph = SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(NODES, NODES))
         call = lambda conv, x, graph: conv(x, graph)  # noqa: E731
         return make(stock_nn), make(ours_nn), (graph, call)
+
     return build
 
 
@@ -120,6 +128,7 @@ def _dgl(name: str) -> Callable[[], Tuple[Any, Any, Any]]:
         else:
             call = lambda conv, x, graph: conv(graph, x)  # noqa: E731
         return make(stock_nn), make(ours_nn), (graph, call)
+
     return build
 
 
@@ -136,7 +145,9 @@ LAYERS: Dict[str, Callable[[], Tuple[Any, Any, Any]]] = {
 }
 
 
-def _epoch(model: torch.nn.Module, x: torch.Tensor, graph: Any, y: torch.Tensor) -> Callable[[], None]:
+def _epoch(
+    model: torch.nn.Module, x: torch.Tensor, graph: Any, y: torch.Tensor
+) -> Callable[[], None]:
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
     def epoch() -> None:
@@ -174,14 +185,16 @@ def _rows_per_epoch(epoch: Callable[[], None]) -> Tuple[int, int]:
     return fwd, bwd
 
 
-def _interleave(variants: Dict[str, Callable[[], float]], rounds: int, warmup: int) -> Dict[str, List[float]]:
+def _interleave(
+    variants: Dict[str, Callable[[], float]], rounds: int, warmup: int
+) -> Dict[str, List[float]]:
     names = list(variants)
     for _ in range(warmup):
         for v in names:
             variants[v]()
     times: Dict[str, List[float]] = {v: [] for v in names}
     for r in range(rounds):
-        for v in (names if r % 2 == 0 else reversed(names)):
+        for v in names if r % 2 == 0 else reversed(names):
             times[v].append(variants[v]())
     return times
 
@@ -213,9 +226,13 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         with ic.configure(enabled=False):
             return _timed(epochs["disabled"])
 
-    variants = {"stock": lambda: _timed(epochs["stock"]), "defaults": lambda: _timed(epochs["defaults"]),
-                "no backward": no_backward, "disabled": disabled,
-                "stock again": lambda: _timed(epochs["stock again"])}
+    variants = {
+        "stock": lambda: _timed(epochs["stock"]),
+        "defaults": lambda: _timed(epochs["defaults"]),
+        "no backward": no_backward,
+        "disabled": disabled,
+        "stock again": lambda: _timed(epochs["stock again"]),
+    }
     times = _interleave(variants, rounds, warmup)
     fwd, bwd = _rows_per_epoch(epochs["defaults"])
     saved = ic.configure()
@@ -225,8 +242,10 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     finally:
         saved.restore()
     ic.registry.reset()
-    out: Dict[str, Any] = {"rounds": rounds, "rows": {"defaults": fwd + bwd, "forward": fwd, "backward": bwd,
-                                                       "no backward": fwd_only}}
+    out: Dict[str, Any] = {
+        "rounds": rounds,
+        "rows": {"defaults": fwd + bwd, "forward": fwd, "backward": bwd, "no backward": fwd_only},
+    }
     if profiler:
         from torch.profiler import ProfilerActivity, profile
 
@@ -238,8 +257,11 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
             with profile(activities=[ProfilerActivity.CPU]):
                 return _timed(prof_epoch)
 
-        ptimes = _interleave({"stock": lambda: _timed(epochs["stock"]), "profiler": profiled},
-                             max(rounds // 4, 3), max(warmup // 2, 1))
+        ptimes = _interleave(
+            {"stock": lambda: _timed(epochs["stock"]), "profiler": profiled},
+            max(rounds // 4, 3),
+            max(warmup // 2, 1),
+        )
         times["stock (profiler phase)"] = ptimes["stock"]
         times["torch.profiler"] = ptimes["profiler"]
     out["median_us"] = {v: statistics.median(t) for v, t in times.items()}
@@ -250,13 +272,16 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     if profiler:
         out["ratio"]["torch.profiler"] = ratio("torch.profiler", "stock (profiler phase)")
         out["extra_us"]["torch.profiler"] = diff("torch.profiler", "stock (profiler phase)")
-    out["us_per_row"] = {"defaults": out["extra_us"]["defaults"] / max(fwd + bwd, 1),
-                         "no backward": out["extra_us"]["no backward"] / max(fwd_only, 1)}
+    out["us_per_row"] = {
+        "defaults": out["extra_us"]["defaults"] / max(fwd + bwd, 1),
+        "no backward": out["extra_us"]["no backward"] / max(fwd_only, 1),
+    }
     return out
 
 
 def python_floor() -> Dict[str, float]:
     """This machine's bare-Python costs, ns: a call, ``perf_counter_ns()``, a slotted ``with``."""
+
     class Slotted:
         __slots__ = ("t",)
 
@@ -273,17 +298,27 @@ def python_floor() -> Dict[str, float]:
     n = 200_000
     ns = lambda stmt, g: min(timeit.repeat(stmt, globals=g, number=n, repeat=5)) / n * 1e9  # noqa: E731
     loop = ns("pass", {})
-    return {"function call": ns("f()", {"f": f}) - loop,
-            "perf_counter_ns()": ns("p()", {"p": time.perf_counter_ns}) - loop,
-            "with on a slotted object": ns("with s: pass", {"s": s}) - loop}
+    return {
+        "function call": ns("f()", {"f": f}) - loop,
+        "perf_counter_ns()": ns("p()", {"p": time.perf_counter_ns}) - loop,
+        "with on a slotted object": ns("with s: pass", {"s": s}) - loop,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print the table (and write JSON with --json)."""
     global BLOCK
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", nargs="+", default=list(LAYERS), choices=list(LAYERS), metavar="LAYER",
-                   help="any of: " + ", ".join(repr(k) for k in LAYERS))
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--layers",
+        nargs="+",
+        default=list(LAYERS),
+        choices=list(LAYERS),
+        metavar="LAYER",
+        help="any of: " + ", ".join(repr(k) for k in LAYERS),
+    )
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
     p.add_argument("--block", type=int, default=16, help="epochs per timing")
@@ -296,12 +331,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     BLOCK = args.block
     torch.set_num_threads(1)
     floor = python_floor()
-    print(f"Launch-bound proxy: 3 layers, {NODES} nodes, {EDGES} edges, {FEATURES} features, full training "
-          f"steps, 1 thread; medians of {args.rounds} interleaved rounds of {BLOCK} epochs; NVTX backend "
-          f"{ic.configure().nvtx}; backward_every {ic.configure().backward_every}")
+    print(
+        f"Launch-bound proxy: 3 layers, {NODES} nodes, {EDGES} edges, {FEATURES} features, "
+        f"full training steps, 1 thread; medians of {args.rounds} interleaved rounds of "
+        f"{BLOCK} epochs; NVTX backend {ic.configure().nvtx}; "
+        f"backward_every {ic.configure().backward_every}"
+    )
     print("  bare-Python floor, ns: " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items()))
-    print(f"  {'layer':27s} {'stock us':>9s} {'defaults':>9s} {'no bw':>7s} {'disabled':>9s} {'profiler':>9s} "
-          f"{'A/A':>6s} {'rows':>5s} {'us/row':>7s} {'rows nb':>7s} {'us/row nb':>9s}")
+    print(
+        f"  {'layer':27s} {'stock us':>9s} {'defaults':>9s} {'no bw':>7s} {'disabled':>9s} "
+        f"{'profiler':>9s} "
+        f"{'A/A':>6s} {'rows':>5s} {'us/row':>7s} {'rows nb':>7s} {'us/row nb':>9s}"
+    )
     results: Dict[str, Any] = {}
     for label in args.layers:
         try:
@@ -311,14 +352,25 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         results[label] = r
         q = r["ratio"]
-        print(f"  {label:27s} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} {q['no backward']:7.3f} "
-              f"{q['disabled']:9.3f} {q.get('torch.profiler', float('nan')):9.3f} {q['stock again']:6.3f} "
-              f"{r['rows']['defaults']:5d} {r['us_per_row']['defaults']:7.2f} {r['rows']['no backward']:7d} "
-              f"{r['us_per_row']['no backward']:9.2f}", flush=True)
+        print(
+            f"  {label:27s} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
+            f"{q['no backward']:7.3f} "
+            f"{q['disabled']:9.3f} {q.get('torch.profiler', float('nan')):9.3f} "
+            f"{q['stock again']:6.3f} "
+            f"{r['rows']['defaults']:5d} {r['us_per_row']['defaults']:7.2f} "
+            f"{r['rows']['no backward']:7d} "
+            f"{r['us_per_row']['no backward']:9.2f}",
+            flush=True,
+        )
     if args.json:
-        info = {"python": platform.python_version(), "torch": torch.__version__, "nvtx_backend": ic.configure().nvtx,
-                "machine": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-                "python_floor_ns": floor}
+        info = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "nvtx_backend": ic.configure().nvtx,
+            "machine": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "python_floor_ns": floor,
+        }
         with open(args.json, "w") as fh:
             json.dump({"info": info, "results": results}, fh, indent=2)
     return 0

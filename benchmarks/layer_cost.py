@@ -18,6 +18,7 @@ is what our wrappers of ``update_all`` and the kernels cost stock layers (one ch
 
     python benchmarks/layer_cost.py [--calls 2000] [--rounds 15] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,9 @@ def _noop_steps() -> Callable[[], None]:
                 saved.append((mod, name, value))
         for mod_, name, value in saved:
             if mod_ is mod:
-                setattr(mod, name, noop if isinstance(value, _step.Step) else (lambda *a, **k: noop))
+                setattr(
+                    mod, name, noop if isinstance(value, _step.Step) else (lambda *a, **k: noop)
+                )
     # the layer's own step comes from the layer contract
     from instrumented_convs._layers import InstrumentedLayer
 
@@ -89,23 +92,34 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
 
         stock, ours = Stock(16, 16), GCNConv(16, 16)
         ours.load_state_dict(stock.state_dict())
-        cases["PyG GCNConv, edge_index"] = {"stock": lambda: stock(x, ei), "ours": lambda: ours(x, ei)}
+        cases["PyG GCNConv, edge_index"] = {
+            "stock": lambda: stock(x, ei),
+            "ours": lambda: ours(x, ei),
+        }
         from torch_geometric.nn import GATConv as PGATConv
         from torch_geometric.nn import SAGEConv as PSAGEConv
 
         from instrumented_convs.pyg import GATConv as OGATConv
         from instrumented_convs.pyg import SAGEConv as OSAGEConv
 
-        for name, s_, o_ in (("PyG SAGEConv, edge_index", PSAGEConv(16, 16), OSAGEConv(16, 16)),
-                             ("PyG GATConv, edge_index", PGATConv(16, 4, 4), OGATConv(16, 4, 4))):
+        for name, s_, o_ in (
+            ("PyG SAGEConv, edge_index", PSAGEConv(16, 16), OSAGEConv(16, 16)),
+            ("PyG GATConv, edge_index", PGATConv(16, 4, 4), OGATConv(16, 4, 4)),
+        ):
             o_.load_state_dict(s_.state_dict())
-            cases[name] = {"stock": lambda s_=s_: s_(x, ei), "ours": lambda o_=o_: o_(x, ei),
-                           "generic": True}
+            cases[name] = {
+                "stock": lambda s_=s_: s_(x, ei),
+                "ours": lambda o_=o_: o_(x, ei),
+                "generic": True,
+            }
         try:
             from torch_sparse import SparseTensor
 
             adj = SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(n, n))
-            cases["PyG GCNConv, SparseTensor"] = {"stock": lambda: stock(x, adj), "ours": lambda: ours(x, adj)}
+            cases["PyG GCNConv, SparseTensor"] = {
+                "stock": lambda: stock(x, adj),
+                "ours": lambda: ours(x, adj),
+            }
         except ImportError:
             pass
     except ImportError:
@@ -126,10 +140,16 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
         from instrumented_convs.dgl import GATConv as OGATConv
         from instrumented_convs.dgl import SAGEConv as OSAGEConv
 
-        for name, s_, o_ in (("DGL SAGEConv", DSAGEConv(16, 16, "mean"), OSAGEConv(16, 16, "mean")),
-                             ("DGL GATConv", DGATConv(16, 4, 4), OGATConv(16, 4, 4))):
+        for name, s_, o_ in (
+            ("DGL SAGEConv", DSAGEConv(16, 16, "mean"), OSAGEConv(16, 16, "mean")),
+            ("DGL GATConv", DGATConv(16, 4, 4), OGATConv(16, 4, 4)),
+        ):
             o_.load_state_dict(s_.state_dict())
-            cases[name] = {"stock": lambda s_=s_: s_(g, x), "ours": lambda o_=o_: o_(g, x), "dgl": True}
+            cases[name] = {
+                "stock": lambda s_=s_: s_(g, x),
+                "ours": lambda o_=o_: o_(g, x),
+                "dgl": True,
+            }
     except ImportError:
         pass
     return cases
@@ -137,6 +157,7 @@ def _cases() -> Dict[str, Dict[str, Callable[[], Any]]]:
 
 def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[str, float]:
     """Median microseconds per call of each variant, and medians of per-round differences."""
+
     def loop(fn: Callable[[], Any]) -> float:
         t0 = time.perf_counter_ns()
         for _ in range(calls):
@@ -164,8 +185,12 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
             _dgl_generic.install()
 
     generic = fns.get("generic") or fns.get("dgl")
-    variants = {"stock": lambda: loop(fns["stock"]), "enabled": lambda: loop(fns["ours"]),
-                "disabled": disabled, "stock again": lambda: loop(fns["stock"])}
+    variants = {
+        "stock": lambda: loop(fns["stock"]),
+        "enabled": lambda: loop(fns["ours"]),
+        "disabled": disabled,
+        "stock again": lambda: loop(fns["stock"]),
+    }
     if not generic:
         variants["no-op steps"] = noop_steps
     if fns.get("dgl"):
@@ -179,38 +204,58 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
                 samples[k].append(v())
             ic.registry.reset()
     med = {k: statistics.median(v) for k, v in samples.items()}
-    diffs = {k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])])
-             for k in samples if k != "stock"}
+    diffs = {
+        k: statistics.median([a - b for a, b in zip(samples[k], samples["stock"])])
+        for k in samples
+        if k != "stock"
+    }
     nan = float("nan")
-    return {"stock_us": med["stock"], "enabled_us": med["enabled"], "disabled_us": med["disabled"],
-            "noop_steps_us": med.get("no-op steps", nan),
-            "enabled_minus_stock_us": diffs["enabled"], "disabled_minus_stock_us": diffs["disabled"],
-            "noop_steps_minus_stock_us": diffs.get("no-op steps", nan),
-            "stock_minus_unwrapped_us": -diffs.get("stock, DGL unwrapped", nan),
-            "aa_us": diffs["stock again"]}
+    return {
+        "stock_us": med["stock"],
+        "enabled_us": med["enabled"],
+        "disabled_us": med["disabled"],
+        "noop_steps_us": med.get("no-op steps", nan),
+        "enabled_minus_stock_us": diffs["enabled"],
+        "disabled_minus_stock_us": diffs["disabled"],
+        "noop_steps_minus_stock_us": diffs.get("no-op steps", nan),
+        "stock_minus_unwrapped_us": -diffs.get("stock, DGL unwrapped", nan),
+        "aa_us": diffs["stock again"],
+    }
 
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Print (and optionally write) the per-call costs."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--calls", type=int, default=2000, help="layer calls per variant per round")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     out = {}
-    print(f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of {args.calls} calls, "
-          f"no_grad, NVTX backend {ic.configure().nvtx})")
-    print("  (no-op steps: detailed layers only; wrapped-unwrapped: a stock DGL layer with and "
-          "without our wrappers of DGL's functions; A/A: stock again minus stock, the noise floor)")
-    print(f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "
-          f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s} {'wrapped-unwrapped':>18s} {'A/A':>6s}")
+    print(
+        f"Cost per layer forward call, microseconds (median of {args.rounds} rounds of "
+        f"{args.calls} calls, "
+        f"no_grad, NVTX backend {ic.configure().nvtx})"
+    )
+    print(
+        "  (no-op steps: detailed layers only; wrapped-unwrapped: a stock DGL layer with and "
+        "without our wrappers of DGL's functions; A/A: stock again minus stock, the noise floor)"
+    )
+    print(
+        f"  {'layer':28s} {'stock':>8s} {'enabled':>8s} {'disabled':>9s} {'no-op steps':>12s} "
+        f"{'enabled-stock':>14s} {'disabled-stock':>15s} {'no-op-stock':>12s} "
+        f"{'wrapped-unwrapped':>18s} {'A/A':>6s}"
+    )
     for name, fns in _cases().items():
         r = measure(fns, args.calls, args.rounds)
         out[name] = r
-        print(f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
-              f"{r['noop_steps_us']:12.1f} {r['enabled_minus_stock_us']:14.1f} "
-              f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f} "
-              f"{r['stock_minus_unwrapped_us']:18.2f} {r['aa_us']:6.1f}")
+        print(
+            f"  {name:28s} {r['stock_us']:8.1f} {r['enabled_us']:8.1f} {r['disabled_us']:9.1f} "
+            f"{r['noop_steps_us']:12.1f} {r['enabled_minus_stock_us']:14.1f} "
+            f"{r['disabled_minus_stock_us']:15.2f} {r['noop_steps_minus_stock_us']:12.1f} "
+            f"{r['stock_minus_unwrapped_us']:18.2f} {r['aa_us']:6.1f}"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=2)

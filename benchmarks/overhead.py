@@ -11,6 +11,7 @@ instrumented_convs bench`` runs it too, on Cora's shape by default).
     python benchmarks/overhead.py --device cuda --json out.json
     python benchmarks/overhead.py --quick                 # a smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,9 @@ from instrumented_convs.study.bench import add_bench_arguments, run_bench
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the cases, print the table, optionally write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_bench_arguments(p, default_shapes=("synthetic-arxiv", "synthetic-cora"))
     run_bench(p.parse_args(argv))
     return 0

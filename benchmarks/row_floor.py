@@ -29,6 +29,7 @@ library's Python beyond the step and the hook cost nothing.
     python benchmarks/row_floor.py --layers "PyG GCNConv" --rounds 100
     python benchmarks/row_floor.py --quick               # a smoke run (CI)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,7 +63,12 @@ def _forward_variants(ops: int) -> Dict[str, Callable[[], None]]:
     x = torch.randn(lb.NODES, lb.HIDDEN, generator=g)
     w = torch.randn(lb.HIDDEN, lb.HIDDEN, generator=g)
     idx = torch.randint(0, lb.NODES, (lb.EDGES,), generator=g)
-    kinds = [lambda h: h @ w, lambda h: h + x, torch.relu, lambda h: h.index_select(0, idx)[: lb.NODES]]
+    kinds = [
+        lambda h: h @ w,
+        lambda h: h + x,
+        torch.relu,
+        lambda h: h.index_select(0, idx)[: lb.NODES],
+    ]
     chain = [kinds[i % len(kinds)] for i in range(ops)]
     lock = threading.Lock()
     clock = time.perf_counter_ns
@@ -94,15 +100,21 @@ def _forward_variants(ops: int) -> Dict[str, Callable[[], None]]:
                 with s:
                     h = f(h)
 
-    return {"bare": bare, "bare again": bare, "with a C lock": locked, "perf_counter_ns pair": clocked,
-            "our nested step": stepped}
+    return {
+        "bare": bare,
+        "bare again": bare,
+        "with a C lock": locked,
+        "perf_counter_ns pair": clocked,
+        "our nested step": stepped,
+    }
 
 
 def _backward_variants(ops: int) -> Dict[str, Callable[[], None]]:
-    """A chain of ``ops`` ``relu(h @ w)`` and its backward: no hook, a no-op hook per op two ways."""
+    """A chain of ``ops`` ``relu(h @ w)`` and its backward: no hook, a no-op hook per op two
+    ways."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(lb.NODES, lb.HIDDEN, generator=g)
-    w = torch.randn(lb.HIDDEN, lb.HIDDEN, generator=g).div_(lb.HIDDEN ** 0.5).requires_grad_()
+    w = torch.randn(lb.HIDDEN, lb.HIDDEN, generator=g).div_(lb.HIDDEN**0.5).requires_grad_()
 
     def chain(hook: Optional[Callable[[torch.Tensor], None]]) -> Callable[[], None]:
         def run() -> None:
@@ -113,6 +125,7 @@ def _backward_variants(ops: int) -> Dict[str, Callable[[], None]]:
                 if hook is not None:
                     hook(h)
             h.sum().backward()
+
         return run
 
     def tensor_hook(t: torch.Tensor) -> None:  # as _sampling.count registers its hook
@@ -123,18 +136,24 @@ def _backward_variants(ops: int) -> Dict[str, Callable[[], None]]:
     def node_prehook(t: torch.Tensor) -> None:  # as _anchor.walk hooks a step's first node
         t.grad_fn.register_prehook(_none)
 
-    return {"bare": chain(None), "bare again": chain(None), "tensor hook": chain(tensor_hook),
-            "node pre-hook": chain(node_prehook)}
+    return {
+        "bare": chain(None),
+        "bare again": chain(None),
+        "tensor hook": chain(tensor_hook),
+        "node pre-hook": chain(node_prehook),
+    }
 
 
 def _per_round(fns: Dict[str, Callable[[], None]], rounds: int, warmup: int) -> Dict[str, float]:
     """Median over interleaved rounds of (variant - bare), µs per chain."""
+
     def timed(fn: Callable[[], None]) -> Callable[[], float]:
         def t() -> float:
             t0 = time.perf_counter_ns()
             for _ in range(BLOCK):
                 fn()
             return (time.perf_counter_ns() - t0) / 1e3 / BLOCK
+
         return t
 
     times = lb._interleave({k: timed(f) for k, f in fns.items()}, rounds, warmup)
@@ -155,10 +174,17 @@ def measure(ops: int, rounds: int, warmup: int) -> Dict[str, Any]:
     finally:
         saved.restore()
     bwd = _per_round(_backward_variants(ops), rounds, warmup)
-    per_row = {k: v / (ops + 1 if k == "our nested step" else ops) for k, v in fwd.items() if k != "bare"}
+    per_row = {
+        k: v / (ops + 1 if k == "our nested step" else ops) for k, v in fwd.items() if k != "bare"
+    }
     per_hook = {k: v / ops for k, v in bwd.items() if k != "bare"}
-    return {"ops": ops, "forward_chain_us": fwd["bare"], "backward_chain_us": bwd["bare"],
-            "forward_us_per_row": per_row, "backward_us_per_hook": per_hook}
+    return {
+        "ops": ops,
+        "forward_chain_us": fwd["bare"],
+        "backward_chain_us": bwd["bare"],
+        "forward_us_per_row": per_row,
+        "backward_us_per_hook": per_hook,
+    }
 
 
 def implied(label: str, step_us: float, hook_us: float, rounds: int) -> Dict[str, Any]:
@@ -171,15 +197,24 @@ def implied(label: str, step_us: float, hook_us: float, rounds: int) -> Dict[str
     fwd, bwd = lb._rows_per_epoch(ours)
     epoch = statistics.median(lb._timed(stock) for _ in range(max(rounds // 10, 2)))
     extra = fwd * step_us + 3 * hook_us  # three layer calls an epoch, one counting hook each
-    return {"stock_us": epoch, "forward_rows": fwd, "backward_rows": bwd, "floor_extra_us": extra,
-            "floor_ratio": 1 + extra / epoch}
+    return {
+        "stock_us": epoch,
+        "forward_rows": fwd,
+        "backward_rows": bwd,
+        "floor_extra_us": extra,
+        "floor_ratio": 1 + extra / epoch,
+    }
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print the floors and, per layer, the implied floor of the launch-bound proxy."""
     global BLOCK
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", nargs="+", default=list(lb.LAYERS), choices=list(lb.LAYERS), metavar="LAYER")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--layers", nargs="+", default=list(lb.LAYERS), choices=list(lb.LAYERS), metavar="LAYER"
+    )
     p.add_argument("--ops", type=int, default=16, help="ops per chain")
     p.add_argument("--rounds", type=int, default=200)
     p.add_argument("--warmup", type=int, default=5)
@@ -191,31 +226,44 @@ def main(argv: Optional[List[str]] = None) -> int:
     BLOCK = lb.BLOCK = args.block
     torch.set_num_threads(1)
     r = measure(args.ops, args.rounds, args.warmup)
-    print(f"Row floor: chains of {args.ops} ops at the launch-bound size, 1 thread; medians of {args.rounds} "
-          f"interleaved rounds of {BLOCK} chains ({ic.configure().nvtx} NVTX backend, implementation "
-          f"{IMPLEMENTATION})")
-    print("  bare-Python floor (in a loop of nothing), ns: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in lb.python_floor().items()))
+    print(
+        f"Row floor: chains of {args.ops} ops at the launch-bound size, 1 thread; medians of "
+        f"{args.rounds} interleaved rounds of {BLOCK} chains ({ic.configure().nvtx} NVTX "
+        f"backend, implementation {IMPLEMENTATION})"
+    )
+    print(
+        "  bare-Python floor (in a loop of nothing), ns: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in lb.python_floor().items())
+    )
     print(f"  forward, µs per row around an op (bare chain {r['forward_chain_us']:.1f} µs):")
     for k, v in r["forward_us_per_row"].items():
         print(f"    {k:24s} {v:7.2f}")
-    print(f"  backward, µs per hooked op (bare chain and backward {r['backward_chain_us']:.1f} µs):")
+    print(
+        f"  backward, µs per hooked op (bare chain and backward {r['backward_chain_us']:.1f} µs):"
+    )
     for k, v in r["backward_us_per_hook"].items():
         print(f"    {k:24s} {v:7.2f}")
     step_us = max(r["forward_us_per_row"]["our nested step"], 0.0)
     hook_us = max(r["backward_us_per_hook"]["tensor hook"], 0.0)
-    print(f"  implied floor of the proxy's defaults: fwd rows x {step_us:.2f} µs"
-          f" + 3 layer calls x {hook_us:.2f} µs")
-    print(f"    {'layer':27s} {'stock us':>9s} {'fwd rows':>8s} {'bwd rows':>8s} {'floor us':>9s}"
-          f" {'floor ratio':>11s}")
+    print(
+        f"  implied floor of the proxy's defaults: fwd rows x {step_us:.2f} µs"
+        f" + 3 layer calls x {hook_us:.2f} µs"
+    )
+    print(
+        f"    {'layer':27s} {'stock us':>9s} {'fwd rows':>8s} {'bwd rows':>8s} {'floor us':>9s}"
+        f" {'floor ratio':>11s}"
+    )
     for label in args.layers:
         try:
             q = implied(label, step_us, hook_us, args.rounds)
         except ImportError as exc:
             print(f"    {label:27s} skipped: {exc}")
             continue
-        print(f"    {label:27s} {q['stock_us']:9.0f} {q['forward_rows']:8d} {q['backward_rows']:8d} "
-              f"{q['floor_extra_us']:9.1f} {q['floor_ratio']:11.3f}", flush=True)
+        print(
+            f"    {label:27s} {q['stock_us']:9.0f} {q['forward_rows']:8d} {q['backward_rows']:8d} "
+            f"{q['floor_extra_us']:9.1f} {q['floor_ratio']:11.3f}",
+            flush=True,
+        )
     ic.registry.reset()
     return 0
 

@@ -13,6 +13,7 @@ Variants, interleaved round by round so that machine noise hits each alike:
 Usage: ``python benchmarks/step_cost.py [--n 200000] [--rounds 7] [--breakdown] [--json FILE]``.
 Prints the median over rounds of the per-step cost; with ``--json`` also writes it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -116,7 +117,7 @@ def _medians(variants: Dict[str, Callable[[int], None]], n: int, rounds: int) ->
     (the order reversed every other round; the registry reset after each round)."""
     samples: Dict[str, List[float]] = {k: [] for k in variants}
     for r in range(rounds):
-        for name in (list(variants) if r % 2 == 0 else reversed(list(variants))):
+        for name in list(variants) if r % 2 == 0 else reversed(list(variants)):
             t0 = time.perf_counter_ns()
             variants[name](n)
             samples[name].append((time.perf_counter_ns() - t0) / n)
@@ -173,8 +174,13 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
         finally:
             _frame._record = real
 
-    variants = {"bare": _loop_bare, "full": full, "enter": enter_only, "no_nvtx": no_nvtx,
-                "no_record": no_record}
+    variants = {
+        "bare": _loop_bare,
+        "full": full,
+        "enter": enter_only,
+        "no_nvtx": no_nvtx,
+        "no_record": no_record,
+    }
     with _nvtx_forced():
         med = _medians(variants, n, rounds)
     return {
@@ -188,11 +194,15 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Run the benchmark and print (and optionally write) the table."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--n", type=int, default=200_000, help="steps per variant per round")
     p.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median taken)")
     p.add_argument("--json", help="also write the results to this JSON file")
-    p.add_argument("--breakdown", action="store_true", help="also split an enabled step into its parts")
+    p.add_argument(
+        "--breakdown", action="store_true", help="also split an enabled step into its parts"
+    )
     args = p.parse_args(argv)
     res = measure(args.n, args.rounds)
     parts = breakdown(args.n, args.rounds) if args.breakdown else {}
@@ -204,8 +214,10 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
         "n": args.n,
         "rounds": args.rounds,
     }
-    print(f"step() cost, ns per step (median of {args.rounds} rounds of {args.n}); "
-          f"NVTX backend: {info['nvtx_backend']}; torch {info['torch']}")
+    print(
+        f"step() cost, ns per step (median of {args.rounds} rounds of {args.n}); "
+        f"NVTX backend: {info['nvtx_backend']}; torch {info['torch']}"
+    )
     for k, v in res.items():
         print(f"  {k:28s} {v:9.1f}")
     if parts:

@@ -1,4 +1,5 @@
 """Sphinx configuration for instrumented_convs."""
+
 import os
 import sys
 

@@ -14,6 +14,7 @@ makes per iteration.
     python examples/aggnet.py                       # Cora-shaped generated graph, 20 iterations
     python examples/aggnet.py --dataset synthetic-arxiv --iterations 5 --device cuda
 """
+
 import argparse
 import logging
 import os
@@ -26,8 +27,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from instrumented_convs import region, registry  # noqa: E402
-from instrumented_convs.layers import step  # noqa: E402
 from instrumented_convs.dgl import GraphConv  # noqa: E402
+from instrumented_convs.layers import step  # noqa: E402
 from instrumented_convs.study import SHAPES, load_graph  # noqa: E402
 
 
@@ -37,7 +38,9 @@ class AGGNet(torch.nn.Module):
     def __init__(self, num_hop: int = 2, dropout: float = 0.0) -> None:
         super().__init__()
         self.dropout = dropout
-        self.convs = torch.nn.ModuleList([GraphConv(1, 1, allow_zero_in_degree=True) for _ in range(num_hop)])
+        self.convs = torch.nn.ModuleList(
+            [GraphConv(1, 1, allow_zero_in_degree=True) for _ in range(num_hop)]
+        )
 
     def forward(self, graph: dgl.DGLGraph) -> torch.Tensor:
         """Aggregate ``graph.ndata['feat']`` over ``num_hop`` hops."""
@@ -111,14 +114,29 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> int:
     """Parse the flags and run the loop."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", choices=sorted(SHAPES), default="synthetic-cora",
-                        help="generated graph shape to augment (default: Cora's)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=sorted(SHAPES),
+        default="synthetic-cora",
+        help="generated graph shape to augment (default: Cora's)",
+    )
     parser.add_argument("--iterations", type=int, default=20, help="augmentation-loop iterations")
-    parser.add_argument("--sigma", type=float, default=0.03, help="std of the drop-rate proposal (the study's: 0.03)")
+    parser.add_argument(
+        "--sigma",
+        type=float,
+        default=0.03,
+        help="std of the drop-rate proposal (the study's: 0.03)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda (needs a CUDA build of DGL)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the graph and of the proposals")
-    parser.add_argument("--quick", action="store_true", help="a tiny graph and 3 iterations: a smoke run")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the graph and of the proposals"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a tiny graph and 3 iterations: a smoke run"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -17,6 +17,7 @@ the real ogb loaders when the data is under --root.
     python examples/arxiv.py --platform pyg --sparse       # SparseTensor adj_t (fused path)
     python examples/arxiv.py --platform dgl --epochs 10
 """
+
 import sys
 
 from instrumented_convs.study import study_main

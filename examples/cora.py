@@ -11,6 +11,7 @@ PyG's Planetoid loader when the files are under --root.
     python examples/cora.py --platform pyg --epochs 200
     python examples/cora.py --platform dgl
 """
+
 import sys
 
 from instrumented_convs.study import study_main

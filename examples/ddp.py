@@ -19,6 +19,7 @@ Start it with torchrun, which sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvo
     torchrun --nproc-per-node 4 examples/ddp.py --device cuda --batch-size 4096
     python -m torch.distributed.run --standalone --nproc-per-node 2 examples/ddp.py --quick
 """
+
 import argparse
 import logging
 import os
@@ -32,7 +33,11 @@ from instrumented_convs import registry
 from instrumented_convs.report import Summary
 from instrumented_convs.study.data import MissingDependency
 from instrumented_convs.study.minibatch import describe
-from instrumented_convs.study.minibatch_cli import add_minibatch_arguments, epoch_line, run_minibatch
+from instrumented_convs.study.minibatch_cli import (
+    add_minibatch_arguments,
+    epoch_line,
+    run_minibatch,
+)
 
 PHASES = ("sample", "to_device", "forward", "backward")
 
@@ -43,18 +48,26 @@ def rank_line(rank: int, summary: Summary) -> str:
         return f"rank {rank}: no timed epoch"
     epoch = summary["epoch"]
     parts = [f"{p} {summary['epoch/' + p].total:.3f} s" for p in PHASES if f"epoch/{p}" in summary]
-    return f"rank {rank}: epochs {epoch.total:.3f} s in all ({epoch.count} epochs): " + ", ".join(parts)
+    return f"rank {rank}: epochs {epoch.total:.3f} s in all ({epoch.count} epochs): " + ", ".join(
+        parts
+    )
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Join the process group, train this rank's share, print the merged summary on rank 0."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_minibatch_arguments(parser)
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
-        print("examples/ddp.py runs under torchrun, which starts the processes and tells each its rank:\n"
-              "    torchrun --nproc-per-node 2 examples/ddp.py --scale 0.01\n"
-              "(one process without torchrun: examples/minibatch.py)", file=sys.stderr)
+        print(
+            "examples/ddp.py runs under torchrun, which starts the processes and tells each "
+            "its rank:\n"
+            "    torchrun --nproc-per-node 2 examples/ddp.py --scale 0.01\n"
+            "(one process without torchrun: examples/minibatch.py)",
+            file=sys.stderr,
+        )
         return 2
     cuda = torch.device(args.device).type == "cuda"
     if cuda:  # before the process group: NCCL and the merged summary use the current device
@@ -63,10 +76,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.device = f"cuda:{local_rank}"
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format=f"[rank {rank}] %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING, format=f"[rank {rank}] %(message)s"
+    )
     try:
         s, result = run_minibatch(args)
-    except MissingDependency as exc:  # raised on every rank before any collective: all leave together
+    except (
+        MissingDependency
+    ) as exc:  # raised on every rank before any collective: all leave together
         if rank == 0:
             print(exc, file=sys.stderr)
         dist.destroy_process_group()

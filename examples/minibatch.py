@@ -24,6 +24,7 @@ pyg-lib or torch-sparse to sample; DGL needs nothing more.
     python examples/minibatch.py --quick --no-progress          # a smoke run
     torchrun --nproc-per-node 2 examples/ddp.py --scale 0.01     # the same, data-parallel
 """
+
 import sys
 
 from instrumented_convs.study.minibatch_cli import minibatch_main

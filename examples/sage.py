@@ -18,6 +18,7 @@ directed edges, 1,433 features, 7 classes); every flag of ``compare`` passes thr
     python examples/sage.py --epochs 20 --quick --no-progress
     python examples/sage.py --dataset synthetic-arxiv --plot sage.png
 """
+
 import sys
 
 from instrumented_convs.study.cli import main

@@ -1,4 +1,5 @@
 """``python -m instrumented_convs demo|compare|bench``: see :mod:`instrumented_convs.study.cli`."""
+
 import sys
 
 from .study.cli import main

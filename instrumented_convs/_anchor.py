@@ -21,6 +21,7 @@ Steps nested in an anchor log their number ranges in the anchor's :class:`Log`
 
 Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,19 +91,25 @@ def log_exit(frame: Frame, stack: List[Frame], ok: bool) -> None:
         return
     if not frame.anchor:
         base = log.seq0
-        log.items.append((seq0 - base, seq1 - base, frame.entry, len(stack) - log.depth0, frame.mode))
+        log.items.append(
+            (seq0 - base, seq1 - base, frame.entry, len(stack) - log.depth0, frame.mode)
+        )
         if outputs is not None:
             log.outputs.append(outputs)
         return
     try:
         finish(log, seq1, frame.entry, frame.mode, outputs, stack)
     except Exception:  # never break the user's forward over its timing
-        logger.exception("instrumented_convs: setting up the backward of %s failed", frame.entry.path)
+        logger.exception(
+            "instrumented_convs: setting up the backward of %s failed", frame.entry.path
+        )
 
 
 def failed(entry: Any, exc: BaseException) -> None:
     """Log that setting up the backward of ``entry`` failed (the C fast path calls it)."""
-    logger.error("instrumented_convs: setting up the backward of %s failed", entry.path, exc_info=exc)
+    logger.error(
+        "instrumented_convs: setting up the backward of %s failed", entry.path, exc_info=exc
+    )
 
 
 def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
@@ -118,7 +125,9 @@ def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
             _tensors(v, out, depth + 1)
 
 
-def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame]) -> None:
+def finish(
+    log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame]
+) -> None:
     """At an anchor's exit: time its backward step by step, or count it (see the module).
 
     ``outputs`` are the anchor's own (None: it declared none; the outputs its nested steps
@@ -129,8 +138,17 @@ def finish(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: 
     chosen(log, seq1, entry, mode, outputs, fwd_stack, shape, template, how)
 
 
-def chosen(log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame], shape: Any,
-           template: Optional[_sampling.Template], how: int) -> None:
+def chosen(
+    log: Log,
+    seq1: int,
+    entry: Any,
+    mode: int,
+    outputs: Any,
+    fwd_stack: List[Frame],
+    shape: Any,
+    template: Optional[_sampling.Template],
+    how: int,
+) -> None:
     """The rest of :func:`finish` once :func:`_sampling.choose` said ``how`` (the C fast path
     of an anchor's exit chooses, counts the common case itself and calls this for the others)."""
     seq0 = log.seq0
@@ -166,8 +184,16 @@ def _newest(roots: List[Any], seq0: int, seq1: int) -> Optional[Tuple[Any, Any]]
     return None if best is None else (best[1], best[2])
 
 
-def walk(log: Log, seq1: int, entry: Any, mode: int, roots: List[Any], explicit: bool,
-         fwd_stack: List[Frame], sampled: bool) -> List[Record]:
+def walk(
+    log: Log,
+    seq1: int,
+    entry: Any,
+    mode: int,
+    roots: List[Any],
+    explicit: bool,
+    fwd_stack: List[Frame],
+    sampled: bool,
+) -> List[Record]:
     """Walk the anchor's autograd graph and hook each step's first and last backward node.
 
     Returns the records of the anchor and its nested steps, parents first; those whose

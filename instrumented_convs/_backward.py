@@ -23,6 +23,7 @@ callback object given to the engine is freed): they are closed, as errors, right
 they are on the freeing thread, else by an enclosing step's exit or at the next step or
 hook on that thread.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,12 +50,34 @@ class Record:
     """The backward of one call of one step: where it records and its state in a pass."""
 
     __slots__ = (
-        "name", "key", "scope", "kind", "parent", "depth", "cuda", "label", "fwd_stack",
-        "frame", "task", "bw", "bw_task", "hi", "lo", "hooked", "sampled",
+        "name",
+        "key",
+        "scope",
+        "kind",
+        "parent",
+        "depth",
+        "cuda",
+        "label",
+        "fwd_stack",
+        "frame",
+        "task",
+        "bw",
+        "bw_task",
+        "hi",
+        "lo",
+        "hooked",
+        "sampled",
     )
 
-    def __init__(self, entry: Any, parent: Optional["Record"], depth: int, mode: int,
-                 fwd_stack: List[Frame], sampled: bool = False) -> None:
+    def __init__(
+        self,
+        entry: Any,
+        parent: Optional["Record"],
+        depth: int,
+        mode: int,
+        fwd_stack: List[Frame],
+        sampled: bool = False,
+    ) -> None:
         self.name, self.kind = entry.name, entry.kind
         self.key = entry.key if entry.phase == "forward" else entry.key[0]
         self.scope = None if isinstance(self.key, str) else self.key[1]
@@ -228,6 +251,7 @@ def pre_hook(records: Tuple[Record, ...]) -> Callable[[Any], None]:
             _start(records)
         except Exception:  # never break the user's backward
             logger.exception("instrumented_convs: starting a backward step failed")
+
     return hook
 
 
@@ -237,4 +261,5 @@ def post_hook(records: Tuple[Record, ...]) -> Callable[[Any, Any], None]:
             _end(records)
         except Exception:  # never break the user's backward
             logger.exception("instrumented_convs: ending a backward step failed")
+
     return hook

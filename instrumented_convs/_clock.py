@@ -12,6 +12,7 @@ This module is at the bottom of the house: it imports nothing from the package. 
 It also decides which clock a step uses (:func:`auto_cuda`, :func:`device_is_cuda`) and
 holds the process-wide pool of CUDA events (:data:`events`).
 """
+
 from __future__ import annotations
 
 import time
@@ -132,7 +133,8 @@ class PendingTimes:
     """CUDA event pairs waiting to be read, folded into their registry entries lazily.
 
     ``add(entry, start, end, sampled)`` is the hot path: an append (``start`` and ``end`` are
-    ``(event, device)`` pairs; ``sampled`` is handed to the fold with the duration). When more than ``poll_at`` pairs are pending, the oldest
+    ``(event, device)`` pairs; ``sampled`` is handed to the fold with the duration). When
+    more than ``poll_at`` pairs are pending, the oldest
     ones whose end event has completed (``query()``, which never blocks) are folded into
     their entries. Only when ``hard_limit`` pairs are pending does it wait, and then only
     for the oldest pair: that bounds memory in a program that never lets the GPU catch up,

@@ -22,6 +22,7 @@ This module imports nothing from the package: it is the bottom of the house. The
 backends live above it (:mod:`._frame`), which registers the function that picks one
 (:func:`on_nvtx`).
 """
+
 from __future__ import annotations
 
 import os
@@ -51,7 +52,9 @@ def nvtx_choice(value: Union[bool, str]) -> str:
         return "none"
     if isinstance(value, str) and value in NVTX_CHOICES:
         return value
-    raise ValueError(f"nvtx must be one of {', '.join(map(repr, NVTX_CHOICES))}, True or False, not {value!r}")
+    raise ValueError(
+        f"nvtx must be one of {', '.join(map(repr, NVTX_CHOICES))}, True or False, not {value!r}"
+    )
 
 
 def _env_nvtx(name: str) -> str:
@@ -66,7 +69,9 @@ def _env_nvtx(name: str) -> str:
     try:
         return nvtx_choice(v)
     except ValueError:
-        raise ValueError(f"{name} must be 0, 1 or one of {', '.join(NVTX_CHOICES)}, not {value!r}") from None
+        raise ValueError(
+            f"{name} must be 0, 1 or one of {', '.join(NVTX_CHOICES)}, not {value!r}"
+        ) from None
 
 
 enabled: bool = not _env_flag("INSTRUMENTED_CONVS_DISABLE", False)
@@ -149,8 +154,11 @@ def _set_nvtx(choice: str) -> None:
 
 
 def configure(
-    *, enabled: Optional[bool] = None, nvtx: Union[bool, str, None] = None,
-    record_function: Optional[bool] = None, backward: Optional[bool] = None,
+    *,
+    enabled: Optional[bool] = None,
+    nvtx: Union[bool, str, None] = None,
+    record_function: Optional[bool] = None,
+    backward: Optional[bool] = None,
     backward_every: Optional[int] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
@@ -180,7 +188,11 @@ def configure(
     """
     g = globals()  # the parameters shadow the module switches of the same names
     if backward_every is not None:
-        if isinstance(backward_every, bool) or not isinstance(backward_every, int) or backward_every < 1:
+        if (
+            isinstance(backward_every, bool)
+            or not isinstance(backward_every, int)
+            or backward_every < 1
+        ):
             raise ValueError(f"backward_every must be a whole number >= 1, not {backward_every!r}")
     choice = None if nvtx is None else nvtx_choice(nvtx)
     previous = _current()

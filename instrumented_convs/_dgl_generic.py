@@ -20,6 +20,7 @@ A wrapper records only while a generic layer's forward runs on this thread
 ``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run: their copies
 time DGL's calls as steps of their own) it calls DGL's own function after one thread-local read.
 """
+
 from __future__ import annotations
 
 import functools

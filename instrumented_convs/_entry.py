@@ -8,6 +8,7 @@ A fold removes exactly the durations it read from the front of the buffer, so a 
 appended by another thread meanwhile is never lost. This module imports nothing from the
 package but the optional C arithmetic (:mod:`._native`).
 """
+
 from __future__ import annotations
 
 from operator import mul
@@ -52,19 +53,44 @@ class EntryStats(NamedTuple):
     rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
 
 
-
 class Entry:
     """Statistics of one step path in one scope, and the node of the nesting tree."""
 
     __slots__ = (
-        "name", "path", "scope", "kind", "phase", "parent", "children", "depth", "key", "retired",
-        "buf", "count", "total", "sumsq", "min", "max", "errors", "untimed", "skipped", "rcount",
-        "rtotal", "sampling",
+        "name",
+        "path",
+        "scope",
+        "kind",
+        "phase",
+        "parent",
+        "children",
+        "depth",
+        "key",
+        "retired",
+        "buf",
+        "count",
+        "total",
+        "sumsq",
+        "min",
+        "max",
+        "errors",
+        "untimed",
+        "skipped",
+        "rcount",
+        "rtotal",
+        "sampling",
     )
 
     def __init__(
-        self, name: str, path: str, scope: Optional[str], kind: str,
-        parent: Optional["Entry"], depth: int, key: Any = None, phase: str = "forward",
+        self,
+        name: str,
+        path: str,
+        scope: Optional[str],
+        kind: str,
+        parent: Optional["Entry"],
+        depth: int,
+        key: Any = None,
+        phase: str = "forward",
     ) -> None:
         """Create an empty entry (no calls recorded)."""
         self.key = key
@@ -102,9 +128,20 @@ class Entry:
             yield child
             yield from child.walk()
 
+    def stats(self, parent: int) -> EntryStats:
+        """This entry as plain data (its buffer folded first by the caller); ``parent``: the
+        index of its parent's record in the snapshot, -1 at the top level."""
+        return EntryStats(
+            self.name, self.path, self.scope, self.kind, self.depth, parent, self.count,
+            self.total, self.sumsq, self.min if self.count else 0, self.max, self.errors,
+            self.untimed, self.phase, self.skipped, self.rcount, self.rtotal,
+        )  # fmt: skip
+
     def __repr__(self) -> str:
         """``Entry('path', scope=..., count=..., total=...ns)``."""
-        return f"Entry({self.path!r}, scope={self.scope!r}, count={self.count}, total={self.total}ns)"
+        return (
+            f"Entry({self.path!r}, scope={self.scope!r}, count={self.count}, total={self.total}ns)"
+        )
 
 
 def fold_buffer(entry: Entry) -> None:

@@ -15,6 +15,7 @@ ever receive a range, so the default backend is then ``none`` and ranges cost no
 ``configure(nvtx="nvtx")`` picks a backend explicitly (it pushes ranges even with no tool
 in sight); :func:`use_nvtx` is how :mod:`._config` switches.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,11 +24,18 @@ from typing import Optional
 import torch
 
 from . import _clock, _config, _ranges
-from ._registry import registry
 from ._native import speedups
+from ._registry import registry
 from ._stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
 
-__all__ = ["open_frame", "close_frame", "close_elsewhere", "abandon_frame", "use_nvtx", "tool_attached"]
+__all__ = [
+    "open_frame",
+    "close_frame",
+    "close_elsewhere",
+    "abandon_frame",
+    "use_nvtx",
+    "tool_attached",
+]
 
 _open_rf = _ranges.open_record_function
 _prof = _ranges.profiler_state

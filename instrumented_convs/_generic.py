@@ -15,6 +15,7 @@ layer sharing a child, the child called on its own) every call runs the stock co
 extra Python frame and no check; inside one, the timed calls need no check either. The
 framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,12 +25,20 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
-from ._native import speedups
 from ._layers import InstrumentedLayer, Timed
+from ._native import speedups
 from ._step import Step, mark_outputs, recording
 
-__all__ = ["GenericLayer", "make_all", "make_class", "with_note", "framework_steps", "device_of", "install",
-           "uninstall"]
+__all__ = [
+    "GenericLayer",
+    "make_all",
+    "make_class",
+    "with_note",
+    "framework_steps",
+    "device_of",
+    "install",
+    "uninstall",
+]
 
 
 class _Depth(threading.local):
@@ -176,8 +185,14 @@ def with_note(stock: type, note: str) -> str:
     return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
 
 
-def make_all(conv: Any, module: str, mixin: type, detailed: frozenset, not_instrumented: Dict[str, str],
-             namespace: Callable[[type], Dict[str, Any]] = lambda stock: {}) -> Dict[str, type]:
+def make_all(
+    conv: Any,
+    module: str,
+    mixin: type,
+    detailed: frozenset,
+    not_instrumented: Dict[str, str],
+    namespace: Callable[[type], Dict[str, Any]] = lambda stock: {},
+) -> Dict[str, type]:
     """A generic class (:func:`make_class`) for every class of ``conv.__all__`` (a framework's
     conv module) not in ``detailed`` or ``not_instrumented``; non-modules are added there."""
     made: Dict[str, type] = {}
@@ -192,13 +207,16 @@ def make_all(conv: Any, module: str, mixin: type, detailed: frozenset, not_instr
     return made
 
 
-def make_class(stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None) -> type:
+def make_class(
+    stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None
+) -> type:
     """The generic instrumented subclass of ``stock``, living in ``module`` under its name."""
     ns: Dict[str, Any] = {
         "__module__": module,
         "__qualname__": stock.__name__,
-        "__doc__": with_note(stock, "a generic instrumented layer: its steps are timed, no "
-                                    "upstream code is copied"),
+        "__doc__": with_note(
+            stock, "a generic instrumented layer: its steps are timed, no upstream code is copied"
+        ),
         "_ic_stock": stock,
         "forward": _forward(stock),
     }

@@ -17,6 +17,7 @@ the functions' syntax trees:
   layer and the installed version, and runs upstream's own code inside its single
   top-level step (coarse timing, exact results). Never different numbers.
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,15 +62,21 @@ class _Normalise(ast.NodeTransformer):
         return node
 
 
-def _normalised(tree: ast.FunctionDef, is_step: Optional[Callable[[ast.expr], bool]]) -> ast.FunctionDef:
+def _normalised(
+    tree: ast.FunctionDef, is_step: Optional[Callable[[ast.expr], bool]]
+) -> ast.FunctionDef:
     tree = copy.deepcopy(tree)
     tree.name = "_"
     tree.decorator_list = []
     tree.returns = None
     tree.type_comment = None
     body = tree.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         body = body[1:] or [ast.Pass()]
     tree.body = body
     return _Normalise(is_step).visit(tree)
@@ -156,7 +163,9 @@ def guard(
 _MISSING = object()
 
 
-def warn_fallback(logger: logging.Logger, layer: str, package: str, version: str, guards: List[Guard]) -> None:
+def warn_fallback(
+    logger: logging.Logger, layer: str, package: str, version: str, guards: List[Guard]
+) -> None:
     """Log the one warning of a layer whose copies do not match the installed upstream."""
     failed = [g for g in guards if not g.ok]
     if not failed:
@@ -165,5 +174,9 @@ def warn_fallback(logger: logging.Logger, layer: str, package: str, version: str
     logger.warning(
         "instrumented_convs: %s runs upstream's own code under %s %s (%s): its internal steps "
         "are not recorded, only the %s step (coarse timing, exact results).",
-        layer, package, version, details, layer,
+        layer,
+        package,
+        version,
+        details,
+        layer,
     )

@@ -7,6 +7,7 @@ generic layer), and back. Nothing else changes: the same module objects, paramet
 buffers, ``state_dict`` keys, device, dtype and training mode, so an optimizer built before
 keeps working. Subclasses of stock layers that users wrote themselves are left as they are.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -27,6 +27,7 @@ copy ``torch.jit.script`` compiles instead).
 During its instrumented forward a layer's timed methods and children are :data:`Timed`
 callables in its instance ``__dict__`` (``_generic.install``), there for that call only.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,7 +41,15 @@ import torch
 from ._native import speedups
 from ._step import Step
 
-__all__ = ["InstrumentedLayer", "instance_scope", "name_layers", "convert", "revert", "Timed", "PyTimed"]
+__all__ = [
+    "InstrumentedLayer",
+    "instance_scope",
+    "name_layers",
+    "convert",
+    "revert",
+    "Timed",
+    "PyTimed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -149,8 +158,10 @@ class InstrumentedLayer:
         """An instrumented layer sharing the parameters, buffers and grandchildren of the
         stock ``layer`` (its children are shallow copies)."""
         if type(layer) is not cls._ic_stock:
-            raise TypeError(f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
-                            f"not a {type(layer).__name__}")
+            raise TypeError(
+                f"{cls.__name__}.from_stock takes a {cls._ic_stock.__name__}, "
+                f"not a {type(layer).__name__}"
+            )
         out = _shallow(layer)
         _copy_children(out)
         return convert(out, cls)
@@ -164,8 +175,12 @@ class InstrumentedLayer:
         stock = self._ic_stock
         logger.warning(
             "torch.jit.script: %s.%s is replaced by the stock %s.%s (same parameters); the "
-            "scripted model records no steps", type(self).__module__, type(self).__name__,
-            stock.__module__, stock.__name__)
+            "scripted model records no steps",
+            type(self).__module__,
+            type(self).__name__,
+            stock.__module__,
+            stock.__name__,
+        )
         return self.to_stock()
 
 

@@ -9,6 +9,7 @@ Where it is not built, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every modu
 Python twin, which behaves the same. This module imports nothing from the package but the
 extension.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -27,7 +28,13 @@ _PEEK = "_ZN2at15sequence_number4peekEv"
 
 
 def _load() -> Optional[Any]:
-    if os.environ.get("INSTRUMENTED_CONVS_PURE_PYTHON", "").strip().lower() not in ("", "0", "false", "no", "off"):
+    if os.environ.get("INSTRUMENTED_CONVS_PURE_PYTHON", "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    ):
         return None
     try:
         from . import _speedups  # type: ignore[attr-defined]
@@ -65,7 +72,9 @@ def seq_counter_address() -> Optional[int]:
         with torch.enable_grad():
             node = torch.zeros(1, requires_grad=True) * 2  # a new node moves the counter
         if peek() != py() or py() != s0 + 1 or node.grad_fn is None:
-            logger.debug("instrumented_convs: %s disagrees with torch; the Python call is used", _PEEK)
+            logger.debug(
+                "instrumented_convs: %s disagrees with torch; the Python call is used", _PEEK
+            )
             return None
         return ctypes.cast(peek, ctypes.c_void_p).value
     return None

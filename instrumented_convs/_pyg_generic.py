@@ -30,6 +30,7 @@ there the python ``propagate`` calls the same methods and ``_collect``/``__colle
 2.5 and later run that python ``propagate`` (and ``_collect``) for ``decomposed_layers > 1``
 and in explain mode, set on the instance, which is timed all the same.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -43,8 +44,15 @@ from ._generic import GenericLayer
 from ._layers import InstrumentedLayer
 from ._step import Step
 
-__all__ = ["GenericPyG", "method_steps", "prepare_class", "make_all", "NOT_INSTRUMENTED",
-           "generate", "DetailedPyG"]
+__all__ = [
+    "GenericPyG",
+    "method_steps",
+    "prepare_class",
+    "make_all",
+    "NOT_INSTRUMENTED",
+    "generate",
+    "DetailedPyG",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +60,9 @@ _STEPS: Dict[str, Step] = {}
 
 #: Whether this PyG generates ``propagate``, ``collect``... from templates (2.5 and later; 2.5
 #: does it in the constructor, 2.6 and later at class creation).
-GENERATES = os.path.exists(os.path.join(os.path.dirname(inspect.getfile(MessagePassing)), "propagate.jinja"))
+GENERATES = os.path.exists(
+    os.path.join(os.path.dirname(inspect.getfile(MessagePassing)), "propagate.jinja")
+)
 
 
 def _step(name: str) -> Step:
@@ -65,8 +75,11 @@ def _step(name: str) -> Step:
 def _implemented(stock: type, name: str) -> bool:
     """Whether ``stock`` has its own ``name`` (PyG tells fused or edge-updating layers so)."""
     fn = getattr(stock, name, None)
-    return (callable(fn) and not getattr(fn, "__isabstractmethod__", False)
-            and fn is not getattr(MessagePassing, name, None))
+    return (
+        callable(fn)
+        and not getattr(fn, "__isabstractmethod__", False)
+        and fn is not getattr(MessagePassing, name, None)
+    )
 
 
 def method_steps(stock: type, detailed: bool = False) -> Tuple[Tuple[str, Step], ...]:
@@ -104,7 +117,9 @@ def original_methods(stock: type) -> Dict[str, Any]:
     at that moment; a subclass made after the stock class generated its code would find the
     stock's *generated* one there, so our classes carry the written one in their own dict.
     """
-    if not hasattr(MessagePassing, "_set_jittable_templates") or not issubclass(stock, MessagePassing):
+    if not hasattr(MessagePassing, "_set_jittable_templates") or not issubclass(
+        stock, MessagePassing
+    ):
         return {}
     out: Dict[str, Any] = {}
     for name in ("propagate", "edge_updater"):
@@ -135,10 +150,14 @@ def prepare_class(cls: type) -> None:
         inspector = Inspector(stock)
         for method in ("propagate", "edge_updater"):
             attr = f"{method}_type"
-            if hasattr(stock, attr) or (method == "edge_updater" and not _implemented(stock, "edge_update")):
+            if hasattr(stock, attr) or (
+                method == "edge_updater" and not _implemented(stock, "edge_update")
+            ):
                 continue
             try:
-                params = inspector.get_params_from_method_call(method, exclude=[0, "edge_index", "size"])
+                params = inspector.get_params_from_method_call(
+                    method, exclude=[0, "edge_index", "size"]
+                )
             except Exception as e:  # noqa: BLE001 - PyG falls back itself; so do we
                 logger.debug("%s: cannot read %s's arguments: %s", stock.__name__, method, e)
                 continue
@@ -212,7 +231,7 @@ def generate(layer: Any) -> None:
 #: Classes of ``torch_geometric.nn.conv.__all__`` that get no instrumented version, and why.
 NOT_INSTRUMENTED: Dict[str, str] = {
     "MessagePassing": "the base class of the conv layers, not a layer: subclass an instrumented "
-                      "layer or use instrument() on your model",
+    "layer or use instrument() on your model",
 }
 
 

@@ -14,6 +14,7 @@ NVTX backends, first found wins:
 then uses the fast C++ handle. :func:`compiling_probe` finds this torch's cheapest "is
 Dynamo tracing?" test, during which steps do nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,8 +32,16 @@ DOMAIN = "instrumented_convs"
 
 # A qualitative palette (ARGB); a step name always gets the same colour.
 _PALETTE = (
-    0xFF4E79A7, 0xFFF28E2B, 0xFFE15759, 0xFF76B7B2, 0xFF59A14F,
-    0xFFEDC948, 0xFFB07AA1, 0xFFFF9DA7, 0xFF9C755F, 0xFFBAB0AC,
+    0xFF4E79A7,
+    0xFFF28E2B,
+    0xFFE15759,
+    0xFF76B7B2,
+    0xFF59A14F,
+    0xFFEDC948,
+    0xFFB07AA1,
+    0xFFFF9DA7,
+    0xFF9C755F,
+    0xFFBAB0AC,
 )
 
 
@@ -76,7 +85,8 @@ class _NvtxPackageBackend(NvtxBackend):
         if hasattr(domain, "push_range"):  # nvtx >= 0.2.12
             push_range, pop_range = domain.push_range, domain.pop_range
         else:  # nvtx <= 0.2.11: module-level functions taking the domain handle
-            from nvtx._lib import pop_range as _pop, push_range as _push  # type: ignore[import-not-found]
+            from nvtx._lib import pop_range as _pop  # type: ignore[import-not-found]
+            from nvtx._lib import push_range as _push
 
             push_range = functools.partial(_push, domain=domain.handle)
             pop_range = functools.partial(_pop, domain.handle)

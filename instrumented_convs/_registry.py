@@ -20,6 +20,7 @@ is done by functions of that snapshot above it (:mod:`._stats` builds a summary,
 registers with :func:`on_read` at import. :meth:`Registry.summary`, the user's call, hands
 its snapshot to them and imports none of them.
 """
+
 from __future__ import annotations
 
 import threading
@@ -51,7 +52,11 @@ class Registry:
 
     # -- writing ------------------------------------------------------------------------
     def child(
-        self, parent: Entry, name: str, scope: Optional[str] = None, kind: str = "step",
+        self,
+        parent: Entry,
+        name: str,
+        scope: Optional[str] = None,
+        kind: str = "step",
         phase: str = "forward",
     ) -> Entry:
         """The entry for step ``name`` nested in ``parent``, in ``scope`` or else the parent's.
@@ -66,7 +71,12 @@ class Registry:
             return self._child_locked(parent, name, scope, kind, phase)
 
     def _child_locked(
-        self, parent: Entry, name: str, scope: Optional[str], kind: str, phase: str = "forward",
+        self,
+        parent: Entry,
+        name: str,
+        scope: Optional[str],
+        kind: str,
+        phase: str = "forward",
     ) -> Entry:
         key: Any = name if scope is None else (name, scope)
         if phase != "forward":
@@ -163,8 +173,9 @@ class Registry:
             if error:
                 entry.errors += 1
 
-    def record_pending(self, entry: Entry, start: Any, end: Any, error: bool = False,
-                       sampled: bool = False) -> None:
+    def record_pending(
+        self, entry: Entry, start: Any, end: Any, error: bool = False, sampled: bool = False
+    ) -> None:
         """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``.
 
         The pair is folded in when resolved (see :class:`~instrumented_convs._clock.PendingTimes`);
@@ -247,18 +258,14 @@ class Registry:
         with self._lock:
             entries = self._fold_all_locked()
             index = {id(e): i for i, e in enumerate(entries)}
-            return [
-                EntryStats(
-                    e.name, e.path, e.scope, e.kind, e.depth,
-                    index.get(id(e.parent), -1),
-                    e.count, e.total, e.sumsq, e.min if e.count else 0, e.max, e.errors, e.untimed,
-                    e.phase, e.skipped, e.rcount, e.rtotal,
-                )
-                for e in entries
-            ]
+            return [e.stats(index.get(id(e.parent), -1)) for e in entries]
 
     def summary(
-        self, by: str = "step", unit: Optional[str] = None, all_ranks: bool = False, group: Any = None,
+        self,
+        by: str = "step",
+        unit: Optional[str] = None,
+        all_ranks: bool = False,
+        group: Any = None,
     ) -> Any:
         """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
 

@@ -4,6 +4,7 @@
 write; the field sets below say how CSV and DataFrame cells turn back into fields. This
 module imports nothing from the package.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -18,6 +18,7 @@ counted calls from the calls timed at random (``_stats.estimated_total``): count
 exact, times of sampled rows are unbiased estimates, and the census keeps short runs exact.
 ``configure(backward_every=1)`` times every call.
 """
+
 from __future__ import annotations
 
 import logging
@@ -32,7 +33,17 @@ from ._native import speedups
 from ._registry import backward_key, registry
 from ._stack import Frame, _tls
 
-__all__ = ["Template", "choose", "remember", "count", "counted", "Count", "CENSUS", "SAMPLED", "COUNT"]
+__all__ = [
+    "Template",
+    "choose",
+    "remember",
+    "count",
+    "counted",
+    "Count",
+    "CENSUS",
+    "SAMPLED",
+    "COUNT",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +111,9 @@ def remember(entry: Any, shape: Any, recs: List[Any]) -> None:
         if not r.hooked:
             continue
         index[id(r)] = len(out)
-        out.append((r.name, r.key, r.scope, r.kind, -1 if r.parent is None else index[id(r.parent)]))
+        out.append(
+            (r.name, r.key, r.scope, r.kind, -1 if r.parent is None else index[id(r.parent)])
+        )
     state[shape] = Template(tuple(out))
 
 

@@ -16,6 +16,7 @@ in use (the fast path of steps reads their fields directly, see :mod:`._stepbase
 classes below; both have the same attributes. This module imports nothing else from the
 package.
 """
+
 from __future__ import annotations
 
 import threading
@@ -34,8 +35,20 @@ class Frame:
     """One open step on a thread's stack: what its exit needs, read by name."""
 
     __slots__ = (
-        "entry", "start", "mode", "flags", "rf", "owner", "cuda", "dev", "spare",
-        "log", "seq0", "anchor", "outputs", "task",
+        "entry",
+        "start",
+        "mode",
+        "flags",
+        "rf",
+        "owner",
+        "cuda",
+        "dev",
+        "spare",
+        "log",
+        "seq0",
+        "anchor",
+        "outputs",
+        "task",
     )
 
     def __init__(self) -> None:
@@ -43,7 +56,9 @@ class Frame:
         self.entry: Any = None  #: the registry entry the step records into
         self.start: Any = None  #: CPU: integer ns; CUDA: ``(event, device key)``; else None
         self.mode: int = BOTTOM  #: CPU, CUDA or UNTIMED (BOTTOM for the sentinel)
-        self.flags: int = 0  #: PUSHED (an NVTX range is open), LABELLED (a profiler label is), SAMPLED
+        self.flags: int = (
+            0  #: PUSHED (an NVTX range is open), LABELLED (a profiler label is), SAMPLED
+        )
         self.rf: Any = None  #: the open record_function handle (when LABELLED)
         self.owner: Any = None  #: the Step (or backward record) that opened the frame
         self.cuda: bool = False  #: the frame's steps time with CUDA events (children inherit it)

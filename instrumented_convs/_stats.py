@@ -7,6 +7,7 @@ and the fractions of the grand total, and returns a :class:`~instrumented_convs.
 :func:`merge_ranks` does the same for the snapshots of several processes, merged.
 Nothing here knows how the numbers were measured, stored or gathered.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ._entry import EntryStats
 from .report import Row, Summary
-
 
 _GroupKey = Tuple[Optional[str], str, str]
 _TOP: _GroupKey = (None, "", "")
@@ -71,8 +71,21 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         g = groups.get(key)
         if g is None:
             g = groups[key] = dict(
-                name=s.path, step=s.name, depth=s.depth, kind=s.kind, scope=key[0], phase=s.phase,
-                count=0, total=0, timed=0, sumsq=0, min=None, max=0, self=0, errors=0, untimed=0,
+                name=s.path,
+                step=s.name,
+                depth=s.depth,
+                kind=s.kind,
+                scope=key[0],
+                phase=s.phase,
+                count=0,
+                total=0,
+                timed=0,
+                sumsq=0,
+                min=None,
+                max=0,
+                self=0,
+                errors=0,
+                untimed=0,
                 skipped=0,
             )
             if s.parent < 0:
@@ -109,21 +122,35 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         calls = n + g["skipped"]
         if calls == 0 and g["untimed"] == 0 and g["errors"] == 0:
             continue
-        rows.append(Row(
-            name=g["name"], step=g["step"], depth=g["depth"], scope=g["scope"],
-            kind=g["kind"], count=calls, total=g["total"] * 1e-9,
-            self_time=g["self"] * 1e-9, mean=(g["total"] / calls * 1e-9) if calls else 0.0,
-            min=(g["min"] or 0) * 1e-9, max=g["max"] * 1e-9,
-            std=_std_seconds(n, g["timed"], g["sumsq"]),
-            fraction=(g["total"] / grand) if grand else 0.0,
-            self_fraction=(g["self"] / grand) if grand else 0.0,
-            errors=g["errors"], untimed=g["untimed"], phase=g["phase"], estimated=g["skipped"],
-        ))
+        rows.append(
+            Row(
+                name=g["name"],
+                step=g["step"],
+                depth=g["depth"],
+                scope=g["scope"],
+                kind=g["kind"],
+                count=calls,
+                total=g["total"] * 1e-9,
+                self_time=g["self"] * 1e-9,
+                mean=(g["total"] / calls * 1e-9) if calls else 0.0,
+                min=(g["min"] or 0) * 1e-9,
+                max=g["max"] * 1e-9,
+                std=_std_seconds(n, g["timed"], g["sumsq"]),
+                fraction=(g["total"] / grand) if grand else 0.0,
+                self_fraction=(g["self"] / grand) if grand else 0.0,
+                errors=g["errors"],
+                untimed=g["untimed"],
+                phase=g["phase"],
+                estimated=g["skipped"],
+            )
+        )
     return Summary(rows, unit=unit, by=by, total=grand * 1e-9)
 
 
 def merge_ranks(
-    snapshots: Sequence[Sequence[EntryStats]], by: str = "step", unit: Optional[str] = None,
+    snapshots: Sequence[Sequence[EntryStats]],
+    by: str = "step",
+    unit: Optional[str] = None,
 ) -> Summary:
     """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``).
 
@@ -132,14 +159,21 @@ def merge_ranks(
     step that only some ranks ran still has its row (siblings in order of first use, rank
     0's first). Each merged row also says how the ranks differ: how many ranks recorded the
     step, the slowest rank's total (and which rank), and the fastest total of a rank that
-    recorded it (ranks whose calls of the step were all untimed are left out of these). ``by_rank()`` of the result gives each rank's own summary, whose rows carry
+    recorded it (ranks whose calls of the step were all untimed are left out of these).
+    ``by_rank()`` of the result gives each rank's own summary, whose rows carry
     their ``rank``.
     """
     parts = []
     for rank, stats in enumerate(snapshots):
         own = summarize(stats, by=by, unit=unit)
-        parts.append(Summary([dataclasses.replace(r, rank=rank) for r in own.rows], unit=unit, by=by,
-                             total=own.total))
+        parts.append(
+            Summary(
+                [dataclasses.replace(r, rank=rank) for r in own.rows],
+                unit=unit,
+                by=by,
+                total=own.total,
+            )
+        )
     combined: List[EntryStats] = []
     for stats in snapshots:
         offset = len(combined)
@@ -156,7 +190,12 @@ def merge_ranks(
         totals = seen.get((r.scope, r.name, r.phase), [])
         if totals:
             slow, slow_rank = max(totals, key=lambda t: (t[0], -t[1]))  # a tie: the lowest rank
-            r = dataclasses.replace(r, ranks=len(totals), slowest=slow, slowest_rank=slow_rank,
-                                    fastest=min(t for t, _ in totals))
+            r = dataclasses.replace(
+                r,
+                ranks=len(totals),
+                slowest=slow,
+                slowest_rank=slow_rank,
+                fastest=min(t for t, _ in totals),
+            )
         rows.append(r)
     return Summary(rows, unit=unit, by=by, total=merged.total, per_rank=parts)

@@ -17,6 +17,7 @@ propagate unchanged and leave both stacks balanced.
 With grad enabled and backward timing on, a step also notes the autograd sequence numbers
 at its entry and exit, so that its backward can be timed (:mod:`._backward`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,13 @@ from ._stack import Frame, current_path, depth, open_steps, pop_own
 from ._stepbase import StepBase
 
 __all__ = [
-    "Step", "step", "region", "recording", "current_path", "depth", "open_steps",
+    "Step",
+    "step",
+    "region",
+    "recording",
+    "current_path",
+    "depth",
+    "open_steps",
     "mark_outputs",
 ]
 
@@ -167,7 +174,9 @@ class Step(StepBase):
 
     def __reduce__(self) -> Any:
         """Copies and pickles rebuild the step from its name, scope, device and kind."""
-        device = None if self.cuda is None else (torch.device("cuda", self.dev) if self.cuda else "cpu")
+        device = (
+            None if self.cuda is None else (torch.device("cuda", self.dev) if self.cuda else "cpu")
+        )
         return (type(self), (self.name, self.scope, device, self.kind))
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ it exists twice: in C (``instrumented_convs/_speedups*.c``, built by ``pip insta
 fallback, with the same behaviour; ``INSTRUMENTED_CONVS_PURE_PYTHON=1`` forces the Python
 one (the tests run both). :data:`IMPLEMENTATION` says which is in use.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,8 +28,8 @@ import torch
 
 from . import _anchor, _clock, _config, _frame, _ranges, _sampling
 from ._entry import FOLD_AT, Entry
-from ._registry import SKIPS_FOLD_AT, registry
 from ._native import IMPLEMENTATION, seq_counter_address, speedups
+from ._registry import SKIPS_FOLD_AT, registry
 from ._stack import CPU, Frame, _tls
 
 __all__ = ["StepBase", "IMPLEMENTATION"]
@@ -50,7 +51,10 @@ class PyStepBase:
         parent = top.entry
         cuda = self.cuda
         # The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step.
-        if not (cuda is False or (cuda is None and parent is not None and not top.cuda)) or top.task is not None:
+        if (
+            not (cuda is False or (cuda is None and parent is not None and not top.cuda))
+            or top.task is not None
+        ):
             return self._enter(stack, top)  # type: ignore[attr-defined]
         if parent is None:  # top level: under the registry's root
             parent = registry.root
@@ -78,7 +82,12 @@ class PyStepBase:
             frame.seq0 = _seq()
         elif _config.backward and _grad_enabled():  # the outermost step with grad: an anchor
             seq = _seq()
-            frame.log, frame.anchor, frame.outputs, frame.seq0 = _anchor.Log(seq, len(stack)), True, None, seq
+            frame.log, frame.anchor, frame.outputs, frame.seq0 = (
+                _anchor.Log(seq, len(stack)),
+                True,
+                None,
+                seq,
+            )
         else:
             frame.log = None
             frame.seq0 = -1
@@ -91,7 +100,13 @@ class PyStepBase:
         t1 = _clock.cpu_now()  # the clock first
         stack = _tls.stack
         frame = stack[-1]
-        if frame.owner is not self or frame.flags or frame.mode or exc_type is not None or frame.entry.retired:
+        if (
+            frame.owner is not self
+            or frame.flags
+            or frame.mode
+            or exc_type is not None
+            or frame.entry.retired
+        ):
             return self._exit(stack, frame, t1, exc_type)  # type: ignore[attr-defined]
         stack.pop()
         entry = frame.entry
@@ -116,12 +131,34 @@ class PyStepBase:
 
 
 if speedups is not None:
-    speedups.bind(_config, _prof, registry, _seq, _clock.cpu_now, _grad_enabled, Entry, _anchor.Log,
-                  time.perf_counter_ns, _anchor.log_exit, FOLD_AT)
+    speedups.bind(
+        _config,
+        _prof,
+        registry,
+        _seq,
+        _clock.cpu_now,
+        _grad_enabled,
+        Entry,
+        _anchor.Log,
+        time.perf_counter_ns,
+        _anchor.log_exit,
+        FOLD_AT,
+    )
     _clock.on_set.append(speedups.set_clock)  # the clock the extension reads, kept current
     speedups.set_seq_native(seq_counter_address())
-    speedups.bind_anchor(Entry, torch.Tensor, _sampling.Template, _sampling, _anchor, _anchor.chosen, _anchor.failed,
-                         _sampling.Count, OrderedDict, _sampling._keys, "instrumented_convs")
+    speedups.bind_anchor(
+        Entry,
+        torch.Tensor,
+        _sampling.Template,
+        _sampling,
+        _anchor,
+        _anchor.chosen,
+        _anchor.failed,
+        _sampling.Count,
+        OrderedDict,
+        _sampling._keys,
+        "instrumented_convs",
+    )
     speedups.bind_count(_sampling.Template, registry._skips, _sampling.counted, SKIPS_FOLD_AT)
 #: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
 StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

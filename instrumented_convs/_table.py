@@ -8,6 +8,7 @@ merged over processes gets two more columns per step: the slowest rank's total (
 rank it was) and the spread, slowest over fastest rank, so a straggler shows at a glance.
 This module imports nothing from the package: ``report`` re-exports what users need.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -51,7 +52,9 @@ class TableRenderer:
     COLUMNS = ("Count", "Average", "Total", "Self", "Min", "Max", "Std", "Frac.")
     SPREAD_COLUMNS = ("Slowest", "Spread")
 
-    def __init__(self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True) -> None:
+    def __init__(
+        self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True
+    ) -> None:
         """A renderer with a fixed ``unit`` (or automatic), a title, and the spread columns."""
         self.unit = unit
         self.title = title
@@ -81,10 +84,18 @@ class TableRenderer:
         cells: List[List[str]] = []
         for r in rows:
             est = bool(r.estimated)
-            cells.append([
-                str(r.count), num(r.mean, est), num(r.total, est), num(r.self_time, est), num(r.min),
-                num(r.max), num(r.std), ("~" if est else "") + f"{100.0 * r.fraction:.1f}%",
-            ])
+            cells.append(
+                [
+                    str(r.count),
+                    num(r.mean, est),
+                    num(r.total, est),
+                    num(r.self_time, est),
+                    num(r.min),
+                    num(r.max),
+                    num(r.std),
+                    ("~" if est else "") + f"{100.0 * r.fraction:.1f}%",
+                ]
+            )
             if spread:
                 slowest = "-" if r.slowest is None else f"{num(r.slowest)} r{r.slowest_rank}"
                 cells[-1] += [slowest, spread_text(r, world)]
@@ -124,14 +135,16 @@ class TableRenderer:
             calls = sum(r.count for r in sampled)
             timed = calls - sum(r.estimated for r in sampled)
             lines.append(
-                f"~: estimated. Of the {calls} calls in the rows marked ~, {timed} were timed (the first "
-                "calls of each layer, then one in N at random; configure(backward_every=N)); Count is "
-                "exact, the time of the others is the mean of those timed at random. Min, Max, Std: "
-                "timed calls."
+                f"~: estimated. Of the {calls} calls in the rows marked ~, {timed} were timed "
+                "(the first calls of each layer, then one in N at random; "
+                "configure(backward_every=N)); Count is exact, the time of the others is the "
+                "mean of those timed at random. Min, Max, Std: timed calls."
             )
-        notes = [
-            f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors
-        ] + [f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
-                 "that ran part of the step)" for r in rows if r.untimed]
+        notes = [f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors] + [
+            f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
+            "that ran part of the step)"
+            for r in rows
+            if r.untimed
+        ]
         lines.extend(notes)
         return "\n".join(lines)

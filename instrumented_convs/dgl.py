@@ -231,7 +231,8 @@ KNOWN: Dict[str, Dict[str, str]] = {
 }
 
 _GUARDS = {
-    "GraphConv": guard("GraphConv.forward", _StockGraphConv.forward, KNOWN["GraphConv.forward"], globals()),
+    "GraphConv": guard("GraphConv.forward", _StockGraphConv.forward, KNOWN["GraphConv.forward"],
+                       globals()),
     "EdgeWeightNorm": guard("EdgeWeightNorm.forward", _StockEdgeWeightNorm.forward,
                             KNOWN["EdgeWeightNorm.forward"], globals()),
 }
@@ -249,16 +250,20 @@ class GraphConv(InstrumentedLayer, _StockGraphConv):
 
     _ic_stock = _StockGraphConv
 
-    def forward(self, graph: Any, feat: Any, weight: Any = None, edge_weight: Any = None) -> th.Tensor:
+    def forward(self, graph: Any, feat: Any, weight: Any = None,
+                edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
         if not recording():
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        depth, framework_steps.n = framework_steps.n, 0  # inside a generic layer too: DGL's calls are our steps
+        # inside a generic layer too: DGL's calls are our steps
+        depth, framework_steps.n = framework_steps.n, 0
         try:
             with self._ic_step(graph.device):
                 if _GRAPH_CONV_OK:
-                    return mark_outputs(_instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
-                return mark_outputs(super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
+                    return mark_outputs(
+                        _instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
+                return mark_outputs(
+                    super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
         finally:
             framework_steps.n = depth
 
@@ -276,7 +281,8 @@ class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
         try:
             with self._ic_step(graph.device):
                 if _EDGE_WEIGHT_NORM_OK:
-                    return mark_outputs(_instrumented_edge_weight_norm_forward(self, graph, edge_weight))
+                    return mark_outputs(
+                        _instrumented_edge_weight_norm_forward(self, graph, edge_weight))
                 return mark_outputs(super().forward(graph, edge_weight))
         finally:
             framework_steps.n = depth

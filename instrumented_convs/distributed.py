@@ -19,6 +19,7 @@ Any backend works: gloo on CPU; with NCCL, ``all_gather_object`` stages the data
 first (as every NCCL program does). Pending CUDA event timings are resolved on each rank
 before the exchange. Nothing here opens sockets or files: the process group is the user's.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
@@ -50,7 +51,10 @@ def _dist() -> Any:
 
 
 def merged_summary(
-    snapshot: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None, group: Any = None,
+    snapshot: Sequence[EntryStats],
+    by: str = "step",
+    unit: Optional[str] = None,
+    group: Any = None,
 ) -> Summary:
     """The summary of every rank's ``snapshot``, merged (a collective over ``group``).
 
@@ -70,14 +74,21 @@ def merged_summary(
         if tuple(fields) != EntryStats._fields:
             raise RuntimeError(
                 f"rank {rank} runs another version of instrumented_convs (its statistics have the "
-                f"fields {list(fields)}, ours {list(EntryStats._fields)}): install the same version "
-                "on every rank")
+                f"fields {list(fields)}, ours {list(EntryStats._fields)}): install the same "
+                f"version "
+                "on every rank"
+            )
         snapshots.append([EntryStats(*entry) for entry in entries])
     return merge_ranks(snapshots, by=by, unit=unit)
 
 
-def read(snapshot: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None, all_ranks: bool = False,
-         group: Any = None) -> Summary:
+def read(
+    snapshot: Sequence[EntryStats],
+    by: str = "step",
+    unit: Optional[str] = None,
+    all_ranks: bool = False,
+    group: Any = None,
+) -> Summary:
     """The summary of ``snapshot``: this process's own, or merged over every rank of
     ``group`` (``all_ranks``: a collective, see :func:`merged_summary`). What
     ``registry.summary()`` hands its snapshot to."""

@@ -31,6 +31,7 @@ author times the internal steps of a layer of their own the way the drop-ins do:
   it is False, as the drop-ins do.
 - :func:`current_path` is the path of the innermost open step on this thread.
 """
+
 from __future__ import annotations
 
 from ._step import Step, current_path, mark_outputs, recording, step

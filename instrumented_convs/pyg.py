@@ -10,7 +10,8 @@ one forward, nested as they run::
     GCNConv
       gcn_norm                       (absent on a cache hit: upstream does no work then)
         add_remaining_self_loops     edge_index input
-        fill_value, fill_diag        torch_sparse.SparseTensor input (fill_value only if it has no values)
+        fill_value, fill_diag        torch_sparse.SparseTensor input (fill_value only if it
+                                     has no values)
         add_self_loops, to_edge_index  torch.sparse COO/CSR input
         degree                       the (weighted) in-degree: scatter / torch_sparse.sum
         normalize                    deg^-1/2, inf -> 0, and the edge-weight products
@@ -37,9 +38,13 @@ from torch import Tensor
 from torch_geometric.nn.conv import GCNConv as _StockGCNConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _stock_gcn_norm
 from torch_geometric.typing import Adj, OptTensor, SparseTensor, torch_sparse
-from torch_geometric.utils import add_remaining_self_loops
+from torch_geometric.utils import (
+    add_remaining_self_loops,
+    is_torch_sparse_tensor,
+    scatter,
+    to_edge_index,
+)
 from torch_geometric.utils import add_self_loops as add_self_loops_fn
-from torch_geometric.utils import is_torch_sparse_tensor, scatter, to_edge_index
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
@@ -186,8 +191,10 @@ def gcn_norm(
 ) -> Any:
     """Upstream ``torch_geometric.nn.conv.gcn_conv.gcn_norm``, with a step per part."""
     if not recording() or not _GCN_NORM_OK:
-        return _stock_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
-    return _instrumented_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
+        return _stock_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops,
+                               flow, dtype)
+    return _instrumented_gcn_norm(edge_index, edge_weight, num_nodes, improved, add_self_loops,
+                                  flow, dtype)
 
 
 class GCNConv(DetailedPyG, _StockGCNConv):

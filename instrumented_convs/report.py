@@ -14,6 +14,7 @@ A summary merged over processes (``registry.summary(all_ranks=True)``, see
 and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
 The table itself is drawn by :class:`~instrumented_convs._table.TableRenderer`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,8 +33,12 @@ class Summary:
     """Per-step statistics; ``str()`` renders the table, ``rows`` hold the numbers."""
 
     def __init__(
-        self, rows: Sequence[Row], unit: Optional[str] = None, by: str = "step",
-        total: Optional[float] = None, per_rank: Optional[Sequence["Summary"]] = None,
+        self,
+        rows: Sequence[Row],
+        unit: Optional[str] = None,
+        by: str = "step",
+        total: Optional[float] = None,
+        per_rank: Optional[Sequence["Summary"]] = None,
     ) -> None:
         """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
 
@@ -49,8 +54,7 @@ class Summary:
         self.by = by
         #: The grand total in seconds, of which every ``fraction`` is a share.
         self.total: float = (
-            total if total is not None
-            else sum(row.total for row in self.rows if row.depth == 0)
+            total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
         )
         self._per_rank = None if per_rank is None else list(per_rank)
 
@@ -79,7 +83,12 @@ class Summary:
         if not isinstance(other, Summary):
             return NotImplemented
         return (self.rows, self.unit, self.by, self.total, self._per_rank) == (
-            other.rows, other.unit, other.by, other.total, other._per_rank)
+            other.rows,
+            other.unit,
+            other.by,
+            other.total,
+            other._per_rank,
+        )
 
     @property
     def world_size(self) -> Optional[int]:
@@ -95,7 +104,8 @@ class Summary:
         if self._per_rank is None:
             raise ValueError(
                 "this summary is of one process: registry.summary(all_ranks=True) merges the "
-                "ranks of a torch.distributed job and keeps one summary per rank")
+                "ranks of a torch.distributed job and keeps one summary per rank"
+            )
         return list(self._per_rank)
 
     def find(self, step: str) -> List[Row]:
@@ -107,7 +117,9 @@ class Summary:
         return [row for row in self.rows if row.parent == path]
 
     def select(
-        self, prefix: Optional[str] = None, max_depth: Optional[int] = None,
+        self,
+        prefix: Optional[str] = None,
+        max_depth: Optional[int] = None,
         phase: Optional[str] = None,
     ) -> "Summary":
         """The rows under (and including) ``prefix``, down to ``max_depth``, of ``phase``.
@@ -118,17 +130,23 @@ class Summary:
         if phase not in (None, "forward", "backward"):
             raise ValueError(f"phase must be 'forward', 'backward' or None, not {phase!r}")
         rows = [
-            r for r in self.rows
+            r
+            for r in self.rows
             if (prefix is None or r.name == prefix or r.name.startswith(prefix + "/"))
             and (max_depth is None or r.depth <= max_depth)
             and (phase is None or r.phase == phase)
         ]
-        parts = None if self._per_rank is None else [
-            part.select(prefix, max_depth, phase) for part in self._per_rank]
+        parts = (
+            None
+            if self._per_rank is None
+            else [part.select(prefix, max_depth, phase) for part in self._per_rank]
+        )
         return Summary(rows, unit=self.unit, by=self.by, total=self.total, per_rank=parts)
 
     # -- rendering --------------------------------------------------------------------------
-    def table(self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True) -> str:
+    def table(
+        self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True
+    ) -> str:
         """The rendered table (see :class:`TableRenderer`).
 
         A summary merged over ranks gets the Slowest and Spread columns unless ``spread=False``.
@@ -151,7 +169,9 @@ class Summary:
         A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
         """
         data = {
-            "by": self.by, "unit": self.unit, "total": self.total,
+            "by": self.by,
+            "unit": self.unit,
+            "total": self.total,
             "rows": [dataclasses.asdict(r) for r in self.rows],
         }
         if self._per_rank is not None:
@@ -167,7 +187,9 @@ class Summary:
         """Rebuild a summary from :meth:`to_dict` output."""
         parts = data.get("per_rank")
         return cls(
-            [Row(**r) for r in data["rows"]], unit=data.get("unit"), by=data.get("by", "step"),
+            [Row(**r) for r in data["rows"]],
+            unit=data.get("unit"),
+            by=data.get("by", "step"),
             total=data.get("total"),
             per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
         )
@@ -202,7 +224,10 @@ class Summary:
         writer.writeheader()
         for row in self._all_rows():
             d = dataclasses.asdict(row)
-            d = {k: ("" if v is None else (repr(v) if isinstance(v, float) else v)) for k, v in d.items()}
+            d = {
+                k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
+                for k, v in d.items()
+            }
             writer.writerow(d)
         return out.getvalue()
 
@@ -224,7 +249,9 @@ class Summary:
         return pd.DataFrame([dataclasses.asdict(r) for r in self._all_rows()], columns=_FIELDS)
 
     @classmethod
-    def from_dataframe(cls, frame: Any, by: str = "step", total: Optional[float] = None) -> "Summary":
+    def from_dataframe(
+        cls, frame: Any, by: str = "step", total: Optional[float] = None
+    ) -> "Summary":
         """Rebuild a summary from :meth:`to_dataframe` output (pass ``total`` for a part)."""
         rows = []
         for record in frame.to_dict(orient="records"):

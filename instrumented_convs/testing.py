@@ -14,6 +14,7 @@ timings exact, but it is for tests only: nothing here belongs in a training prog
            clock.advance(5)
    assert registry.summary()["x"].total == 5e-9
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -6,8 +6,10 @@ Each page states the command, the machine and the library versions, so a reader 
 what produced the numbers. The study is a published profiling of a 3-layer GCN on ogbn-arxiv
 and Cora with PyG and DGL (which timed the layers' internal steps by copying the layers' source
 and inserting timers); the examples run it with the instrumented layers. The compare page uses
-``--with-sparse``: run this script with an interpreter that has torch-sparse. Progress bars are off; stderr (warnings) is not included.
+``--with-sparse``: run this script with an interpreter that has torch-sparse. Progress bars
+are off; stderr (warnings) is not included.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +30,11 @@ PAGES: Dict[str, Tuple[str, str, List[List[str]]]] = {
         "The study's 3-layer GCN on a generated graph of ogbn-arxiv's shape, with PyG (edge_index "
         "and SparseTensor input) and DGL. The study ran 100 epochs; on this 2-core CPU machine "
         "the pages use 10 (PyG's edge_index path takes about 4 s per epoch here).",
-        [["examples/arxiv.py", "--platform", "pyg", "--epochs", "10"],
-         ["examples/arxiv.py", "--platform", "pyg", "--sparse", "--epochs", "10"],
-         ["examples/arxiv.py", "--platform", "dgl", "--epochs", "10"]],
+        [
+            ["examples/arxiv.py", "--platform", "pyg", "--epochs", "10"],
+            ["examples/arxiv.py", "--platform", "pyg", "--sparse", "--epochs", "10"],
+            ["examples/arxiv.py", "--platform", "dgl", "--epochs", "10"],
+        ],
     ),
     "cora": (
         "Cora study (examples/cora.py)",
@@ -40,7 +44,8 @@ PAGES: Dict[str, Tuple[str, str, List[List[str]]]] = {
     ),
     "aggnet": (
         "AGGNet augmentation loop (examples/aggnet.py)",
-        "The study's graph-augmentation loop (GraphSAINT with MH-Aug) with its 2-hop GraphConv AGGNet, 20 iterations on a "
+        "The study's graph-augmentation loop (GraphSAINT with MH-Aug) with its 2-hop GraphConv "
+        "AGGNet, 20 iterations on a "
         "generated Cora-shaped graph.",
         [["examples/aggnet.py"]],
     ),
@@ -50,7 +55,17 @@ PAGES: Dict[str, Tuple[str, str, List[List[str]]]] = {
         "epochs each, after 1 warm-up), then one table aligned by role, and a stacked bar chart "
         "(`--plot`). `python -m instrumented_convs demo` runs the same study (without "
         "`--with-sparse`, which needs torch-sparse) and prints each framework's tables first.",
-        [["-m", "instrumented_convs", "compare", "--with-sparse", "--brief", "--plot", "docs/compare.png"]],
+        [
+            [
+                "-m",
+                "instrumented_convs",
+                "compare",
+                "--with-sparse",
+                "--brief",
+                "--plot",
+                "docs/compare.png",
+            ]
+        ],
     ),
 }
 
@@ -82,16 +97,29 @@ def write_page(name: str) -> str:
     """Run the page's commands and write docs/examples/<name>.md; return its path."""
     title, intro, commands = PAGES[name]
     rest = os.environ.get("PYTHONPATH")  # keep the folders over the environment (torch-sparse)
-    env = dict(os.environ, PYTHONPATH=ROOT + (os.pathsep + rest if rest else ""), DGLBACKEND="pytorch")
-    lines = [f"# {title}", "", intro, "",
-             f"Machine: {_machine()}; {_versions()}; {datetime.date.today().isoformat()}.", ""]
+    env = dict(
+        os.environ, PYTHONPATH=ROOT + (os.pathsep + rest if rest else ""), DGLBACKEND="pytorch"
+    )
+    lines = [
+        f"# {title}",
+        "",
+        intro,
+        "",
+        f"Machine: {_machine()}; {_versions()}; {datetime.date.today().isoformat()}.",
+        "",
+    ]
     for cmd in commands:
         shown = "python " + " ".join(cmd)
-        proc = subprocess.run([sys.executable, *cmd, "--no-progress"], cwd=ROOT, env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, *cmd, "--no-progress"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise SystemExit(f"{shown} failed:\n{proc.stderr}")
-        lines += [f"```text", f"$ {shown}", proc.stdout.rstrip(), "```", ""]
+        lines += ["```text", f"$ {shown}", proc.stdout.rstrip(), "```", ""]
     if name == "compare":
         lines += ["![time per epoch by role](../compare.png)", ""]
     os.makedirs(OUT, exist_ok=True)
@@ -103,7 +131,9 @@ def write_page(name: str) -> str:
 
 def main() -> int:
     """Write the selected pages."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", nargs="+", choices=sorted(PAGES), default=sorted(PAGES))
     args = p.parse_args()
     for name in args.only:

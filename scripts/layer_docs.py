@@ -4,8 +4,10 @@ The steps are not written by hand: each layer runs forward and backward on its f
 case (tests/conv_cases_pyg.py, tests/conv_cases_dgl.py) and the page lists the step paths
 the registry recorded below the layer's own step, in the order they first ran.
 
-    PYTHONPATH=.:$(bash scripts/env.sh sparse) $(bash scripts/env.sh main)/bin/python scripts/layer_docs.py
+    PYTHONPATH=.:$(bash scripts/env.sh sparse) \\
+        $(bash scripts/env.sh main)/bin/python scripts/layer_docs.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +24,10 @@ sys.path.insert(0, str(ROOT))
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs._generic import GenericLayer  # noqa: E402
 
-STOCK = {"pyg": ("torch_geometric", "torch_geometric.nn.conv"), "dgl": ("dgl", "dgl.nn.pytorch.conv")}
+STOCK = {
+    "pyg": ("torch_geometric", "torch_geometric.nn.conv"),
+    "dgl": ("dgl", "dgl.nn.pytorch.conv"),
+}
 
 
 def steps_of(fw: str, case, cls) -> Dict[str, List[str]]:
@@ -50,9 +55,12 @@ def section(fw: str) -> List[str]:
     for case in cases.CASES:
         first.setdefault(case.name, case)
     title = {"pyg": "PyTorch Geometric", "dgl": "DGL"}[fw]
-    lines = [f"## {title} {version} (`{conv}`)", "",
-             "| layer | kind | forward steps (below the layer's own step) | backward steps |",
-             "|---|---|---|---|"]
+    lines = [
+        f"## {title} {version} (`{conv}`)",
+        "",
+        "| layer | kind | forward steps (below the layer's own step) | backward steps |",
+        "|---|---|---|---|",
+    ]
     for name in stock.__all__:
         if name in ours.NOT_INSTRUMENTED:
             lines.append(f"| {name} | not instrumented | {ours.NOT_INSTRUMENTED[name]} | |")
@@ -102,7 +110,9 @@ they are cached.
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Write (or print with ``--stdout``) the page."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--out", default=str(ROOT / "docs" / "layers.md"))
     p.add_argument("--stdout", action="store_true")
     args = p.parse_args(argv)

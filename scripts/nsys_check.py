@@ -12,6 +12,7 @@ Exits non-zero on any mismatch.
 
     python scripts/nsys_check.py [--python PYTHON] [--platform pyg dgl] [--epochs 2] [--ranks]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,43 @@ from typing import Dict, List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTER = "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"
 DOMAIN = "instrumented_convs"
+#: Every nsys run of this check: NVTX only (no CPU sampling or context switches), bounded.
+NSYS_PROFILE = [
+    "timeout",
+    "600",
+    "nsys",
+    "profile",
+    "-t",
+    "nvtx",
+    "--sample=none",
+    "--cpuctxsw=none",
+]
 
 LAYERS = 3
 PER_EPOCH = {"epoch": 1, "forward": 1, "loss": 1, "backward": 1, "optimizer.step": 1}
 PER_LAYER = {
-    "pyg": ["GCNConv", "gcn_norm", "add_remaining_self_loops", "degree", "normalize", "lin",
-            "propagate", "collect", "message", "aggregate", "bias"],
-    "dgl": ["GraphConv", "zero_in_degree_check", "norm_src", "norm_dst", "matmul", "update_all", "bias"],
+    "pyg": [
+        "GCNConv",
+        "gcn_norm",
+        "add_remaining_self_loops",
+        "degree",
+        "normalize",
+        "lin",
+        "propagate",
+        "collect",
+        "message",
+        "aggregate",
+        "bias",
+    ],
+    "dgl": [
+        "GraphConv",
+        "zero_in_degree_check",
+        "norm_src",
+        "norm_dst",
+        "matmul",
+        "update_all",
+        "bias",
+    ],
 }
 # steps that occur twice per layer call (source and destination side)
 TWICE = {"dgl": {"degrees", "pow", "mul"}}
@@ -43,10 +74,24 @@ TWICE = {"dgl": {"degrees", "pow", "mul"}}
 # aggregates the input features (no grad) before its matmul, so its norm_src and update_all
 # have none; gcn_norm's weights need no grad.
 BACKWARD = {
-    "pyg": {"GCNConv": 3, "lin": 3, "propagate": 3, "collect": 3, "message": 3, "aggregate": 3,
-            "bias": 3},
-    "dgl": {"GraphConv": 3, "norm_src": 2, "norm_dst": 3, "mul": 5, "matmul": 3, "update_all": 2,
-            "bias": 3},
+    "pyg": {
+        "GCNConv": 3,
+        "lin": 3,
+        "propagate": 3,
+        "collect": 3,
+        "message": 3,
+        "aggregate": 3,
+        "bias": 3,
+    },
+    "dgl": {
+        "GraphConv": 3,
+        "norm_src": 2,
+        "norm_dst": 3,
+        "mul": 5,
+        "matmul": 3,
+        "update_all": 2,
+        "bias": 3,
+    },
 }
 
 
@@ -66,9 +111,23 @@ def nvtx_counts(report: str) -> Dict[str, int]:
     """Range name (without our domain prefix) -> instances, from an nsys report."""
     last = None
     for name in ("nvtxsum", "nvtx_sum"):  # 2022.x names it nvtxsum, 2023+ nvtx_sum
-        proc = subprocess.run(["timeout", "300", "nsys", "stats", "-q", "--force-export=true",
-                               "--report", name, "--format", "csv", report],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "timeout",
+                "300",
+                "nsys",
+                "stats",
+                "-q",
+                "--force-export=true",
+                "--report",
+                name,
+                "--format",
+                "csv",
+                report,
+            ],
+            capture_output=True,
+            text=True,
+        )
         last = proc
         text = proc.stdout
         start = text.find("Time (%)")
@@ -80,7 +139,7 @@ def nvtx_counts(report: str) -> Dict[str, int]:
             for row in rows:
                 rng = row.get("Range") or row.get("Name") or ""
                 if rng.startswith(DOMAIN + ":"):
-                    out[rng[len(DOMAIN) + 1:]] = int(row["Instances"])
+                    out[rng[len(DOMAIN) + 1 :]] = int(row["Instances"])
             return out
     raise RuntimeError(f"nsys stats failed: {last.stderr if last else ''}")
 
@@ -88,36 +147,82 @@ def nvtx_counts(report: str) -> Dict[str, int]:
 def profile(python: str, platform: str, epochs: int, workdir: str) -> str:
     """Run the quick study under nsys; return the path of the .nsys-rep report."""
     out = os.path.join(workdir, f"study-{platform}")
-    cmd = ["timeout", "600", "nsys", "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
-           "-o", out, "-f", "true", python, os.path.join(ROOT, "examples", "arxiv.py"),
-           "--platform", platform, "--quick", "--epochs", str(epochs), "--warmup", "0", "--no-progress"]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DGLBACKEND="pytorch")
+    cmd = [
+        *NSYS_PROFILE,
+        "-o",
+        out,
+        "-f",
+        "true",
+        python,
+        os.path.join(ROOT, "examples", "arxiv.py"),
+        "--platform",
+        platform,
+        "--quick",
+        "--epochs",
+        str(epochs),
+        "--warmup",
+        "0",
+        "--no-progress",
+    ]
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        DGLBACKEND="pytorch",
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"nsys profile failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise RuntimeError(
+            f"nsys profile failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return report(out, workdir, proc)
 
 
 def profile_ranks(python: str, workdir: str, ranks: int = 2) -> List[str]:
     """Run tests/dist_worker.py on ``ranks`` processes, each under nsys; one report per rank."""
     out = os.path.join(workdir, "rank.%q{RANK}")
-    cmd = ["timeout", "900", python, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={ranks}", "--no-python",
-           "timeout", "600", "nsys", "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none",
-           "-o", out, "-f", "true", python, os.path.join(ROOT, "tests", "dist_worker.py"), workdir, "gloo"]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    cmd = [
+        "timeout",
+        "900",
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={ranks}",
+        "--no-python",
+        *NSYS_PROFILE,
+        "-o",
+        out,
+        "-f",
+        "true",
+        python,
+        os.path.join(ROOT, "tests", "dist_worker.py"),
+        workdir,
+        "gloo",
+    ]
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        DGLBACKEND="pytorch",
+        OMP_NUM_THREADS="1",
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"torchrun under nsys failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise RuntimeError(
+            f"torchrun under nsys failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return [report(os.path.join(workdir, f"rank.{r}"), None, proc) for r in range(ranks)]
 
 
 def expected_rank(rank: int, ranks: int = 2) -> Dict[str, int]:
     """Range name -> instances in rank ``rank``'s report of :func:`profile_ranks`."""
-    want = {"epoch": 3 + rank, "forward": 3 + rank, "layer": 2 + rank, "GCNConv": 2 + rank,
-            "GCNConv [backward]": 2 + rank, "message": 2 + rank}
+    want = {
+        "epoch": 3 + rank,
+        "forward": 3 + rank,
+        "layer": 2 + rank,
+        "GCNConv": 2 + rank,
+        "GCNConv [backward]": 2 + rank,
+        "message": 2 + rank,
+    }
     if rank == ranks - 1:
         want["only_last"] = 1
     return want
@@ -127,10 +232,16 @@ def report(out: str, workdir: Optional[str], proc: "subprocess.CompletedProcess[
     """The ``.nsys-rep`` of output name ``out``, imported from its ``.qdstrm`` if needed."""
     rep = out + ".nsys-rep"
     if not os.path.exists(rep):
-        qdstrm = glob.glob(out + ".qdstrm") or (glob.glob(os.path.join(workdir, "*.qdstrm")) if workdir else [])
+        qdstrm = glob.glob(out + ".qdstrm") or (
+            glob.glob(os.path.join(workdir, "*.qdstrm")) if workdir else []
+        )
         if not qdstrm:
-            raise RuntimeError(f"nsys wrote neither {rep} nor a .qdstrm:\n{proc.stdout}\n{proc.stderr}")
-        subprocess.run(["timeout", "300", IMPORTER, "-i", qdstrm[0]], capture_output=True, check=True)
+            raise RuntimeError(
+                f"nsys wrote neither {rep} nor a .qdstrm:\n{proc.stdout}\n{proc.stderr}"
+            )
+        subprocess.run(
+            ["timeout", "300", IMPORTER, "-i", qdstrm[0]], capture_output=True, check=True
+        )
     if not os.path.exists(rep):
         raise RuntimeError(f"no report at {rep}")
     return rep
@@ -138,11 +249,17 @@ def report(out: str, workdir: Optional[str], proc: "subprocess.CompletedProcess[
 
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Profile each platform and compare the counts; print a line per range."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--python", default=sys.executable, help="interpreter of the environment to profile")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--python", default=sys.executable, help="interpreter of the environment to profile"
+    )
     p.add_argument("--platform", nargs="+", default=["pyg", "dgl"], choices=["pyg", "dgl"])
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--ranks", action="store_true", help="also check one report per rank of a 2-process job")
+    p.add_argument(
+        "--ranks", action="store_true", help="also check one report per rank of a 2-process job"
+    )
     args = p.parse_args(argv)
     if shutil.which("nsys") is None:
         print("nsys not found: run scripts/install_nsys.sh", file=sys.stderr)
@@ -156,7 +273,10 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
             for name, n in sorted(want.items()):
                 ok = got.get(name) == n
                 failures += not ok
-                print(f"  {'ok ' if ok else 'BAD'} {platform:3s} {DOMAIN}:{name:28s} expected {n:3d}, nsys saw {got.get(name, 0)}")
+                print(
+                    f"  {'ok ' if ok else 'BAD'} {platform:3s} {DOMAIN}:{name:28s} expected "
+                    f"{n:3d}, nsys saw {got.get(name, 0)}"
+                )
             extra = sorted(set(got) - set(want))
             if extra:
                 print(f"  note: {platform} also recorded {extra}")
@@ -166,10 +286,15 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
                 for name, n in sorted(expected_rank(rank).items()):
                     ok = got.get(name) == n
                     failures += not ok
-                    print(f"  {'ok ' if ok else 'BAD'} rank {rank} {DOMAIN}:{name:20s} expected {n:3d}, nsys saw {got.get(name, 0)}")
+                    print(
+                        f"  {'ok ' if ok else 'BAD'} rank {rank} {DOMAIN}:{name:20s} expected "
+                        f"{n:3d}, nsys saw {got.get(name, 0)}"
+                    )
                 if rank == 0 and "only_last" in got:
                     failures += 1
-                    print("  BAD rank 0's report has rank 1's only_last: the reports are not per rank")
+                    print(
+                        "  BAD rank 0's report has rank 1's only_last: the reports are not per rank"
+                    )
     print("nsys check:", "passed" if not failures else f"{failures} mismatches")
     return 1 if failures else 0
 

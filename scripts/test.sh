@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Set up the pinned environments (once per machine) and run every check CI runs:
+#   0. ruff: lint and format check (pyproject.toml);
 #   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3) with
 #      torch-scatter/torch-sparse from their compiled folder (scripts/env.sh sparse), with the
 #      C fast path built in place; then the core tests again with its Python twin;
@@ -21,6 +22,12 @@ export PYTHONDONTWRITEBYTECODE=1
 export DGLBACKEND=pytorch
 start=$SECONDS
 stamp() { echo "   ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s so far)"; }
+
+# Lint and layout first: seconds, and a failure here needs no environment but ruff's.
+lint=$(bash scripts/env.sh lint)
+echo "== ruff (pyproject.toml): lint, and the layout ruff format gives"
+"$lint/bin/ruff" check .
+"$lint/bin/ruff" format --check .
 
 main=$(bash scripts/env.sh main)
 # The newest-DGL environment builds (once) in the background while the rest runs; its step

@@ -16,6 +16,7 @@ module): in ``torch_geometric.nn[.conv]`` (``dgl.nn[.pytorch[.conv]]``) it swaps
 run unless each class of the chosen layers was built and ran an instrumented forward (registry
 rows). A ``-k`` in ARGS replaces the table's (DGL's tests share one file).
 """
+
 import argparse
 import collections
 import functools
@@ -51,8 +52,10 @@ TABLE = {
 }
 # What the test files need besides themselves (copied where present).
 SUPPORT = {"pyg": ["test/conftest.py"], "dgl": ["tests/backend", "tests/utils", "tests/test_utils"]}
-TARGETS = {"pyg": ["torch_geometric.nn", "torch_geometric.nn.conv"],
-           "dgl": ["dgl.nn", "dgl.nn.pytorch", "dgl.nn.pytorch.conv"]}
+TARGETS = {
+    "pyg": ["torch_geometric.nn", "torch_geometric.nn.conv"],
+    "dgl": ["dgl.nn", "dgl.nn.pytorch", "dgl.nn.pytorch.conv"],
+}
 ENV_FW, ENV_REQUIRE = "IC_UPSTREAM_FW", "IC_UPSTREAM_REQUIRE"
 
 
@@ -61,9 +64,14 @@ def swappable(fw):
     ours, found = importlib.import_module("instrumented_convs." + fw), {}
     for name in ours.__all__:
         cls = getattr(ours, name)
-        mods = [m for m in map(importlib.import_module, TARGETS[fw])
-                if isinstance(cls, type) and isinstance(getattr(m, name, None), type)
-                and getattr(m, name) is not cls and issubclass(cls, getattr(m, name))]
+        mods = [
+            m
+            for m in map(importlib.import_module, TARGETS[fw])
+            if isinstance(cls, type)
+            and isinstance(getattr(m, name, None), type)
+            and getattr(m, name) is not cls
+            and issubclass(cls, getattr(m, name))
+        ]
         if mods:
             found[name] = (cls, mods)
     return found
@@ -78,6 +86,7 @@ def _counting(name, init):
     def __init__(self, *args, **kwargs):
         BUILT[name] += 1
         init(self, *args, **kwargs)
+
     return __init__
 
 
@@ -91,8 +100,12 @@ def _install(fw):
 
 def _forwards(name):
     from instrumented_convs import registry
-    return sum(r.count + r.untimed for r in registry.summary()
-               if r.step == name and r.depth == 0 and r.phase == "forward")
+
+    return sum(
+        r.count + r.untimed
+        for r in registry.summary()
+        if r.step == name and r.depth == 0 and r.phase == "forward"
+    )
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -121,8 +134,11 @@ def _extract(tar, dest, prefixes, strip):  # the files under `prefixes`, `strip`
     for member in tar.getmembers():
         parts = member.name.split("/")[strip:]
         rel = "/".join(parts)
-        if member.isfile() and ".." not in parts and any(
-                rel == p or rel.startswith(p + "/") for p in prefixes):
+        if (
+            member.isfile()
+            and ".." not in parts
+            and any(rel == p or rel.startswith(p + "/") for p in prefixes)
+        ):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             (dest / rel).write_bytes(tar.extractfile(member).read())
 
@@ -142,8 +158,10 @@ def materialize(fw, ver, source, tag=None):
     if (src / "HEAD").is_file() and (src / "objects").is_dir():
         tops = sorted({p.split("/")[0] for p in tests + SUPPORT[fw]})
         for ref in (tag,) if tag else (ver, "v" + ver):
-            run = subprocess.run(["git", "--git-dir", str(src), "archive", "--format=tar", ref,
-                                  "--", *tops], capture_output=True)
+            run = subprocess.run(
+                ["git", "--git-dir", str(src), "archive", "--format=tar", ref, "--", *tops],
+                capture_output=True,
+            )
             if run.returncode == 0:
                 logger.info("reading %s at tag %s", src, ref)
                 _extract(tarfile.open(fileobj=io.BytesIO(run.stdout)), tmp, tests + SUPPORT[fw], 0)
@@ -176,17 +194,28 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("framework", choices=sorted(TABLE))
     parser.add_argument("--source", help="git directory, tarball or folder with upstream's tests")
-    parser.add_argument("--layers", help="comma-separated, of " + "; ".join(
-        f"{fw}: {', '.join(layers)}" for fw, layers in TABLE.items()) + " (default: all)")
-    parser.add_argument("--tag", help="the tag to read from a git --source (default: the installed "
-                        "version; PyG 2.8.1's tests are tagged 2.8.0)")
+    parser.add_argument(
+        "--layers",
+        help="comma-separated, of "
+        + "; ".join(f"{fw}: {', '.join(layers)}" for fw, layers in TABLE.items())
+        + " (default: all)",
+    )
+    parser.add_argument(
+        "--tag",
+        help="the tag to read from a git --source (default: the installed "
+        "version; PyG 2.8.1's tests are tagged 2.8.0)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    parser.add_argument("--check-cache", action="store_true",
-                        help="only say (exit status 0/1) whether the files are cached for this version")
-    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1:]
+    parser.add_argument(
+        "--check-cache",
+        action="store_true",
+        help="only say (exit status 0/1) whether the files are cached for this version",
+    )
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     logging.basicConfig(level=logging.INFO, format="upstream_tests: %(message)s")
     fw = args.framework
     layers = args.layers.split(",") if args.layers else list(TABLE[fw])
@@ -195,7 +224,9 @@ def main(argv=None):
     os.environ.setdefault("DGLBACKEND", "pytorch")
     ver = dist_version({"pyg": "torch_geometric"}.get(fw, fw)).split("+")[0]
     if args.check_cache:
-        cache_root = os.environ.get("INSTRUMENTED_CONVS_CACHE", Path.home() / ".cache/instrumented_convs")
+        cache_root = os.environ.get(
+            "INSTRUMENTED_CONVS_CACHE", Path.home() / ".cache/instrumented_convs"
+        )
         return 0 if (Path(cache_root) / "upstream" / f"{fw}-{ver}" / ".complete").exists() else 1
     cache = materialize(fw, ver, args.source, args.tag)
     ours = swappable(fw)
@@ -205,8 +236,13 @@ def main(argv=None):
         path, keyword, classes = TABLE[fw][layer]
         lacking = [c for c in classes if c not in ours]
         if lacking or not (cache / path).is_file():
-            logger.warning("skipping %s: %s", layer, f"instrumented_convs.{fw} lacks {lacking}"
-                           if lacking else f"upstream {ver} has no {path}")
+            logger.warning(
+                "skipping %s: %s",
+                layer,
+                f"instrumented_convs.{fw} lacks {lacking}"
+                if lacking
+                else f"upstream {ver} has no {path}",
+            )
             continue
         files += [] if path in files else [path]
         keywords += [keyword] if keyword else []
@@ -219,11 +255,25 @@ def main(argv=None):
     (work / "pytest.ini").write_text("[pytest]\n")  # keeps any enclosing project's config out
     root = Path(__file__).resolve().parents[1]
     paths = [root / "scripts", root, work / "upstream" / "tests", os.environ.get("PYTHONPATH")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in paths if p),
-               **{ENV_FW: fw, ENV_REQUIRE: ",".join(required)})
-    cmd = [sys.executable, "-m", "pytest", "-p", "upstream_tests", "-p", "no:cacheprovider",
-           "--rootdir", str(work), *files, *(["-k", " or ".join(keywords)] if keywords else []),
-           *extra]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(str(p) for p in paths if p),
+        **{ENV_FW: fw, ENV_REQUIRE: ",".join(required)},
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "upstream_tests",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(work),
+        *files,
+        *(["-k", " or ".join(keywords)] if keywords else []),
+        *extra,
+    ]
     logger.info("in %s: %s", work / "upstream", " ".join(cmd))
     try:
         return subprocess.run(cmd, cwd=work / "upstream", env=env).returncode

@@ -3,6 +3,7 @@
 Helpers that tests import (``gpu``, ``run_script``, ``outcome``, ``train_losses``) live in
 ``tests/helpers.py``; ``outcome`` and ``train_losses`` are re-exported here for old imports.
 """
+
 from __future__ import annotations
 
 import pytest

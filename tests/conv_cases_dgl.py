@@ -29,6 +29,7 @@ CPU with DGL 1.1.3 and 2.1.0. Things to know about some stock layers:
   ``dir`` aggregator fails (its message reads ``eig_vec``); ``EGNNConv`` gives NaN
   coordinate gradients on self-loops (so its cases use :func:`loopless`).
 """
+
 from __future__ import annotations
 
 import os
@@ -93,8 +94,9 @@ def bigraph() -> dgl.DGLGraph:
     g = _gen(0)
     src = torch.cat([torch.randint(0, N_SRC, (24,), generator=g), torch.arange(N_DST)])
     dst = torch.cat([torch.randint(0, N_DST, (24,), generator=g), torch.arange(N_DST)])
-    return dgl.heterograph({("user", "plays", "game"): (src, dst)},
-                           num_nodes_dict={"user": N_SRC, "game": N_DST})
+    return dgl.heterograph(
+        {("user", "plays", "game"): (src, dst)}, num_nodes_dict={"user": N_SRC, "game": N_DST}
+    )
 
 
 def block() -> dgl.DGLGraph:
@@ -117,6 +119,7 @@ def _ints(n: int, high: int, seed: int = 3, *, sort: bool = False) -> Callable[[
     def draw():
         t = torch.randint(0, high, (n,), generator=_gen(seed))
         return t.sort().values if sort else t
+
     return draw
 
 
@@ -129,6 +132,7 @@ def _on(make_graph: Any, *specs: Any, **kwargs: Any) -> Callable[[], Tuple[tuple
     """``inputs`` for ``forward(make_graph(), *specs, **kwargs)`` (no graph if ``make_graph``
     is None): a tuple spec becomes a ``randn`` tensor of that shape (one generator seeded 1,
     in order), a list a tuple of those, a callable is called, anything else passes as is."""
+
     def inputs():
         gen = _gen(1)
 
@@ -138,8 +142,10 @@ def _on(make_graph: Any, *specs: Any, **kwargs: Any) -> Callable[[], Tuple[tuple
             if isinstance(spec, list):
                 return tuple(value(s) for s in spec)
             return spec() if callable(spec) else spec
+
         args = (make_graph(),) if make_graph is not None else ()
         return args + tuple(value(s) for s in specs), {k: value(v) for k, v in kwargs.items()}
+
     return inputs
 
 
@@ -159,10 +165,15 @@ def _case(name: str, tag: str, make: Callable[[type], nn.Module], inputs, grad_i
 for norm in ["both", "left", "right", "none"]:
     _case("GraphConv", norm, lambda c, n=norm: c(8, 16, norm=n, activation=_relu), _on(graph, X))
 _case("GraphConv", "edge_weight", lambda c: c(8, 16), _on(graph, X, edge_weight=EW))
-_case("GraphConv", "edge_weight-none", lambda c: c(16, 8, norm="none"),
-      _on(graph, X16, edge_weight=(E,)))
-_case("GraphConv", "external_weight", lambda c: c(8, 16, weight=False),
-      _on(graph, X, weight=(8, 16)))
+_case(
+    "GraphConv",
+    "edge_weight-none",
+    lambda c: c(16, 8, norm="none"),
+    _on(graph, X16, edge_weight=(E,)),
+)
+_case(
+    "GraphConv", "external_weight", lambda c: c(8, 16, weight=False), _on(graph, X, weight=(8, 16))
+)
 _case("GraphConv", "bipartite", lambda c: c(8, 16, norm="right"), _on(bigraph, XB8))
 _case("GraphConv", "block", lambda c: c(8, 4, bias=False), _on(block, (B_SRC, 8)))
 for norm in ["both", "right", "left"]:
@@ -173,29 +184,56 @@ _case("EdgeWeightNorm", "eps", lambda c: c(norm="right", eps=0.5), _on(bigraph, 
 for agg in ["mean", "gcn", "pool", "lstm"]:
     _case("SAGEConv", agg, lambda c, a=agg: c(8, 16, a, activation=_relu), _on(graph, X))
     d = 8 if agg == "gcn" else 6  # gcn adds dst features to the neighbours' mean
-    _case("SAGEConv", f"{agg}-block", lambda c, a=agg, d=d: c((8, d), 16, a),
-          _on(block, [(B_SRC, 8), (N_DST, d)]))
-_case("SAGEConv", "mean-dropout-norm",
-      lambda c: c(8, 16, "mean", feat_drop=0.3, norm=nn.LayerNorm(16)), _on(graph, X))
+    _case(
+        "SAGEConv",
+        f"{agg}-block",
+        lambda c, a=agg, d=d: c((8, d), 16, a),
+        _on(block, [(B_SRC, 8), (N_DST, d)]),
+    )
+_case(
+    "SAGEConv",
+    "mean-dropout-norm",
+    lambda c: c(8, 16, "mean", feat_drop=0.3, norm=nn.LayerNorm(16)),
+    _on(graph, X),
+)
 _case("SAGEConv", "mean-edge_weight", lambda c: c(8, 16, "mean"), _on(graph, X, edge_weight=EW))
-_case("SAGEConv", "pool-edge_weight", lambda c: c(8, 4, "pool", bias=False),
-      _on(graph, X, edge_weight=EW))
+_case(
+    "SAGEConv",
+    "pool-edge_weight",
+    lambda c: c(8, 4, "pool", bias=False),
+    _on(graph, X, edge_weight=EW),
+)
 
 # GATConv / GATv2Conv / DotGatConv / AGNNConv
 _case("GATConv", "heads", lambda c: c(8, 6, num_heads=3), _on(graph, X))
-_case("GATConv", "residual-attention", lambda c: c(8, 6, 3, residual=True, activation=_relu),
-      _on(graph, X, get_attention=True))
+_case(
+    "GATConv",
+    "residual-attention",
+    lambda c: c(8, 6, 3, residual=True, activation=_relu),
+    _on(graph, X, get_attention=True),
+)
 _case("GATConv", "dropout", lambda c: c(8, 6, 2, feat_drop=0.2, attn_drop=0.3), _on(graph, X))
-_case("GATConv", "bipartite", lambda c: c((8, 5), 6, 2, residual=True),
-      _on(bigraph, XB, get_attention=True))
+_case(
+    "GATConv",
+    "bipartite",
+    lambda c: c((8, 5), 6, 2, residual=True),
+    _on(bigraph, XB, get_attention=True),
+)
 _case("GATConv", "block", lambda c: c(8, 6, 2, residual=True), _on(block, (B_SRC, 8)))
 _case("GATConv", "edge_weight", lambda c: c(8, 6, 2, bias=False), _on(graph, X, edge_weight=EW))
 _case("GATv2Conv", "heads", lambda c: c(8, 6, 3, activation=_relu), _on(graph, X))
-_case("GATv2Conv", "share-residual-attention",
-      lambda c: c(8, 6, 2, residual=True, share_weights=True),
-      _on(graph, X, get_attention=True))
-_case("GATv2Conv", "bipartite-dropout",
-      lambda c: c((8, 5), 6, 2, feat_drop=0.2, attn_drop=0.2, residual=True), _on(bigraph, XB))
+_case(
+    "GATv2Conv",
+    "share-residual-attention",
+    lambda c: c(8, 6, 2, residual=True, share_weights=True),
+    _on(graph, X, get_attention=True),
+)
+_case(
+    "GATv2Conv",
+    "bipartite-dropout",
+    lambda c: c((8, 5), 6, 2, feat_drop=0.2, attn_drop=0.2, residual=True),
+    _on(bigraph, XB),
+)
 _case("DotGatConv", "heads", lambda c: c(8, 6, 3), _on(graph, X, get_attention=True))
 _case("DotGatConv", "bipartite", lambda c: c((8, 5), 6, 2), _on(bigraph, XB))
 _case("AGNNConv", "learn_beta", lambda c: c(init_beta=0.5), _on(graph, X))
@@ -204,22 +242,34 @@ _case("AGNNConv", "bipartite", lambda c: c(learn_beta=False), _on(bigraph, XB8))
 # GINConv / GINEConv
 for agg in ["sum", "max", "mean"]:
     _case("GINConv", f"linear-{agg}", lambda c, a=agg: c(nn.Linear(8, 16), a), _on(graph, X))
-_case("GINConv", "learn_eps",
-      lambda c: c(nn.Linear(8, 16), "sum", init_eps=0.1, learn_eps=True, activation=_relu),
-      _on(graph, X))
+_case(
+    "GINConv",
+    "learn_eps",
+    lambda c: c(nn.Linear(8, 16), "sum", init_eps=0.1, learn_eps=True, activation=_relu),
+    _on(graph, X),
+)
 _case("GINConv", "edge_weight", lambda c: c(None, "sum"), _on(graph, X, edge_weight=EW))
-_case("GINConv", "bipartite", lambda c: c(nn.Linear(8, 4), "mean", learn_eps=True),
-      _on(bigraph, XB8))
+_case(
+    "GINConv", "bipartite", lambda c: c(nn.Linear(8, 4), "mean", learn_eps=True), _on(bigraph, XB8)
+)
 _case("GINEConv", "linear", lambda c: c(nn.Linear(8, 16)), _on(graph, X, (E, 8)))
-_case("GINEConv", "learn_eps", lambda c: c(nn.Linear(8, 16), init_eps=0.2, learn_eps=True),
-      _on(graph, X, (E, 8)))
+_case(
+    "GINEConv",
+    "learn_eps",
+    lambda c: c(nn.Linear(8, 16), init_eps=0.2, learn_eps=True),
+    _on(graph, X, (E, 8)),
+)
 
 # Polynomial / propagation filters
 _case("TAGConv", "k2", lambda c: c(8, 16, k=2, activation=_relu), _on(graph, X))
 _case("TAGConv", "edge_weight", lambda c: c(8, 16, k=3, bias=False), _on(graph, X, edge_weight=EW))
 _case("SGConv", "k2", lambda c: c(8, 16, k=2), _on(graph, X))
-_case("SGConv", "edge_weight-norm", lambda c: c(8, 16, k=3, norm=nn.LayerNorm(8)),
-      _on(graph, X, edge_weight=EW))
+_case(
+    "SGConv",
+    "edge_weight-norm",
+    lambda c: c(8, 16, k=3, norm=nn.LayerNorm(8)),
+    _on(graph, X, edge_weight=EW),
+)
 # Cached layers keep their first result on the module; with inputs requiring grad, a second
 # run on the same module would backpropagate through the first run's freed graph.
 _case("SGConv", "cached", lambda c: c(8, 16, k=2, cached=True), _on(graph, X), grad_inputs=False)
@@ -227,119 +277,256 @@ _case("APPNPConv", "k3", lambda c: c(k=3, alpha=0.1), _on(graph, X))
 _case("APPNPConv", "edge_drop", lambda c: c(k=2, alpha=0.2, edge_drop=0.3), _on(graph, X))
 _case("APPNPConv", "edge_weight", lambda c: c(k=2, alpha=0.2), _on(graph, X, edge_weight=EW))
 _case("ChebConv", "default_lambda", lambda c: c(8, 16, k=3), _on(graph, X))
-_case("ChebConv", "lambda_list", lambda c: c(8, 16, k=2, activation=None),
-      _on(graph, X, lambda_max=lambda: [1.7]))
-_case("ChebConv", "lambda_tensor", lambda c: c(8, 16, k=4, bias=False),
-      _on(graph, X, lambda_max=lambda: torch.tensor([1.9])))
-_case("GCN2Conv", "project", lambda c: c(8, layer=2, alpha=0.2, lambda_=1.0, activation=_relu),
-      _on(graph, X, X))
-_case("GCN2Conv", "shared-edge_weight", lambda c: c(8, layer=1, project_initial_features=False),
-      _on(graph, X, X, edge_weight=EW))
+_case(
+    "ChebConv",
+    "lambda_list",
+    lambda c: c(8, 16, k=2, activation=None),
+    _on(graph, X, lambda_max=lambda: [1.7]),
+)
+_case(
+    "ChebConv",
+    "lambda_tensor",
+    lambda c: c(8, 16, k=4, bias=False),
+    _on(graph, X, lambda_max=lambda: torch.tensor([1.9])),
+)
+_case(
+    "GCN2Conv",
+    "project",
+    lambda c: c(8, layer=2, alpha=0.2, lambda_=1.0, activation=_relu),
+    _on(graph, X, X),
+)
+_case(
+    "GCN2Conv",
+    "shared-edge_weight",
+    lambda c: c(8, layer=1, project_initial_features=False),
+    _on(graph, X, X, edge_weight=EW),
+)
 
 # Edge features, pseudo-coordinates, distances
 for agg in ["mean", "sum", "max"]:
-    _case("NNConv", agg, lambda c, a=agg: c(8, 6, nn.Linear(4, 48), a, residual=(a == "mean")),
-          _on(graph, X, (E, 4)))
-_case("NNConv", "bipartite", lambda c: c((8, 5), 6, nn.Linear(4, 48), "sum", residual=True),
-      _on(bigraph, XB, (BI_E, 4)))
+    _case(
+        "NNConv",
+        agg,
+        lambda c, a=agg: c(8, 6, nn.Linear(4, 48), a, residual=(a == "mean")),
+        _on(graph, X, (E, 4)),
+    )
+_case(
+    "NNConv",
+    "bipartite",
+    lambda c: c((8, 5), 6, nn.Linear(4, 48), "sum", residual=True),
+    _on(bigraph, XB, (BI_E, 4)),
+)
 for agg in ["sum", "mean", "max"]:
-    _case("GMMConv", agg, lambda c, a=agg: c(8, 16, 3, 4, aggregator_type=a, residual=(a == "sum")),
-          _on(graph, X, (E, 3)))
+    _case(
+        "GMMConv",
+        agg,
+        lambda c, a=agg: c(8, 16, 3, 4, aggregator_type=a, residual=(a == "sum")),
+        _on(graph, X, (E, 3)),
+    )
 _case("CFConv", "homogeneous", lambda c: c(8, 4, 12, 6), _on(graph, X, (E, 4)))
 _case("CFConv", "bipartite", lambda c: c(8, 4, 12, 6), _on(bigraph, XB8, (BI_E, 4)))
 # (EGATConv(bias=False) fails in DGL 1.1.3 and 2.1.0: reset_parameters inits a None bias)
-_case("EGATConv", "attention", lambda c: c(8, 4, 6, 5, num_heads=3),
-      _on(graph, X, (E, 4), get_attention=True))
+_case(
+    "EGATConv",
+    "attention",
+    lambda c: c(8, 4, 6, 5, num_heads=3),
+    _on(graph, X, (E, 4), get_attention=True),
+)
 _case("EGATConv", "edge_weight", lambda c: c(8, 4, 6, 5, 2), _on(graph, X, (E, 4), edge_weight=EW))
 _case("EGATConv", "bipartite", lambda c: c((8, 5), 4, 6, 5, 2), _on(bigraph, XB, (BI_E, 4)))
-_case("EdgeGATConv", "attention", lambda c: c(8, 4, 6, num_heads=3),
-      _on(graph, X, (E, 4), get_attention=True))
-_case("EdgeGATConv", "dropout-no_residual",
-      lambda c: c(8, 4, 6, 2, feat_drop=0.2, attn_drop=0.2, residual=False, activation=_relu),
-      _on(graph, X, (E, 4)))
+_case(
+    "EdgeGATConv",
+    "attention",
+    lambda c: c(8, 4, 6, num_heads=3),
+    _on(graph, X, (E, 4), get_attention=True),
+)
+_case(
+    "EdgeGATConv",
+    "dropout-no_residual",
+    lambda c: c(8, 4, 6, 2, feat_drop=0.2, attn_drop=0.2, residual=False, activation=_relu),
+    _on(graph, X, (E, 4)),
+)
 _case("EdgeGATConv", "bipartite", lambda c: c((8, 5), 4, 6, 2), _on(bigraph, XB, (BI_E, 4)))
 _case("EdgeConv", "plain", lambda c: c(8, 16), _on(graph, X))
 _case("EdgeConv", "batch_norm", lambda c: c(8, 16, batch_norm=True), _on(graph, X))
 _case("EdgeConv", "bipartite", lambda c: c(8, 6), _on(bigraph, XB8))
 _T = torch.tensor
-_case("AtomicConv", "features_to_use",  # atom types compared with features_to_use: no grad to them
-      lambda c: c(_T([2.0, 3.0, 4.0]), _T([0.5, 1.0, 1.5]), _T([1.0, 0.5, 2.0]),
-                  features_to_use=_T([1.0, 6.0, 8.0])),
-      _on(graph, lambda: _T([1.0, 6.0, 8.0, 7.0])[_ints(N, 4)()].unsqueeze(1), _pos(E, 1)))
-_case("AtomicConv", "plain", lambda c: c(_T([1.5, 2.5]), _T([0.5, 1.0]), _T([1.0, 2.0])),
-      _on(graph, (N, 1), _pos(E, 1)))
+_case(
+    "AtomicConv",
+    "features_to_use",  # atom types compared with features_to_use: no grad to them
+    lambda c: c(
+        _T([2.0, 3.0, 4.0]),
+        _T([0.5, 1.0, 1.5]),
+        _T([1.0, 0.5, 2.0]),
+        features_to_use=_T([1.0, 6.0, 8.0]),
+    ),
+    _on(graph, lambda: _T([1.0, 6.0, 8.0, 7.0])[_ints(N, 4)()].unsqueeze(1), _pos(E, 1)),
+)
+_case(
+    "AtomicConv",
+    "plain",
+    lambda c: c(_T([1.5, 2.5]), _T([0.5, 1.0]), _T([1.0, 2.0])),
+    _on(graph, (N, 1), _pos(E, 1)),
+)
 # EGNNConv on a self-loop: |x_i - x_i| = 0 and d sqrt(0) makes the coordinates' grad NaN
-_case("EGNNConv", "edge_feat", lambda c: c(8, 12, 6, edge_feat_size=3),
-      _on(loopless, X, (N, 3), (E, 3)))
+_case(
+    "EGNNConv",
+    "edge_feat",
+    lambda c: c(8, 12, 6, edge_feat_size=3),
+    _on(loopless, X, (N, 3), (E, 3)),
+)
 _case("EGNNConv", "plain", lambda c: c(8, 12, 6), _on(loopless, X, (N, 3)))
 
 # Relational / heterogeneous (integer type tensors)
-_case("GatedGraphConv", "etypes", lambda c: c(8, 16, n_steps=3, n_etypes=3),
-      _on(graph, X, _ints(E, 3)))
+_case(
+    "GatedGraphConv",
+    "etypes",
+    lambda c: c(8, 16, n_steps=3, n_etypes=3),
+    _on(graph, X, _ints(E, 3)),
+)
 _case("GatedGraphConv", "single", lambda c: c(16, 16, 2, 1, bias=False), _on(graph, X16))
-_case("RelGraphConv", "basis",
-      lambda c: c(8, 16, 3, regularizer="basis", num_bases=2, activation=_relu),
-      _on(graph, X, _ints(E, 3)))
-_case("RelGraphConv", "bdd-norm",
-      lambda c: c(8, 16, 3, regularizer="bdd", num_bases=4, layer_norm=True, dropout=0.2),
-      _on(graph, X, _ints(E, 3), (E, 1)))
-_case("RelGraphConv", "none-presorted", lambda c: c(8, 6, 3, self_loop=False),
-      _on(graph, X, _ints(E, 3, sort=True), presorted=True))
-_case("HGTConv", "norm", lambda c: c(8, 4, 2, num_ntypes=3, num_etypes=4, use_norm=True),
-      _on(graph, X, _ints(N, 3, seed=4), _ints(E, 4)))
-_case("HGTConv", "residual_w-presorted", lambda c: c(6, 4, 2, 2, 3, dropout=0.0),
-      _on(graph, (N, 6), _ints(N, 2, seed=4, sort=True), _ints(E, 3, sort=True), presorted=True))
+_case(
+    "RelGraphConv",
+    "basis",
+    lambda c: c(8, 16, 3, regularizer="basis", num_bases=2, activation=_relu),
+    _on(graph, X, _ints(E, 3)),
+)
+_case(
+    "RelGraphConv",
+    "bdd-norm",
+    lambda c: c(8, 16, 3, regularizer="bdd", num_bases=4, layer_norm=True, dropout=0.2),
+    _on(graph, X, _ints(E, 3), (E, 1)),
+)
+_case(
+    "RelGraphConv",
+    "none-presorted",
+    lambda c: c(8, 6, 3, self_loop=False),
+    _on(graph, X, _ints(E, 3, sort=True), presorted=True),
+)
+_case(
+    "HGTConv",
+    "norm",
+    lambda c: c(8, 4, 2, num_ntypes=3, num_etypes=4, use_norm=True),
+    _on(graph, X, _ints(N, 3, seed=4), _ints(E, 4)),
+)
+_case(
+    "HGTConv",
+    "residual_w-presorted",
+    lambda c: c(6, 4, 2, 2, 3, dropout=0.0),
+    _on(graph, (N, 6), _ints(N, 2, seed=4, sort=True), _ints(E, 3, sort=True), presorted=True),
+)
 
 # Principal neighbourhood aggregation
 _PNA = ["mean", "max", "min", "sum", "std", "var", "moment3"]
 _SCALERS = ["identity", "amplification", "attenuation"]
-_case("PNAConv", "towers-edge_feat",
-      lambda c: c(8, 8, _PNA, _SCALERS, 2.5, dropout=0.2, num_towers=2, edge_feat_size=3),
-      _on(graph, X, (E, 3)))
-_case("PNAConv", "plain", lambda c: c(8, 6, ["mean", "max", "moment4"], ["identity"], 1.5),
-      _on(graph, X))
-_case("DGNConv", "dir-towers-edge_feat",
-      lambda c: c(8, 8, ["dir1-av", "dir1-dx", "dir2-av", "sum"], _SCALERS[:2], 2.5, num_towers=2,
-                  edge_feat_size=3),
-      _on(graph, X, (E, 3), eig_vec=(N, 2)))
+_case(
+    "PNAConv",
+    "towers-edge_feat",
+    lambda c: c(8, 8, _PNA, _SCALERS, 2.5, dropout=0.2, num_towers=2, edge_feat_size=3),
+    _on(graph, X, (E, 3)),
+)
+_case(
+    "PNAConv",
+    "plain",
+    lambda c: c(8, 6, ["mean", "max", "moment4"], ["identity"], 1.5),
+    _on(graph, X),
+)
+_case(
+    "DGNConv",
+    "dir-towers-edge_feat",
+    lambda c: c(
+        8,
+        8,
+        ["dir1-av", "dir1-dx", "dir2-av", "sum"],
+        _SCALERS[:2],
+        2.5,
+        num_towers=2,
+        edge_feat_size=3,
+    ),
+    _on(graph, X, (E, 3), eig_vec=(N, 2)),
+)
 # (with no "dir" aggregator, DGNConv in DGL 1.1.3 and 2.1.0 fails: its message reads eig_vec)
-_case("DGNConv", "dx-max", lambda c: c(8, 6, ["dir1-dx", "max"], ["attenuation"], 2.0),
-      _on(graph, X, eig_vec=(N, 1)))
+_case(
+    "DGNConv",
+    "dx-max",
+    lambda c: c(8, 6, ["dir1-dx", "max"], ["attenuation"], 2.0),
+    _on(graph, X, eig_vec=(N, 1)),
+)
 
 # Dense (adjacency-matrix inputs; DenseChebConv always gets lambda_max)
 _case("DenseGraphConv", "both", lambda c: c(8, 16, activation=_relu), _on(None, adjacency, X))
-_case("DenseGraphConv", "left", lambda c: c(8, 16, norm="left", bias=False),
-      _on(None, adjacency, X))
+_case(
+    "DenseGraphConv", "left", lambda c: c(8, 16, norm="left", bias=False), _on(None, adjacency, X)
+)
 _case("DenseSAGEConv", "plain", lambda c: c(8, 16), _on(None, adjacency, X))
-_case("DenseSAGEConv", "dropout-norm",
-      lambda c: c(8, 16, feat_drop=0.3, norm=nn.LayerNorm(16), activation=_relu),
-      _on(None, adjacency, X))
+_case(
+    "DenseSAGEConv",
+    "dropout-norm",
+    lambda c: c(8, 16, feat_drop=0.3, norm=nn.LayerNorm(16), activation=_relu),
+    _on(None, adjacency, X),
+)
 _case("DenseChebConv", "k3", lambda c: c(8, 16, k=3), _on(None, adjacency, X, 2.0))
-_case("DenseChebConv", "k2-tensor", lambda c: c(8, 16, k=2, bias=False),
-      _on(None, adjacency, X, lambda: torch.tensor(1.6)))
+_case(
+    "DenseChebConv",
+    "k2-tensor",
+    lambda c: c(8, 16, k=2, bias=False),
+    _on(None, adjacency, X, lambda: torch.tensor(1.6)),
+)
 
 # TWIRLS
-_case("TWIRLSConv", "attention",
-      lambda c: c(8, 6, 12, 4, attention=True, use_eta=True, dropout=0.1),
-      _on(graph, X))
-_case("TWIRLSConv", "batch_norm-noprecond",
-      lambda c: c(8, 6, 12, 3, num_mlp_before=2, norm="batch", precond=False, attn_bef=True,
-                  attention=True, attn_dropout=0.2, inp_dropout=0.1),
-      _on(graph, X))
-_case("TWIRLSConv", "cacheable", lambda c: c(8, 6, 12, 2, num_mlp_before=0, alp=0.5), _on(graph, X),
-      grad_inputs=False)
-_case("TWIRLSUnfoldingAndAttention", "attention",
-      lambda c: c(8, alp=0, lam=1, prop_step=4, attn_aft=2, use_eta=True, init_att=True),
-      _on(graph, X))
-_case("TWIRLSUnfoldingAndAttention", "noprecond",
-      lambda c: c(8, 0.5, 2, 3, attn_aft=1, T=5.0, attn_dropout=0.2, precond=False), _on(graph, X))
+_case(
+    "TWIRLSConv",
+    "attention",
+    lambda c: c(8, 6, 12, 4, attention=True, use_eta=True, dropout=0.1),
+    _on(graph, X),
+)
+_case(
+    "TWIRLSConv",
+    "batch_norm-noprecond",
+    lambda c: c(
+        8,
+        6,
+        12,
+        3,
+        num_mlp_before=2,
+        norm="batch",
+        precond=False,
+        attn_bef=True,
+        attention=True,
+        attn_dropout=0.2,
+        inp_dropout=0.1,
+    ),
+    _on(graph, X),
+)
+_case(
+    "TWIRLSConv",
+    "cacheable",
+    lambda c: c(8, 6, 12, 2, num_mlp_before=0, alp=0.5),
+    _on(graph, X),
+    grad_inputs=False,
+)
+_case(
+    "TWIRLSUnfoldingAndAttention",
+    "attention",
+    lambda c: c(8, alp=0, lam=1, prop_step=4, attn_aft=2, use_eta=True, init_att=True),
+    _on(graph, X),
+)
+_case(
+    "TWIRLSUnfoldingAndAttention",
+    "noprecond",
+    lambda c: c(8, 0.5, 2, 3, attn_aft=1, T=5.0, attn_dropout=0.2, precond=False),
+    _on(graph, X),
+)
 
 # Wrappers
 _case("GroupRevRes", "graphconv", lambda c: c(dglconv.GraphConv(4, 4), groups=2), _on(graph, X))
 # extra args are split along their last dim like the features: edge features (E, 9) for GINE
-_case("GroupRevRes", "gineconv-edge_feat",
-      lambda c: c(dglconv.GINEConv(nn.Linear(3, 3), learn_eps=True), groups=3),
-      _on(graph, (N, 9), (E, 9)))
+_case(
+    "GroupRevRes",
+    "gineconv-edge_feat",
+    lambda c: c(dglconv.GINEConv(nn.Linear(3, 3), learn_eps=True), groups=3),
+    _on(graph, (N, 9), (E, 9)),
+)
 
 # Only in newer DGL (2.x)
 _case("GatedGCNConv", "residual", lambda c: c(8, 8, 8, dropout=0.2), _on(graph, X, (E, 8)))
@@ -350,8 +537,10 @@ for _name in ("CuGraphGATConv", "CuGraphRelGraphConv", "CuGraphSAGEConv"):
     if _name not in dglconv.__all__:
         continue
     if not getattr(sys.modules[getattr(dglconv, _name).__module__], "HAS_PYLIBCUGRAPHOPS", False):
-        SKIP[_name] = ("needs pylibcugraphops (not installed: the constructor raises "
-                       "ModuleNotFoundError) and a CUDA GPU")
+        SKIP[_name] = (
+            "needs pylibcugraphops (not installed: the constructor raises "
+            "ModuleNotFoundError) and a CUDA GPU"
+        )
     elif not torch.cuda.is_available():
         SKIP[_name] = "needs a CUDA GPU (cugraph-ops kernels have no CPU path)"
     else:
@@ -362,7 +551,7 @@ for _name in sorted(set(dglconv.__all__) - {c.name for c in _C} - set(SKIP)):
 #: The cases of the classes this DGL has, less those in SKIP.
 CASES: List[Case] = [c for c in _C if c.name in dglconv.__all__ and c.name not in SKIP]
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
-del _C, _name, norm, agg, d
+del _name, norm, agg, d
 
 
 # --------------------------------------------------------------------------- runner
@@ -430,8 +619,9 @@ def run(module: nn.Module, case: Case) -> Dict[str, torch.Tensor]:
     torch.manual_seed(0)
     outs = _tensors(module(*args, **kwargs))
     result = {f"out.{i}": o.detach().clone() for i, o in enumerate(outs)}
-    terms = [(o.float() * _weight(o)).sum()
-             for o in outs if o.is_floating_point() and o.requires_grad]
+    terms = [
+        (o.float() * _weight(o)).sum() for o in outs if o.is_floating_point() and o.requires_grad
+    ]
     if terms:
         torch.stack(terms).sum().backward()
     result.update(gradients(module, leaves))

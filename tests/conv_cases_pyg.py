@@ -15,6 +15,7 @@ All inputs are small (10 nodes, 8 features, 30 edges without self-loops, 16 outp
 channels), on the CPU, and come from a ``torch.Generator`` seeded with a constant, so every
 call of ``case.inputs()`` returns equal tensors.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -88,17 +89,23 @@ class _Data:
         nodes = torch.arange(N).repeat(2)
         hyper = torch.cat([torch.arange(N) % 4, (torch.arange(N) // 3 + 1) % 4])
         self.hyperedge_index = torch.stack([nodes, hyper]).unique(dim=1)
-        self.hyperedge_attr, self.hyperedge_weight = randn(4, F_IN), torch.rand(4, generator=g) + 0.5
+        self.hyperedge_attr, self.hyperedge_weight = (
+            randn(4, F_IN),
+            torch.rand(4, generator=g) + 0.5,
+        )
         # a MeshCNN edge adjacency: 12 mesh edges, 4 neighbouring edges each
         self.mesh_x = randn(12, F_IN)
-        self.mesh_edge_index = torch.stack([torch.arange(12).repeat_interleave(4),
-                                            torch.randint(0, 12, (48,), generator=g)])
+        self.mesh_edge_index = torch.stack(
+            [torch.arange(12).repeat_interleave(4), torch.randint(0, 12, (48,), generator=g)]
+        )
         # heterogeneous graph: 10 papers (8 features), 6 authors (4 features)
         self.x_dict = {"paper": randn(N, F_IN), "author": randn(6, 4)}
         writes = _edges(g, 6, N, 15, loops=True)
-        self.edge_index_dict = {("paper", "cites", "paper"): _edges(g, N, N, 25),
-                                ("author", "writes", "paper"): writes,
-                                ("paper", "rev_writes", "author"): writes.flip(0)}
+        self.edge_index_dict = {
+            ("paper", "cites", "paper"): _edges(g, N, N, 25),
+            ("author", "writes", "paper"): writes,
+            ("paper", "rev_writes", "author"): writes.flip(0),
+        }
 
     def adj_t(self, weighted: bool = False, value: Any = None) -> SparseTensor:
         """The graph as a transposed ``torch_sparse.SparseTensor`` (optionally with values)."""
@@ -134,10 +141,17 @@ def _mlp(i: int, o: int, hidden: int = 16) -> torch.nn.Module:
 _ALL: List[Case] = []
 
 
-def _case(name: str, tag: str, make: Callable[[type], torch.nn.Module],
-          args: Callable[[_Data], tuple], kwargs: Callable[[_Data], dict] = None,
-          since: Tuple[int, ...] = (0,), not_on: Tuple[int, int] = None, sparse: bool = False,
-          grad_inputs: bool = True) -> None:
+def _case(
+    name: str,
+    tag: str,
+    make: Callable[[type], torch.nn.Module],
+    args: Callable[[_Data], tuple],
+    kwargs: Callable[[_Data], dict] = None,
+    since: Tuple[int, ...] = (0,),
+    not_on: Tuple[int, int] = None,
+    sparse: bool = False,
+    grad_inputs: bool = True,
+) -> None:
     """Add a case. ``since``: the first PyG release it runs on; ``not_on``: a minor line whose
     stock layer fails on it; ``sparse``: it needs torch_sparse."""
     if PYG_VERSION < since or PYG_VERSION[:2] == not_on or (sparse and not WITH_TORCH_SPARSE):
@@ -170,12 +184,20 @@ _case("GCNConv", "", lambda c: c(F_IN, OUT), X_EI)
 _case("GCNConv", "edge_weight", lambda c: c(F_IN, OUT, improved=True), X_EI_W)
 _case("GCNConv", "adj_t", lambda c: c(F_IN, OUT), X_ADJ_W, sparse=True)
 _case("GCNConv", "torch_sparse_coo", lambda c: c(F_IN, OUT), lambda d: (d.x, d.torch_sparse()))
-_case("GCNConv", "cached-no-normalize",
-      lambda c: c(F_IN, OUT, cached=True, normalize=False, add_self_loops=False), X_EI_W)
+_case(
+    "GCNConv",
+    "cached-no-normalize",
+    lambda c: c(F_IN, OUT, cached=True, normalize=False, add_self_loops=False),
+    X_EI_W,
+)
 _case("SAGEConv", "", lambda c: c(F_IN, OUT), X_EI)
 _case("SAGEConv", "adj_t", lambda c: c(F_IN, OUT), X_ADJ, sparse=True)
-_case("SAGEConv", "torch_sparse_csr", lambda c: c(F_IN, OUT),
-      lambda d: (d.x, d.torch_sparse(torch.sparse_csr)))
+_case(
+    "SAGEConv",
+    "torch_sparse_csr",
+    lambda c: c(F_IN, OUT),
+    lambda d: (d.x, d.torch_sparse(torch.sparse_csr)),
+)
 _case("SAGEConv", "bipartite", lambda c: c((FS, F_IN), OUT), BI)
 _case("SAGEConv", "max", lambda c: c(F_IN, OUT, aggr="max"), X_EI)
 _case("SAGEConv", "multi-aggr", lambda c: c(F_IN, OUT, aggr=["mean", "max", "std"]), X_EI)
@@ -190,8 +212,12 @@ _case("GINConv", "adj_t", lambda c: c(_mlp(F_IN, OUT)), X_ADJ, sparse=True)
 _case("GINConv", "bipartite", lambda c: c(_mlp(F_IN, OUT)), BI_SAME)
 _case("GINConv", "train_eps", lambda c: c(_mlp(F_IN, OUT), eps=0.5, train_eps=True), X_EI)
 _case("GINEConv", "edge_dim", lambda c: c(_mlp(F_IN, OUT), edge_dim=D, train_eps=True), X_EI_A)
-_case("GINEConv", "", lambda c: c(_mlp(F_IN, OUT)),
-      lambda d: (d.x, d.edge_index, d.x0[d.edge_index[0]]))  # edge_attr of x's size
+_case(
+    "GINEConv",
+    "",
+    lambda c: c(_mlp(F_IN, OUT)),
+    lambda d: (d.x, d.edge_index, d.x0[d.edge_index[0]]),
+)  # edge_attr of x's size
 _case("GATConv", "", lambda c: c(F_IN, OUT), X_EI)
 _case("GATConv", "adj_t", lambda c: c(F_IN, OUT), X_ADJ, sparse=True)
 _case("GATConv", "bipartite", lambda c: c((FS, F_IN), OUT, add_self_loops=False), BI)
@@ -205,24 +231,58 @@ _case("GATv2Conv", "", lambda c: c(F_IN, OUT), X_EI)
 _case("GATv2Conv", "adj_t", lambda c: c(F_IN, OUT), X_ADJ, sparse=True)
 _case("GATv2Conv", "bipartite", lambda c: c((FS, F_IN), OUT, add_self_loops=False), BI)
 _case("GATv2Conv", "edge_dim", lambda c: c(F_IN, OUT, heads=2, edge_dim=D), X_EI_A)
-_case("GATv2Conv", "share_weights-heads2-mean",
-      lambda c: c(F_IN, OUT, heads=2, concat=False, share_weights=True), X_EI)
-_case("GATv2Conv", "attention_weights-dropout", lambda c: c(F_IN, OUT, heads=2, dropout=0.5), X_EI, RET_ATT)
+_case(
+    "GATv2Conv",
+    "share_weights-heads2-mean",
+    lambda c: c(F_IN, OUT, heads=2, concat=False, share_weights=True),
+    X_EI,
+)
+_case(
+    "GATv2Conv",
+    "attention_weights-dropout",
+    lambda c: c(F_IN, OUT, heads=2, dropout=0.5),
+    X_EI,
+    RET_ATT,
+)
 _case("GATv2Conv", "residual", lambda c: c(F_IN, OUT, heads=2, residual=True), X_EI, since=(2, 6))
 _case("TransformerConv", "", lambda c: c(F_IN, OUT, heads=2), X_EI)
 _case("TransformerConv", "adj_t", lambda c: c(F_IN, OUT), X_ADJ, sparse=True)
 _case("TransformerConv", "bipartite", lambda c: c((FS, F_IN), OUT), BI)
-_case("TransformerConv", "edge_dim-beta", lambda c: c(F_IN, OUT, heads=2, edge_dim=D, beta=True), X_EI_A)
-_case("TransformerConv", "heads2-mean-dropout",
-      lambda c: c(F_IN, OUT, heads=2, concat=False, dropout=0.5), X_EI)
-_case("TransformerConv", "attention_weights",
-      lambda c: c(F_IN, OUT, heads=2, root_weight=False), X_EI, RET_ATT)
+_case(
+    "TransformerConv",
+    "edge_dim-beta",
+    lambda c: c(F_IN, OUT, heads=2, edge_dim=D, beta=True),
+    X_EI_A,
+)
+_case(
+    "TransformerConv",
+    "heads2-mean-dropout",
+    lambda c: c(F_IN, OUT, heads=2, concat=False, dropout=0.5),
+    X_EI,
+)
+_case(
+    "TransformerConv",
+    "attention_weights",
+    lambda c: c(F_IN, OUT, heads=2, root_weight=False),
+    X_EI,
+    RET_ATT,
+)
 _case("ChebConv", "", lambda c: c(F_IN, OUT, K=3), X_EI)
 _case("ChebConv", "edge_weight", lambda c: c(F_IN, OUT, K=2), X_EI_W)
-_case("ChebConv", "rw-lambda_max", lambda c: c(F_IN, OUT, K=3, normalization="rw"), X_EI_W,
-      lambda d: {"lambda_max": torch.tensor(1.8)})
-_case("ChebConv", "batch-lambda_max", lambda c: c(F_IN, OUT, K=2, normalization=None), X_EI_W,
-      lambda d: {"batch": d.batch, "lambda_max": torch.tensor([1.5, 2.0])})
+_case(
+    "ChebConv",
+    "rw-lambda_max",
+    lambda c: c(F_IN, OUT, K=3, normalization="rw"),
+    X_EI_W,
+    lambda d: {"lambda_max": torch.tensor(1.8)},
+)
+_case(
+    "ChebConv",
+    "batch-lambda_max",
+    lambda c: c(F_IN, OUT, K=2, normalization=None),
+    X_EI_W,
+    lambda d: {"batch": d.batch, "lambda_max": torch.tensor([1.5, 2.0])},
+)
 
 # Homogeneous graphs, plain or weighted edges.
 _case("SimpleConv", "", lambda c: c("mean", combine_root="sum"), X_EI_W)
@@ -242,19 +302,31 @@ _case("DNAConv", "", lambda c: c(F_IN, heads=2, groups=2), lambda d: (d.x_seq, d
 _case("FeaStConv", "", lambda c: c(F_IN, OUT, heads=2), X_EI)
 _case("LEConv", "", lambda c: c(F_IN, OUT), X_EI_W)
 _case("ClusterGCNConv", "", lambda c: c(F_IN, OUT, diag_lambda=0.5), X_EI)
-_case("GCN2Conv", "", lambda c: c(F_IN, alpha=0.1, theta=0.5, layer=1, shared_weights=False),
-      lambda d: (d.x, d.x0, d.edge_index, d.edge_weight))
+_case(
+    "GCN2Conv",
+    "",
+    lambda c: c(F_IN, alpha=0.1, theta=0.5, layer=1, shared_weights=False),
+    lambda d: (d.x, d.x0, d.edge_index, d.edge_weight),
+)
 _case("FAConv", "", lambda c: c(F_IN, eps=0.2, dropout=0.1), X_X0)
 _case("FAConv", "attention_weights", lambda c: c(F_IN), X_X0, RET_ATT)
-_case("EGConv", "", lambda c: c(F_IN, OUT, aggregators=["sum", "mean", "max", "symnorm"],
-                                num_heads=2, num_bases=2), X_EI)
+_case(
+    "EGConv",
+    "",
+    lambda c: c(F_IN, OUT, aggregators=["sum", "mean", "max", "symnorm"], num_heads=2, num_bases=2),
+    X_EI,
+)
 _case("LGConv", "", lambda c: c(), X_EI_W)
 _case("MixHopConv", "", lambda c: c(F_IN, OUT, powers=[0, 1, 2]), X_EI_W, since=(2, 4))
 _case("WLConv", "", lambda c: c(), lambda d: (d.colors, d.edge_index))  # integer colours out
 _case("WLConvContinuous", "", lambda c: c(), X_EI_W)
 _case("SuperGATConv", "MX-sampled", lambda c: c(F_IN, OUT, heads=2, dropout=0.2), X_EI)
-_case("SuperGATConv", "SD-neg_edge_index",
-      lambda c: c(F_IN, OUT, attention_type="SD", edge_sample_ratio=0.8), X_SIGNED)
+_case(
+    "SuperGATConv",
+    "SD-neg_edge_index",
+    lambda c: c(F_IN, OUT, attention_type="SD", edge_sample_ratio=0.8),
+    X_SIGNED,
+)
 _case("SignedConv", "first", lambda c: c(F_IN, OUT, first_aggr=True), X_SIGNED)
 _case("SignedConv", "deeper", lambda c: c(F_IN // 2, OUT, first_aggr=False), X_SIGNED)
 _case("PANConv", "", lambda c: c(F_IN, OUT, filter_size=2), X_EI)  # returns (out, SparseTensor)
@@ -266,86 +338,206 @@ _case("NNConv", "", lambda c: c(F_IN, OUT, _mlp(D, F_IN * OUT), aggr="mean"), X_
 _case("CGConv", "", lambda c: c(F_IN, dim=D), X_EI_A)
 _case("CGConv", "batch_norm", lambda c: c(F_IN, dim=D, batch_norm=True), X_EI_A)
 _case("GMMConv", "", lambda c: c(F_IN, OUT, dim=D, kernel_size=3), X_EI_A)
-_case("GMMConv", "separate_gaussians",
-      lambda c: c(F_IN, OUT, dim=D, kernel_size=2, separate_gaussians=True), X_EI_A)
-_case("SplineConv", "", lambda c: c(F_IN, OUT, dim=2, kernel_size=3),  # pseudo-coordinates in [0, 1)
-      lambda d: (d.x, d.edge_index, d.edge_weight.view(-1, 1).repeat(1, 2) % 1))
+_case(
+    "GMMConv",
+    "separate_gaussians",
+    lambda c: c(F_IN, OUT, dim=D, kernel_size=2, separate_gaussians=True),
+    X_EI_A,
+)
+_case(
+    "SplineConv",
+    "",
+    lambda c: c(F_IN, OUT, dim=2, kernel_size=3),  # pseudo-coordinates in [0, 1)
+    lambda d: (d.x, d.edge_index, d.edge_weight.view(-1, 1).repeat(1, 2) % 1),
+)
 _case("PDNConv", "", lambda c: c(F_IN, OUT, edge_dim=D, hidden_channels=8), X_EI_A)
 _case("GENConv", "softmax-edge_dim", lambda c: c(F_IN, OUT, learn_t=True, edge_dim=D), X_EI_A)
-_case("GENConv", "powermean-msg_norm", lambda c: c(F_IN, OUT, aggr="powermean", learn_p=True,
-                                                     msg_norm=True, learn_msg_scale=True, norm="layer"), X_EI)
-_case("PNAConv", "", lambda c: c(F_IN, OUT, ["mean", "min", "max", "std"],
-                                 ["identity", "amplification", "attenuation"], _deg_hist(),
-                                 edge_dim=D, towers=2), X_EI_A)
+_case(
+    "GENConv",
+    "powermean-msg_norm",
+    lambda c: c(
+        F_IN, OUT, aggr="powermean", learn_p=True, msg_norm=True, learn_msg_scale=True, norm="layer"
+    ),
+    X_EI,
+)
+_case(
+    "PNAConv",
+    "",
+    lambda c: c(
+        F_IN,
+        OUT,
+        ["mean", "min", "max", "std"],
+        ["identity", "amplification", "attenuation"],
+        _deg_hist(),
+        edge_dim=D,
+        towers=2,
+    ),
+    X_EI_A,
+)
 # PyG 2.5's generated GeneralConv.propagate asserts edge_attr is not None.
 _case("GeneralConv", "", lambda c: c(F_IN, OUT), X_EI, not_on=(2, 5))
 _case("GeneralConv", "edge", lambda c: c(F_IN, OUT, in_edge_channels=D, aggr="mean"), X_EI_A)
-_case("GeneralConv", "attention-edge", lambda c: c(F_IN, OUT, in_edge_channels=D, heads=2,
-                                                  attention=True, skip_linear=True), X_EI_A)
-_case("HEATConv", "", lambda c: c(F_IN, OUT, num_node_types=2, num_edge_types=3, edge_type_emb_dim=4,
-                                  edge_dim=D, edge_attr_emb_dim=4, heads=2),
-      lambda d: (d.x, d.edge_index, d.node_type, d.edge_type, d.edge_attr))
+_case(
+    "GeneralConv",
+    "attention-edge",
+    lambda c: c(F_IN, OUT, in_edge_channels=D, heads=2, attention=True, skip_linear=True),
+    X_EI_A,
+)
+_case(
+    "HEATConv",
+    "",
+    lambda c: c(
+        F_IN,
+        OUT,
+        num_node_types=2,
+        num_edge_types=3,
+        edge_type_emb_dim=4,
+        edge_dim=D,
+        edge_attr_emb_dim=4,
+        heads=2,
+    ),
+    lambda d: (d.x, d.edge_index, d.node_type, d.edge_type, d.edge_attr),
+)
 
 # Relations (edge types).
 _case("RGCNConv", "bases", lambda c: c(F_IN, OUT, num_relations=3, num_bases=2), X_EI_T)
 _case("RGCNConv", "blocks", lambda c: c(F_IN, OUT, num_relations=3, num_blocks=2), X_EI_T)
-_case("RGCNConv", "featureless", lambda c: c(N, OUT, num_relations=3),
-      lambda d: (None, d.edge_index, d.edge_type))
-_case("RGCNConv", "adj_t", lambda c: c(F_IN, OUT, num_relations=3),  # edge types as values
-      lambda d: (d.x, d.adj_t(value=d.edge_type)), sparse=True)
+_case(
+    "RGCNConv",
+    "featureless",
+    lambda c: c(N, OUT, num_relations=3),
+    lambda d: (None, d.edge_index, d.edge_type),
+)
+_case(
+    "RGCNConv",
+    "adj_t",
+    lambda c: c(F_IN, OUT, num_relations=3),  # edge types as values
+    lambda d: (d.x, d.adj_t(value=d.edge_type)),
+    sparse=True,
+)
 _case("FastRGCNConv", "bases", lambda c: c(F_IN, OUT, num_relations=3, num_bases=2), X_EI_T)
 _case("RGATConv", "", lambda c: c(F_IN, OUT, num_relations=3, heads=2), X_EI_T)
-_case("RGATConv", "within-edge_dim", lambda c: c(F_IN, OUT, num_relations=3, num_bases=2, edge_dim=D,
-                                                 attention_mechanism="within-relation", mod="additive"),
-      lambda d: (d.x, d.edge_index, d.edge_type, d.edge_attr))
+_case(
+    "RGATConv",
+    "within-edge_dim",
+    lambda c: c(
+        F_IN,
+        OUT,
+        num_relations=3,
+        num_bases=2,
+        edge_dim=D,
+        attention_mechanism="within-relation",
+        mod="additive",
+    ),
+    lambda d: (d.x, d.edge_index, d.edge_type, d.edge_attr),
+)
 _case("FiLMConv", "", lambda c: c(F_IN, OUT, num_relations=3), X_EI_T)
 
 # Point clouds and meshes (positions, normals).
 _case("PointNetConv", "", lambda c: c(_mlp(F_IN + 3, OUT), Lin(OUT, OUT)), X_POS)
 _case("PointNetConv", "pos-only", lambda c: c(_mlp(3, OUT)), lambda d: (None, d.pos, d.edge_index))
-_case("PPFConv", "", lambda c: c(_mlp(F_IN + 4, OUT), Lin(OUT, OUT)),
-      lambda d: (d.x, d.pos, d.normal, d.edge_index))
+_case(
+    "PPFConv",
+    "",
+    lambda c: c(_mlp(F_IN + 4, OUT), Lin(OUT, OUT)),
+    lambda d: (d.x, d.pos, d.normal, d.edge_index),
+)
 _case("PointTransformerConv", "", lambda c: c(F_IN, OUT), X_POS)
-_case("PointTransformerConv", "nns",
-      lambda c: c(F_IN, OUT, pos_nn=_mlp(3, OUT), attn_nn=_mlp(OUT, OUT)), X_POS)
+_case(
+    "PointTransformerConv",
+    "nns",
+    lambda c: c(F_IN, OUT, pos_nn=_mlp(3, OUT), attn_nn=_mlp(OUT, OUT)),
+    X_POS,
+)
 _case("PointGNNConv", "", lambda c: c(Lin(F_IN, 3), _mlp(3 + F_IN, F_IN), Lin(F_IN, F_IN)), X_POS)
-_case("GravNetConv", "", lambda c: c(F_IN, OUT, space_dimensions=3, propagate_dimensions=8, k=4),
-      lambda d: (d.x, d.batch))
+_case(
+    "GravNetConv",
+    "",
+    lambda c: c(F_IN, OUT, space_dimensions=3, propagate_dimensions=8, k=4),
+    lambda d: (d.x, d.batch),
+)
 _case("DynamicEdgeConv", "", lambda c: c(_mlp(2 * F_IN, OUT), k=4), lambda d: (d.x, d.batch))
-_case("XConv", "", lambda c: c(F_IN, OUT, dim=3, kernel_size=4, hidden_channels=8),
-      lambda d: (d.x, d.pos, d.batch))
+_case(
+    "XConv",
+    "",
+    lambda c: c(F_IN, OUT, dim=3, kernel_size=4, hidden_channels=8),
+    lambda d: (d.x, d.pos, d.batch),
+)
 _case("MeshCNNConv", "", lambda c: c(F_IN, OUT), lambda d: (d.mesh_x, d.mesh_edge_index))
 
 # Hypergraphs.
-_case("HypergraphConv", "", lambda c: c(F_IN, OUT), lambda d: (d.x, d.hyperedge_index, d.hyperedge_weight))
-_case("HypergraphConv", "attention", lambda c: c(F_IN, OUT, use_attention=True, heads=2, dropout=0.2),
-      lambda d: (d.x, d.hyperedge_index), lambda d: {"hyperedge_attr": d.hyperedge_attr})
+_case(
+    "HypergraphConv",
+    "",
+    lambda c: c(F_IN, OUT),
+    lambda d: (d.x, d.hyperedge_index, d.hyperedge_weight),
+)
+_case(
+    "HypergraphConv",
+    "attention",
+    lambda c: c(F_IN, OUT, use_attention=True, heads=2, dropout=0.2),
+    lambda d: (d.x, d.hyperedge_index),
+    lambda d: {"hyperedge_attr": d.hyperedge_attr},
+)
 
 # Heterogeneous graphs (dicts of node features and edge indices).
 _case("HGTConv", "", lambda c: c(HETERO_IN, OUT, METADATA, heads=2), X_DICT)
 _case("FastHGTConv", "", lambda c: c(HETERO_IN, OUT, METADATA, heads=2), X_DICT)  # PyG 2.3 only
 _case("HANConv", "", lambda c: c(HETERO_IN, OUT, METADATA, heads=2, dropout=0.2), X_DICT)
-_case("HeteroConv", "sum", lambda c: c({
-    ("paper", "cites", "paper"): _conv.GCNConv(F_IN, OUT),
-    ("author", "writes", "paper"): _conv.SAGEConv((4, F_IN), OUT),
-    ("paper", "rev_writes", "author"): _conv.GATConv((F_IN, 4), OUT, add_self_loops=False)}), X_DICT)
-_case("HeteroConv", "cat", lambda c: c({
-    ("paper", "cites", "paper"): _conv.GraphConv(F_IN, OUT),
-    ("author", "writes", "paper"): _conv.GraphConv((4, F_IN), OUT),
-    ("paper", "rev_writes", "author"): _conv.GATv2Conv((F_IN, 4), OUT, add_self_loops=False),
-}, aggr="cat"), X_DICT)
+_case(
+    "HeteroConv",
+    "sum",
+    lambda c: c(
+        {
+            ("paper", "cites", "paper"): _conv.GCNConv(F_IN, OUT),
+            ("author", "writes", "paper"): _conv.SAGEConv((4, F_IN), OUT),
+            ("paper", "rev_writes", "author"): _conv.GATConv((F_IN, 4), OUT, add_self_loops=False),
+        }
+    ),
+    X_DICT,
+)
+_case(
+    "HeteroConv",
+    "cat",
+    lambda c: c(
+        {
+            ("paper", "cites", "paper"): _conv.GraphConv(F_IN, OUT),
+            ("author", "writes", "paper"): _conv.GraphConv((4, F_IN), OUT),
+            ("paper", "rev_writes", "author"): _conv.GATv2Conv(
+                (F_IN, 4), OUT, add_self_loops=False
+            ),
+        },
+        aggr="cat",
+    ),
+    X_DICT,
+)
 
 # Wrappers of another conv.
-_case("GPSConv", "", lambda c: c(F_IN, _conv.GINConv(_mlp(F_IN, F_IN)), heads=2, dropout=0.1),
-      lambda d: (d.x, d.edge_index, d.batch))
-_case("GPSConv", "performer", lambda c: c(F_IN, _conv.GCNConv(F_IN, F_IN), heads=2, attn_type="performer"),
-      lambda d: (d.x, d.edge_index, d.batch), since=(2, 4))
-_case("AntiSymmetricConv", "", lambda c: c(F_IN, _conv.GCNConv(F_IN, F_IN, bias=False), num_iters=2), X_EI)
+_case(
+    "GPSConv",
+    "",
+    lambda c: c(F_IN, _conv.GINConv(_mlp(F_IN, F_IN)), heads=2, dropout=0.1),
+    lambda d: (d.x, d.edge_index, d.batch),
+)
+_case(
+    "GPSConv",
+    "performer",
+    lambda c: c(F_IN, _conv.GCNConv(F_IN, F_IN), heads=2, attn_type="performer"),
+    lambda d: (d.x, d.edge_index, d.batch),
+    since=(2, 4),
+)
+_case(
+    "AntiSymmetricConv",
+    "",
+    lambda c: c(F_IN, _conv.GCNConv(F_IN, F_IN, bias=False), num_iters=2),
+    X_EI,
+)
 _case("DirGNNConv", "", lambda c: c(_conv.SAGEConv(F_IN, OUT), alpha=0.3), X_EI)
 _case("DirGNNConv", "gcn-no-root", lambda c: c(_conv.GCNConv(F_IN, OUT), root_weight=False), X_EI)
 
 
 # -- what cannot run here ----------------------------------------------------------------------
+
 
 def _cuda_only(package: str, what: str) -> str:
     """Why a layer built on CUDA-only kernels of ``package`` is skipped."""
@@ -359,12 +551,16 @@ _OPTIONAL = ("GravNetConv", "DynamicEdgeConv", "XConv", "SplineConv")
 
 def _skips() -> Dict[str, str]:
     """Class name -> why it cannot run here, in the order of ``__all__``."""
-    skip = {"MessagePassing": "abstract base class of every conv layer; its subclasses are the cases"}
+    skip = {
+        "MessagePassing": "abstract base class of every conv layer; its subclasses are the cases"
+    }
     for name in ("CuGraphSAGEConv", "CuGraphGATConv", "CuGraphRGCNConv"):
         skip[name] = _cuda_only("pylibcugraphops", "RAPIDS cugraph-ops")
     skip["FusedGATConv"] = _cuda_only("dgNN", "the dgNN fused GAT kernels")
     if not WITH_TORCH_SPARSE:
-        skip["PANConv"] = "needs torch_sparse (it builds a torch_sparse.SparseTensor), which is not installed"
+        skip["PANConv"] = (
+            "needs torch_sparse (it builds a torch_sparse.SparseTensor), which is not installed"
+        )
     # Layers whose constructor raises ImportError without an optional package; PyG's message
     # names it (torch-cluster, torch-spline-conv, or pyg-lib>=0.6.0 since PyG 2.8). Only these
     # are built here: the first build of a class generates its propagate code (~50 ms).
@@ -377,7 +573,9 @@ def _skips() -> Dict[str, str]:
             with torch.random.fork_rng(devices=[]):
                 case.make(getattr(_conv, case.name))
         except ImportError as exc:
-            skip[case.name] = f"{exc} (optional package not installed; PyG {torch_geometric.__version__})"
+            skip[case.name] = (
+                f"{exc} (optional package not installed; PyG {torch_geometric.__version__})"
+            )
     return {name: skip[name] for name in _conv.__all__ if name in skip}
 
 
@@ -387,6 +585,7 @@ assert len({c.id for c in CASES}) == len(CASES), "case ids must be unique"
 
 
 # -- running a case ----------------------------------------------------------------------------
+
 
 def stock_class(case: Case) -> type:
     """The stock PyG class the case is about."""
@@ -468,8 +667,11 @@ def run(module: torch.nn.Module, case: Case) -> Dict[str, torch.Tensor]:
     random.seed(0)
     outputs: Dict[str, torch.Tensor] = {}
     _flatten(module(*args, **kwargs), "out", outputs)
-    losses = [(o.float() * torch.linspace(-1, 1, o.numel()).view(o.shape)).sum()
-              for o in outputs.values() if o.is_floating_point() and o.requires_grad]
+    losses = [
+        (o.float() * torch.linspace(-1, 1, o.numel()).view(o.shape)).sum()
+        for o in outputs.values()
+        if o.is_floating_point() and o.requires_grad
+    ]
     if losses:
         torch.stack(losses).sum().backward()
     result = {k: v.detach() for k, v in outputs.items()}

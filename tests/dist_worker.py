@@ -1,6 +1,7 @@
 """One rank of the two-process tests of tests/test_distributed.py (started by torchrun).
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 tests/dist_worker.py OUT [gloo|nccl]
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        tests/dist_worker.py OUT [gloo|nccl]
 
 Rank r does a different amount of work: ``3 + r`` epochs of a step ``epoch`` with
 ``forward`` inside (times exact on a fake clock with gloo: rank r's ``forward`` takes
@@ -10,6 +11,7 @@ GraphConv where PyG is not installed).
 Then every rank calls the merged summaries and writes what it got to ``OUT/rank<r>.json``;
 the test process checks the numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,6 +61,7 @@ def main(out: str, backend: str) -> None:
         call = lambda: conv(x, edge_index)  # noqa: E731
     except ImportError:
         import dgl
+
         from instrumented_convs.dgl import GraphConv
 
         conv, layer, inner = GraphConv(4, 3).to(device), "GraphConv", "update_all"
@@ -84,9 +87,18 @@ def main(out: str, backend: str) -> None:
             alone = str(exc)
     dist.barrier()
     result = dict(
-        rank=rank, world=world, error=error, layer=layer, inner=inner, merged=merged.to_dict(), table=str(merged),
-        plain_table=merged.table(spread=False), csv=merged.to_csv(), by_layer=by_layer.to_dict(),
-        mine=mine.to_dict(), alone=alone,
+        rank=rank,
+        world=world,
+        error=error,
+        layer=layer,
+        inner=inner,
+        merged=merged.to_dict(),
+        table=str(merged),
+        plain_table=merged.table(spread=False),
+        csv=merged.to_csv(),
+        by_layer=by_layer.to_dict(),
+        mine=mine.to_dict(),
+        alone=alone,
     )
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)

@@ -4,6 +4,7 @@ outcomes, training.
 Import what you need: ``from .helpers import gpu, run_script, outcome, train_losses``.
 Fixtures (a clean registry per test, the ``clock`` fake clock) live in ``conftest.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,10 @@ T = TypeVar("T")
 #: The marks of a test that needs a CUDA device: the ``gpu`` marker (registered in
 #: setup.cfg; ``pytest -m gpu`` selects them) and a skip when no device is present. For a
 #: whole module: ``pytestmark = GPU_MARKS``.
-GPU_MARKS = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+GPU_MARKS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
 
 def gpu(test: T) -> T:
@@ -43,7 +47,10 @@ def python_path() -> str:
 
 
 def run_script(
-    *args: str, expect: int = 0, env: Optional[Dict[str, str]] = None, timeout: float = 600,
+    *args: str,
+    expect: int = 0,
+    env: Optional[Dict[str, str]] = None,
+    timeout: float = 600,
     warnings: Optional[str] = "ignore::UserWarning",
 ) -> "subprocess.CompletedProcess[str]":
     """Run ``python [-W warnings] *args`` from the repository root; check its exit status.
@@ -56,8 +63,14 @@ def run_script(
     """
     full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
     flags = ["-W", warnings] if warnings else []
-    proc = subprocess.run([sys.executable, *flags, *args], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *flags, *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == expect, proc.stdout + proc.stderr
     return proc
 
@@ -68,7 +81,9 @@ def _family(pid: int) -> List[Tuple[int, bytes]]:
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+                children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry)
+                )
         except (OSError, ValueError, IndexError):
             continue
     found, todo = [], [pid]
@@ -103,14 +118,27 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
             continue
 
 
-def run_torchrun(*args: str, nproc: int = 2, timeout: float = 240) -> "subprocess.CompletedProcess[str]":
+def run_torchrun(
+    *args: str, nproc: int = 2, timeout: float = 240
+) -> "subprocess.CompletedProcess[str]":
     """``python -m torch.distributed.run --standalone --nproc-per-node NPROC ARGS`` from the
     repository root, as a user starts a DDP job; checks the exit status. On a timeout (or an
     error in the test) torchrun and its workers are ended, none left behind."""
-    cmd = [sys.executable, "-W", "ignore::UserWarning", "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nproc), *args]
+    cmd = [
+        sys.executable,
+        "-W",
+        "ignore::UserWarning",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        *args,
+    ]
     env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

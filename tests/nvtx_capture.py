@@ -6,6 +6,7 @@ snippet in a fresh interpreter with ``NVTX_INJECTION64_PATH`` pointing at the li
 reads it once, at the first NVTX call of a process, hence the subprocess) and returns the
 recorded events.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,22 @@ def build_injection(outdir: Path) -> Path:
         raise RuntimeError("needs a C compiler and the nvidia-nvtx-cu12 headers")
     lib = outdir / "libic_nvtx_inject.so"
     subprocess.run(
-        [cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f"-I{inc}", "-o", str(lib), str(SOURCE), "-lpthread"],
-        check=True, capture_output=True, text=True,
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            f"-I{inc}",
+            "-o",
+            str(lib),
+            str(SOURCE),
+            "-lpthread",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return lib
 
@@ -79,14 +94,18 @@ def parse(text: str) -> Tuple[bool, List[Event]]:
     return ok, events
 
 
-def capture(lib: Path, code: str, workdir: Path, env: Optional[Dict[str, str]] = None) -> Tuple[subprocess.CompletedProcess, List[Event]]:
+def capture(
+    lib: Path, code: str, workdir: Path, env: Optional[Dict[str, str]] = None
+) -> Tuple[subprocess.CompletedProcess, List[Event]]:
     """Run ``code`` with the injection library attached; return the process and its events."""
     log = workdir / f"nvtx-{os.getpid()}-{abs(hash(code))}.tsv"
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["NVTX_INJECTION64_PATH"] = str(lib)
     full_env["IC_NVTX_LOG"] = str(log)
-    proc = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=300
+    )
     if not log.exists():
         return proc, []
     ok, events = parse(log.read_text())

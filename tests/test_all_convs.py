@@ -5,6 +5,7 @@ The cases (constructor arguments and inputs per class) are in ``conv_cases_pyg.p
 gradients must be bit-identical. Classes that cannot run here are listed there (``SKIP``)
 with the reason.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,7 +38,8 @@ def _load(framework: str) -> Tuple[Any, Any, Any]:
 FRAMEWORKS = {fw: _load(fw) for fw in _STOCK_MODULES}
 PARAMS = [
     pytest.param(fw, case, id=f"{fw}-{case.id}")
-    for fw, (_, _, cases) in FRAMEWORKS.items() if cases is not None
+    for fw, (_, _, cases) in FRAMEWORKS.items()
+    if cases is not None
     for case in cases.CASES
 ]
 
@@ -173,8 +175,12 @@ def test_every_conv_class_is_instrumented_or_listed_with_a_reason(fw):
         assert name not in cases.SKIP or cases.SKIP[name]
 
 
-@pytest.mark.parametrize("fw,case", [p for p in PARAMS if p.values[1].id in (
-    "SAGEConv", "GATConv", "GINConv", "SAGEConv-mean")][:6])
+@pytest.mark.parametrize(
+    "fw,case",
+    [p for p in PARAMS if p.values[1].id in ("SAGEConv", "GATConv", "GINConv", "SAGEConv-mean")][
+        :6
+    ],
+)
 def test_pickle_and_deepcopy_keep_the_steps(fw, case):
     _, ours_cls = _classes(fw, case.name)
     cases = FRAMEWORKS[fw][2]
@@ -186,8 +192,23 @@ def test_pickle_and_deepcopy_keep_the_steps(fw, case):
         assert registry.summary()[case.name].count == 2
 
 
-@pytest.mark.parametrize("fw,case", [p for p in PARAMS if p.values[1].id in (
-    "SAGEConv", "GATConv", "GINConv", "SAGEConv-mean", "GCNConv", "GCNConv-edge_weight", "GraphConv")])
+@pytest.mark.parametrize(
+    "fw,case",
+    [
+        p
+        for p in PARAMS
+        if p.values[1].id
+        in (
+            "SAGEConv",
+            "GATConv",
+            "GINConv",
+            "SAGEConv-mean",
+            "GCNConv",
+            "GCNConv-edge_weight",
+            "GraphConv",
+        )
+    ],
+)
 def test_to_stock_and_from_stock_share_parameters(fw, case):
     """One conversion for detailed layers (GCNConv, DGL's GraphConv) and generic ones."""
     stock_cls, ours_cls = _classes(fw, case.name)

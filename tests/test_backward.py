@@ -3,6 +3,7 @@ against the real stock layers (gradients unchanged), with exact fake-clock times
 autograd's odd corners (retain_graph, autograd.grad, double backward, checkpoint, a backward
 that raises, threads) and the switches that turn it off.
 """
+
 from __future__ import annotations
 
 import gc
@@ -31,6 +32,7 @@ import instrumented_convs._backward as _bw  # noqa: E402
 from instrumented_convs import region, registry  # noqa: E402
 from instrumented_convs.layers import step  # noqa: E402
 from instrumented_convs.report import Summary  # noqa: E402
+
 if StockGCN is not None:
     from instrumented_convs.pyg import GCNConv
 from instrumented_convs.testing import depth, open_steps  # noqa: E402
@@ -42,6 +44,7 @@ N, FIN, FOUT = 12, 6, 5
 
 
 # -- helpers ------------------------------------------------------------------------------
+
 
 def _graph(seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -70,7 +73,7 @@ def _fw_rows(s):
 
 def _rel(name, prefix):
     """``name`` relative to the region ``prefix`` (``None`` when it is not below it)."""
-    return name[len(prefix) + 1:] if name.startswith(prefix + "/") else None
+    return name[len(prefix) + 1 :] if name.startswith(prefix + "/") else None
 
 
 def _kids(s, r):
@@ -94,7 +97,9 @@ def _assert_fractions_add_up(s):
     assert sum(r.fraction for r in s.rows if r.depth == 0) == pytest.approx(1.0)
     for r in s.rows:
         kids = _kids(s, r)
-        assert r.fraction == pytest.approx(r.self_fraction + sum(k.fraction for k in kids), abs=1e-12), r.name
+        assert r.fraction == pytest.approx(
+            r.self_fraction + sum(k.fraction for k in kids), abs=1e-12
+        ), r.name
         assert r.self_time == pytest.approx(r.total - sum(k.total for k in kids), abs=1e-12), r.name
 
 
@@ -121,7 +126,14 @@ def _records_alive(name):
 
 # -- 1. PyG GCNConv, every input kind ---------------------------------------------------------
 
-GCN_KINDS = ["edge_index", "edge_weight", "edge_weight_grad", "sparse_tensor", "torch_coo", "torch_csr"]
+GCN_KINDS = [
+    "edge_index",
+    "edge_weight",
+    "edge_weight_grad",
+    "sparse_tensor",
+    "torch_coo",
+    "torch_csr",
+]
 
 
 def _gcn_adjacency(kind, ei, ew):
@@ -163,8 +175,11 @@ def test_gcn_backward_rows_mirror_forward_and_gradients_match_stock(kind):
     bwd = [_rel(r.name, "backward") for r in _bw_rows(s)]
     assert None not in bwd, "a backward row outside the backward region"
     assert set(bwd) <= fwd, set(bwd) - fwd
-    inner = (["GCNConv/propagate/message", "GCNConv/propagate/aggregate"]
-             if kind.startswith("edge") else ["GCNConv/propagate/message_and_aggregate"])
+    inner = (
+        ["GCNConv/propagate/message", "GCNConv/propagate/aggregate"]
+        if kind.startswith("edge")
+        else ["GCNConv/propagate/message_and_aggregate"]
+    )
     expected = {"GCNConv", "GCNConv/lin", "GCNConv/propagate", "GCNConv/bias", *inner}
     assert expected <= set(bwd), expected - set(bwd)
     norm = {b for b in bwd if b.startswith("GCNConv/gcn_norm")}
@@ -202,7 +217,7 @@ def _mirror_check(s):
     bwd = [_rel(r.name, "backward") for r in _bw_rows(s)]
     assert None not in bwd, "a backward row outside the backward region"
     differentiable = {p for p in fwd if p.rsplit("/", 1)[-1] not in NON_DIFFERENTIABLE}
-    assert set(bwd) == differentiable, (set(bwd) ^ differentiable)
+    assert set(bwd) == differentiable, set(bwd) ^ differentiable
     assert len(bwd) == len(set(bwd))
 
 
@@ -218,7 +233,9 @@ EXTRAS = {
 @pytest.mark.parametrize("dims", [(6, 4), (4, 6)], ids=["W_first", "aggregate_first"])
 @pytest.mark.parametrize("weight", ["module", "external"])
 @pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
-def test_graphconv_backward_rows_mirror_forward_and_gradients_match_stock(norm, weight, dims, extra):
+def test_graphconv_backward_rows_mirror_forward_and_gradients_match_stock(
+    norm, weight, dims, extra
+):
     """GraphConv's differentiable steps (not degrees/pow/checks) each get one backward row at
     their forward path, and every gradient equals dgl.nn.GraphConv's."""
     _dgl()
@@ -230,8 +247,9 @@ def test_graphconv_backward_rows_mirror_forward_and_gradients_match_stock(norm, 
     graph = _dgl_graph()
     fin, fout = dims
     torch.manual_seed(0)
-    kwargs = dict(norm=norm, weight=weight == "module", bias=opts["bias"],
-                  activation=opts["activation"])
+    kwargs = dict(
+        norm=norm, weight=weight == "module", bias=opts["bias"], activation=opts["activation"]
+    )
     stock = Stock(fin, fout, **kwargs)
     ours = GraphConv(fin, fout, **kwargs)
     ours.load_state_dict(stock.state_dict())
@@ -248,8 +266,10 @@ def test_graphconv_backward_rows_mirror_forward_and_gradients_match_stock(norm, 
             out = layer(graph, x, weight=w, edge_weight=ew)
         with region("backward"):
             out.pow(2).sum().backward()
-        grads.append([x.grad, None if w is None else w.grad, None if ew is None else ew.grad]
-                     + [p.grad for p in layer.parameters()])
+        grads.append(
+            [x.grad, None if w is None else w.grad, None if ew is None else ew.grad]
+            + [p.grad for p in layer.parameters()]
+        )
     _assert_same_grads(*grads)
     s = registry.summary()
     _mirror_check(s)
@@ -298,6 +318,7 @@ def test_edge_weight_norm_backward_with_weights_requiring_grad(norm):
 
 
 # -- 3. nesting and fractions ------------------------------------------------------------------
+
 
 class Net(torch.nn.Module):
     """Two GCNConv layers (ours or stock)."""
@@ -359,6 +380,7 @@ def test_backward_rows_nest_under_the_open_region_and_fractions_add_up(with_regi
 
 # -- 4. exact times ----------------------------------------------------------------------------
 
+
 class Advance(torch.autograd.Function):
     """Identity whose backward advances the fake clock by ``ns`` nanoseconds."""
 
@@ -376,6 +398,7 @@ class Advance(torch.autograd.Function):
 def test_fake_clock_gives_exact_backward_times(clock):
     """The backward row of @step("a") nested in @step("outer") times exactly a's backward
     nodes; the outer includes the inner and its own node; the region holds both."""
+
     @step("a")
     def a(v):
         return Advance.apply(v, clock, 100)
@@ -406,6 +429,7 @@ def test_fake_clock_gives_exact_backward_times(clock):
 
 
 # -- 5. autograd's corners ---------------------------------------------------------------------
+
 
 @needs_pyg
 def test_retain_graph_counts_each_backward_pass():
@@ -497,6 +521,7 @@ def test_no_grad_and_inference_mode_record_forward_only(ctx):
 
 # -- 6. a backward that raises -----------------------------------------------------------------
 
+
 class Boom(torch.autograd.Function):
     """Identity whose backward raises ``ERR``."""
 
@@ -561,6 +586,7 @@ def _stock_grad(ours, x0, ei):
 
 # -- 7. activation checkpointing ---------------------------------------------------------------
 
+
 @needs_pyg
 @pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non_reentrant"])
 def test_checkpoint_runs_and_matches_stock(reentrant):
@@ -585,6 +611,7 @@ def test_checkpoint_runs_and_matches_stock(reentrant):
 
 
 # -- 8. memory ---------------------------------------------------------------------------------
+
 
 def test_memory_stays_flat_over_1e5_backward_steps():
     """10^5 forward+backward of a tiny @step function leave nothing behind: Python memory
@@ -630,7 +657,9 @@ def test_memory_stays_flat_over_1e5_backward_steps():
     blocks_grown = sys.getallocatedblocks() - blocks_1e4
     s = registry.summary()
     assert [(r.name, r.phase, r.count) for r in s] == [
-        ("tiny", "forward", 100_001), ("tiny", "backward", 100_000)]
+        ("tiny", "forward", 100_001),
+        ("tiny", "backward", 100_000),
+    ]
     assert a.grad == pytest.approx(3.0 * 100_000)
     assert traced_grown < 16 * 1024, f"grew by {traced_grown} bytes over 3000 iterations"
     assert blocks_grown < 1000, f"{blocks_grown} more memory blocks after 9*10^4 iterations"
@@ -651,6 +680,7 @@ def test_no_backward_record_outlives_its_graph():
 
 
 # -- 9. threads --------------------------------------------------------------------------------
+
 
 @needs_pyg
 def test_threads_record_their_own_backward_under_their_own_region():
@@ -683,8 +713,9 @@ def test_threads_record_their_own_backward_under_their_own_region():
     s = registry.summary(by="layer")
     for i, scope in enumerate(("left", "right")):
         rows = [r for r in s.rows if r.scope == scope]
-        assert rows and all(r.name.startswith(f"thread{i}/") for r in rows), \
-            [r.name for r in rows if not r.name.startswith(f"thread{i}/")]
+        assert rows and all(r.name.startswith(f"thread{i}/") for r in rows), [
+            r.name for r in rows if not r.name.startswith(f"thread{i}/")
+        ]
         for phase in ("forward", "backward"):
             conv = [r for r in rows if r.step == "GCNConv" and r.phase == phase]
             assert len(conv) == 1 and conv[0].count == iters, (phase, conv)
@@ -695,6 +726,7 @@ def test_threads_record_their_own_backward_under_their_own_region():
 
 
 # -- 10. switches and the profiler ---------------------------------------------------------------
+
 
 @needs_pyg
 def test_configure_backward_false_records_none_even_for_hooks_set_before():
@@ -761,6 +793,7 @@ def test_profiler_shows_backward_labels():
 
 # -- 11. user steps --------------------------------------------------------------------------
 
+
 def test_with_block_and_decorated_function_get_backward_rows():
     """A top-level ``with step("user")`` block that marks its result and a decorated
     ``@step("head")`` function each get one backward row; a block that marks nothing gets
@@ -783,9 +816,11 @@ def test_with_block_and_decorated_function_get_backward_rows():
     head(x).backward()
     s = registry.summary()
     assert sorted((r.name, r.phase, r.count) for r in s) == [
-        ("head", "backward", 1), ("head", "forward", 1),
+        ("head", "backward", 1),
+        ("head", "forward", 1),
         ("unmarked", "forward", 1),
-        ("user", "backward", 1), ("user", "forward", 1),
+        ("user", "backward", 1),
+        ("user", "forward", 1),
     ]
     torch.testing.assert_close(x.grad, 3 * w.detach())
 
@@ -807,6 +842,7 @@ def test_an_unmarked_block_gets_the_backward_of_what_nested_steps_marked():
 
 
 # -- 12. the Summary API with phases ------------------------------------------------------------
+
 
 def _mixed_summary():
     _, ours = _gcn_pair()
@@ -855,9 +891,13 @@ def test_serialisation_keeps_phase_and_reads_files_without_it():
     lines = s.to_csv().splitlines()
     header = lines[0].split(",")
     i = header.index("phase")
-    stripped = "\n".join(",".join(c for j, c in enumerate(line.split(",")) if j != i) for line in lines)
+    stripped = "\n".join(
+        ",".join(c for j, c in enumerate(line.split(",")) if j != i) for line in lines
+    )
     old_csv = Summary.from_csv(stripped + "\n")
-    assert [r.name for r in old_csv] == [r.name for r in s] and {r.phase for r in old_csv} == {"forward"}
+    assert [r.name for r in old_csv] == [r.name for r in s] and {r.phase for r in old_csv} == {
+        "forward"
+    }
     old_df = Summary.from_dataframe(s.to_dataframe().drop(columns=["phase"]))
     assert len(old_df) == len(s) and {r.phase for r in old_df} == {"forward"}
 

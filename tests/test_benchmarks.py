@@ -1,4 +1,5 @@
 """The benchmarks run and report what they say they report (no timing assertions here)."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,16 @@ from .helpers import run_script
 
 def test_step_cost_reports_every_variant(tmp_path):
     out = tmp_path / "s.json"
-    proc = run_script("benchmarks/step_cost.py", "--n", "2000", "--rounds", "1", "--breakdown", "--json", str(out))
+    proc = run_script(
+        "benchmarks/step_cost.py", "--n", "2000", "--rounds", "1", "--breakdown", "--json", str(out)
+    )
     data = json.loads(out.read_text())
-    assert {"disabled", "enabled, NVTX", "enabled, no NVTX", "enabled, nested"} <= set(data["ns_per_step"])
-    assert {"registry.record (append, a fold every 64)", "NVTX push + pop"} <= set(data["breakdown_ns"])
+    assert {"disabled", "enabled, NVTX", "enabled, no NVTX", "enabled, nested"} <= set(
+        data["ns_per_step"]
+    )
+    assert {"registry.record (append, a fold every 64)", "NVTX push + pop"} <= set(
+        data["breakdown_ns"]
+    )
     assert "ns per step" in proc.stdout
 
 
@@ -38,10 +45,14 @@ def test_layer_cost_reports_each_layer(tmp_path):
     run_script("benchmarks/layer_cost.py", "--calls", "20", "--rounds", "2", "--json", str(out))
     data = json.loads(out.read_text())
     assert "PyG GCNConv, edge_index" in data
-    assert all("enabled_minus_stock_us" in v and "noop_steps_minus_stock_us" in v for v in data.values())
+    assert all(
+        "enabled_minus_stock_us" in v and "noop_steps_minus_stock_us" in v for v in data.values()
+    )
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
+)
 def test_accuracy_benchmark_says_it_needs_a_gpu():
     proc = run_script("benchmarks/accuracy.py", expect=2)
     assert "needs a CUDA device" in proc.stderr
@@ -49,11 +60,26 @@ def test_accuracy_benchmark_says_it_needs_a_gpu():
 
 def test_backward_hooks_benchmark_reports_every_mechanism(tmp_path):
     out = tmp_path / "b.json"
-    proc = run_script("benchmarks/backward_hooks.py", "--nodes", "5", "--reps", "2", "--rounds", "1",
-                      "--json", str(out))
+    proc = run_script(
+        "benchmarks/backward_hooks.py",
+        "--nodes",
+        "5",
+        "--reps",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+        str(out),
+    )
     data = json.loads(out.read_text())["us"]
-    assert {"tensor hook", "node pre+post", "multi-grad hook", "identity Function",
-            "@step, backward on", "@step, backward off"} <= set(data)
+    assert {
+        "tensor hook",
+        "node pre+post",
+        "multi-grad hook",
+        "identity Function",
+        "@step, backward on",
+        "@step, backward off",
+    } <= set(data)
     assert data["bare us per node"] > 0
     assert "extra us per autograd node" in proc.stdout
 
@@ -77,8 +103,15 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
 
     monkeypatch.setattr(bench, "_epoch_fn", spy)
     before = ic.configure()
-    bench.measure_case(load_graph("synthetic-quick"), "pyg", False, rounds=2, warmup=1, hidden=8,
-                       device=torch.device("cpu"))
+    bench.measure_case(
+        load_graph("synthetic-quick"),
+        "pyg",
+        False,
+        rounds=2,
+        warmup=1,
+        hidden=8,
+        device=torch.device("cpu"),
+    )
     assert ic.configure() == before
     assert [s.backward for s in seen].count(True) >= [s.backward for s in seen].count(False) * 2
 
@@ -86,9 +119,17 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
 def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     pytest.importorskip("torch_geometric")
     proc = run_script("benchmarks/backward_parts.py", "--quick", "--functions")
-    for part in ("backward off", "defaults", "every call counted", "every call timed", "node ranges only",
-                 "stock again",
-                 "_anchor.finish", "_sampling.count", "_Count.__call__"):
+    for part in (
+        "backward off",
+        "defaults",
+        "every call counted",
+        "every call timed",
+        "node ranges only",
+        "stock again",
+        "_anchor.finish",
+        "_sampling.count",
+        "_Count.__call__",
+    ):
         assert part in proc.stdout, proc.stdout
     import importlib.util
     import os
@@ -101,7 +142,9 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     before, draw = ic.configure(), _sampling._random
-    seen = mod._with({"backward_every": 1}, True, lambda: (_sampling._random(), ic.configure().backward_every))
+    seen = mod._with(
+        {"backward_every": 1}, True, lambda: (_sampling._random(), ic.configure().backward_every)
+    )
     assert seen == (1.0, 1)  # inside: every call counted, the switch set
     assert ic.configure() == before and _sampling._random is draw  # after: both put back
     from instrumented_convs import _anchor
@@ -115,8 +158,16 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
 def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows():
     pytest.importorskip("torch_geometric")
     proc = run_script("benchmarks/row_floor.py", "--quick", "--layers", "PyG GCNConv")
-    for part in ("bare-Python floor", "with a C lock", "perf_counter_ns pair", "our nested step",
-                 "tensor hook", "node pre-hook", "floor ratio", "PyG GCNConv"):
+    for part in (
+        "bare-Python floor",
+        "with a C lock",
+        "perf_counter_ns pair",
+        "our nested step",
+        "tensor hook",
+        "node pre-hook",
+        "floor ratio",
+        "PyG GCNConv",
+    ):
         assert part in proc.stdout, proc.stdout
     import importlib.util
     import os
@@ -131,8 +182,12 @@ def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows
     mod.BLOCK = 1
     r = mod.measure(ops=4, rounds=1, warmup=0)
     assert ic.configure() == before  # the forward phase's backward=False is put back
-    assert set(r["forward_us_per_row"]) == {"bare again", "with a C lock", "perf_counter_ns pair",
-                                            "our nested step"}
+    assert set(r["forward_us_per_row"]) == {
+        "bare again",
+        "with a C lock",
+        "perf_counter_ns pair",
+        "our nested step",
+    }
     assert set(r["backward_us_per_hook"]) == {"bare again", "tensor hook", "node pre-hook"}
     # the stepped chain recorded its rows: one top-level step and one per op
     rows = {e.path: e.count for e in ic.registry.entries() if e.path.startswith("row_floor")}
@@ -159,11 +214,24 @@ def test_instructions_counts_every_variant_and_orders_them():
         m = re.match(r"\s+(\S.*?)\s{2,}(-?[\d.]+)\s+(-?[\d.]+)\s+ratio", line)
         if m:
             added[m.group(1)] = (float(m.group(2)), float(m.group(3)))
-    assert set(added) == {"stock", "backward off", "every call counted", "node ranges only", "every call timed",
-                          "disabled", "stock again"}, proc.stdout
+    assert set(added) == {
+        "stock",
+        "backward off",
+        "every call counted",
+        "node ranges only",
+        "every call timed",
+        "disabled",
+        "stock again",
+    }, proc.stdout
     # instructions, not seconds: the least and the most of the counts, ordered as the work is
     for name, (lo, hi) in added.items():
         assert lo <= hi, (name, lo, hi)
     least = {k: lo for k, (lo, hi) in added.items()}
     assert abs(least["stock again"]) < 5 and abs(least["disabled"]) < 10
-    assert 0 < least["backward off"] < least["node ranges only"] < least["every call counted"] < least["every call timed"]
+    assert (
+        0
+        < least["backward off"]
+        < least["node ranges only"]
+        < least["every call counted"]
+        < least["every call timed"]
+    )

@@ -1,4 +1,5 @@
 """step(), region(), the registry and the switches, timed with an exact fake clock."""
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,11 @@ def test_paths_totals_self_and_means_are_exact(clock):
     assert s["forward/GCNConv/gcn_norm"].total == pytest.approx(100 * SEC)
     assert s["forward/GCNConv/gcn_norm"].self_time == pytest.approx(20 * SEC)
     leaf = s["forward/GCNConv/gcn_norm/add_remaining_self_loops"]
-    assert (leaf.count, leaf.mean, leaf.self_time) == (2, pytest.approx(40 * SEC), pytest.approx(80 * SEC))
+    assert (leaf.count, leaf.mean, leaf.self_time) == (
+        2,
+        pytest.approx(40 * SEC),
+        pytest.approx(80 * SEC),
+    )
     assert leaf.depth == 3 and leaf.step == "add_remaining_self_loops"
     assert leaf.parent == "forward/GCNConv/gcn_norm"
     assert s["backward"].mean == pytest.approx(100 * SEC)
@@ -82,7 +87,9 @@ def test_fractions_add_up_at_every_depth(clock):
     for parent in s:
         kids = s.children(parent.name)
         if kids:
-            assert sum(k.fraction for k in kids) + parent.self_fraction == pytest.approx(parent.fraction)
+            assert sum(k.fraction for k in kids) + parent.self_fraction == pytest.approx(
+                parent.fraction
+            )
     assert s["forward"].fraction == pytest.approx(0.5)
     assert s["forward/GCNConv/lin"].fraction == pytest.approx(60 / 400)
 
@@ -142,9 +149,11 @@ def test_decorator_times_each_call_and_reads_the_switch_per_call(clock):
 
     # decorated while disabled still records once enabled again
     with configure(enabled=False):
+
         @step("late")
         def late():
             clock.advance(3)
+
     late()
     assert registry.summary()["late"].count == 1
 
@@ -190,10 +199,14 @@ def test_env_var_disables_at_import():
         "print(ic.configure().enabled, len(ic.registry.summary()))\n"
     )
     env = dict(os.environ, INSTRUMENTED_CONVS_DISABLE="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["False", "0"]
     env["INSTRUMENTED_CONVS_DISABLE"] = "0"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["True", "1"]
 
 
@@ -350,7 +363,9 @@ def test_configure_is_a_context_manager_that_puts_every_switch_back(clock):
     before = ic.configure()
     with ic.configure(enabled=False, backward=False, record_function=False) as previous:
         assert previous == before
-        assert ic.configure() == before._replace(enabled=False, backward=False, record_function=False)
+        assert ic.configure() == before._replace(
+            enabled=False, backward=False, record_function=False
+        )
         with step("x"):
             clock.advance(1)
     assert ic.configure() == before and len(registry.summary()) == 0
@@ -362,8 +377,14 @@ def test_configure_is_a_context_manager_that_puts_every_switch_back(clock):
 
 def test_configure_checks_every_value_before_changing_any():
     before = ic.configure()
-    for bad in (dict(nvtx="nsys"), dict(nvtx=1), dict(backward_every=0), dict(backward_every=True),
-                dict(enabled=False, nvtx="bogus"), dict(record_function=False, backward_every=2.5)):
+    for bad in (
+        dict(nvtx="nsys"),
+        dict(nvtx=1),
+        dict(backward_every=0),
+        dict(backward_every=True),
+        dict(enabled=False, nvtx="bogus"),
+        dict(record_function=False, backward_every=2.5),
+    ):
         with pytest.raises(ValueError):
             ic.configure(**bad)
         assert ic.configure() == before, bad
@@ -386,12 +407,15 @@ def test_the_face_is_small_and_points_into_no_private_module():
     import instrumented_convs.report as report
 
     assert sorted(ic.__all__) == sorted(
-        ["region", "instrument", "uninstrument", "name_layers", "registry", "configure", "Settings"])
+        ["region", "instrument", "uninstrument", "name_layers", "registry", "configure", "Settings"]
+    )
     assert len(ic.__all__) <= 12
     public = {n for n in vars(ic) if not n.startswith("_")}
     # besides __all__, only submodules (importing one binds it on the package)
     assert all(type(getattr(ic, n)).__name__ == "module" for n in public - set(ic.__all__)), public
-    assert sorted(layers.__all__) == sorted(["step", "Step", "mark_outputs", "recording", "current_path"])
+    assert sorted(layers.__all__) == sorted(
+        ["step", "Step", "mark_outputs", "recording", "current_path"]
+    )
     for mod in (ic, layers, report):
         for name in mod.__all__:
             obj = getattr(mod, name)

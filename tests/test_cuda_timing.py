@@ -1,12 +1,13 @@
 """The CUDA-event clock: lazy resolution checked with fake events on CPU, real ones on a GPU."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 from instrumented_convs import registry
-from instrumented_convs.layers import step
 from instrumented_convs._clock import EventPool, PendingTimes
+from instrumented_convs.layers import step
 from instrumented_convs.testing import cuda_event_factory, depth
 
 from .helpers import gpu
@@ -132,7 +133,9 @@ def test_pending_queue_stays_bounded_when_the_gpu_never_catches_up(fake_cuda):
 def test_pending_queue_resolves_via_fold_callback():
     folded = []
     pool = EventPool(FakeEvent)
-    q = PendingTimes(lambda entry, ns, sampled: folded.append((entry, ns, sampled)), pool, poll_at=100)
+    q = PendingTimes(
+        lambda entry, ns, sampled: folded.append((entry, ns, sampled)), pool, poll_at=100
+    )
     a, b = FakeEvent(), FakeEvent()
     FakeEvent.timeline = 0
     a.record()
@@ -227,7 +230,9 @@ def test_real_cuda_events_time_a_kernel_without_synchronizing(monkeypatch):
     torch.cuda.synchronize()
     calls = []
     real_sync = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k))
+    monkeypatch.setattr(
+        torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k)
+    )
     for _ in range(5):
         with step("matmul", device=x.device):
             y = x @ x
@@ -291,7 +296,9 @@ def test_cuda_backward_rows_nest_under_the_callers_region_without_synchronizing(
     registry.reset()
     calls = []
     real_sync = torch.cuda.synchronize
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k))
+    monkeypatch.setattr(
+        torch.cuda, "synchronize", lambda *a, **k: calls.append(1) or real_sync(*a, **k)
+    )
     for _ in range(5):
         with region("forward"):
             loss = block(x).sum()
@@ -300,6 +307,9 @@ def test_cuda_backward_rows_nest_under_the_callers_region_without_synchronizing(
     assert calls == []
     s = registry.summary()
     back = [r for r in s.rows if r.phase == "backward"]
-    assert [(r.name, r.count) for r in back] == [("backward/block", 5), ("backward/block/matmul", 5)]
+    assert [(r.name, r.count) for r in back] == [
+        ("backward/block", 5),
+        ("backward/block/matmul", 5),
+    ]
     assert all(r.min > 0 for r in back)
     assert s["backward"].self_time >= 0 and depth() == 0

@@ -1,4 +1,5 @@
 """instrumented_convs.dgl.GraphConv / EdgeWeightNorm against the real dgl.nn layers."""
+
 from __future__ import annotations
 
 import os
@@ -14,11 +15,11 @@ from dgl.nn import EdgeWeightNorm as StockEWN  # noqa: E402
 from dgl.nn import GraphConv as Stock  # noqa: E402
 
 from instrumented_convs import configure, region, registry  # noqa: E402
+from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 
 from .helpers import gpu, train_losses  # noqa: E402
 from .helpers import outcome as _outcome  # noqa: E402
-from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 
 N_SRC, N_DST = 9, 7
 
@@ -37,8 +38,9 @@ def _bipartite(seed=0):
     g = torch.Generator().manual_seed(seed)
     src = torch.cat([torch.randint(0, N_SRC, (25,), generator=g), torch.arange(N_DST)])
     dst = torch.cat([torch.randint(0, N_DST, (25,), generator=g), torch.arange(N_DST)])
-    return dgl.heterograph({("user", "plays", "game"): (src, dst)},
-                           num_nodes_dict={"user": N_SRC, "game": N_DST})
+    return dgl.heterograph(
+        {("user", "plays", "game"): (src, dst)}, num_nodes_dict={"user": N_SRC, "game": N_DST}
+    )
 
 
 def _block(seed=0):
@@ -58,16 +60,16 @@ def _inputs(kind, fin, seed=0):
         return graph, torch.randn(N_SRC, fin, generator=g).requires_grad_()
     if kind == "bipartite":
         graph = _bipartite(seed)
-        return graph, (torch.randn(N_SRC, fin, generator=g).requires_grad_(),
-                       torch.randn(N_DST, fin, generator=g).requires_grad_())
+        return graph, (
+            torch.randn(N_SRC, fin, generator=g).requires_grad_(),
+            torch.randn(N_DST, fin, generator=g).requires_grad_(),
+        )
     graph = _block(seed)
     return graph, torch.randn(graph.num_src_nodes(), fin, generator=g).requires_grad_()
 
 
 def _leaves(feat):
     return list(feat) if isinstance(feat, tuple) else [feat]
-
-
 
 
 @pytest.mark.parametrize("kind", ["homogeneous", "bipartite", "block"])
@@ -78,10 +80,17 @@ def _leaves(feat):
 @pytest.mark.parametrize("weight", ["module", "external"])
 @pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
 @pytest.mark.parametrize("allow_zero", [False, True])
-def test_outputs_and_gradients_match_stock(kind, dims, edge_weight, activation, bias, weight, norm, allow_zero):
+def test_outputs_and_gradients_match_stock(
+    kind, dims, edge_weight, activation, bias, weight, norm, allow_zero
+):
     fin, fout = dims
-    opts = dict(norm=norm, weight=weight == "module", bias=bias, activation=activation,
-                allow_zero_in_degree=allow_zero)
+    opts = dict(
+        norm=norm,
+        weight=weight == "module",
+        bias=bias,
+        activation=activation,
+        allow_zero_in_degree=allow_zero,
+    )
     torch.manual_seed(0)
     stock = Stock(fin, fout, **opts)
     ours = GraphConv(fin, fout, **opts)
@@ -90,7 +99,9 @@ def test_outputs_and_gradients_match_stock(kind, dims, edge_weight, activation, 
     for layer, ewn_cls in ((stock, StockEWN), (ours, EdgeWeightNorm)):
         graph, feat = _inputs(kind, fin)
         ext_w = torch.randn(fin, fout, generator=torch.Generator().manual_seed(7)).requires_grad_()
-        raw_w = (torch.rand(graph.num_edges(), generator=torch.Generator().manual_seed(8)) + 0.1).requires_grad_()
+        raw_w = (
+            torch.rand(graph.num_edges(), generator=torch.Generator().manual_seed(8)) + 0.1
+        ).requires_grad_()
 
         def forward_backward():
             w = None
@@ -103,7 +114,11 @@ def test_outputs_and_gradients_match_stock(kind, dims, edge_weight, activation, 
             return out
 
         out, exc = _outcome(forward_backward)
-        grads = [t.grad for t in _leaves(feat)] + [ext_w.grad, raw_w.grad] + [p.grad for p in layer.parameters()]
+        grads = (
+            [t.grad for t in _leaves(feat)]
+            + [ext_w.grad, raw_w.grad]
+            + [p.grad for p in layer.parameters()]
+        )
         results.append((out, exc, grads))
     (s_out, s_exc, s_grads), (o_out, o_exc, o_grads) = results
     assert s_exc is None, s_exc  # every combination here is valid upstream
@@ -131,7 +146,9 @@ def test_edge_weight_norm_matches_stock(norm, kind):
 
 
 def _zero_in_degree_graph():
-    return dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])), num_nodes=4)  # node 3: no in-edge
+    return dgl.graph(
+        (torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])), num_nodes=4
+    )  # node 3: no in-edge
 
 
 def test_zero_in_degree_raises_the_stock_error_and_is_a_step():
@@ -160,8 +177,16 @@ def test_zero_in_degree_raises_the_stock_error_and_is_a_step():
         ours(g, x)
 
 
-@pytest.mark.parametrize("case", ["external_weight_conflict", "edge_weight_shape", "wrong_feature_size",
-                                  "edge_weight_2d_norm", "non_positive_edge_weight"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "external_weight_conflict",
+        "edge_weight_shape",
+        "wrong_feature_size",
+        "edge_weight_2d_norm",
+        "non_positive_edge_weight",
+    ],
+)
 def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case):
     g = _homogeneous()
     x = torch.randn(N_SRC, 4)
@@ -171,7 +196,9 @@ def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case):
     ewn = (StockEWN(), EdgeWeightNorm())
     calls = {
         "external_weight_conflict": lambda layer, _: layer(g, x, weight=torch.randn(4, 3)),
-        "edge_weight_shape": lambda layer, _: layer(g, x, edge_weight=torch.rand(g.num_edges() + 1)),
+        "edge_weight_shape": lambda layer, _: layer(
+            g, x, edge_weight=torch.rand(g.num_edges() + 1)
+        ),
         "wrong_feature_size": lambda layer, _: layer(g, torch.randn(N_SRC, 5)),
         "edge_weight_2d_norm": lambda _, norm: norm(g, torch.rand(g.num_edges(), 2)),
         "non_positive_edge_weight": lambda _, norm: norm(g, torch.zeros(g.num_edges())),
@@ -257,12 +284,19 @@ def test_steps_of_a_three_layer_model():
             model(g, x)
     s = registry.summary()
     assert [r.name for r in s] == [
-        "forward", "forward/GraphConv", "forward/GraphConv/zero_in_degree_check",
-        "forward/GraphConv/norm_src", "forward/GraphConv/norm_src/degrees",
-        "forward/GraphConv/norm_src/pow", "forward/GraphConv/norm_src/mul",
-        "forward/GraphConv/matmul", "forward/GraphConv/update_all",
-        "forward/GraphConv/norm_dst", "forward/GraphConv/norm_dst/degrees",
-        "forward/GraphConv/norm_dst/pow", "forward/GraphConv/norm_dst/mul",
+        "forward",
+        "forward/GraphConv",
+        "forward/GraphConv/zero_in_degree_check",
+        "forward/GraphConv/norm_src",
+        "forward/GraphConv/norm_src/degrees",
+        "forward/GraphConv/norm_src/pow",
+        "forward/GraphConv/norm_src/mul",
+        "forward/GraphConv/matmul",
+        "forward/GraphConv/update_all",
+        "forward/GraphConv/norm_dst",
+        "forward/GraphConv/norm_dst/degrees",
+        "forward/GraphConv/norm_dst/pow",
+        "forward/GraphConv/norm_dst/mul",
         "forward/GraphConv/bias",
     ]
     assert s["forward"].count == k
@@ -276,7 +310,9 @@ class AGGNet(torch.nn.Module):
 
     def __init__(self, conv_cls, num_hop=2):
         super().__init__()
-        self.convs = torch.nn.ModuleList([conv_cls(1, 1, allow_zero_in_degree=True) for _ in range(num_hop)])
+        self.convs = torch.nn.ModuleList(
+            [conv_cls(1, 1, allow_zero_in_degree=True) for _ in range(num_hop)]
+        )
 
     def forward(self, graph):
         feat = graph.ndata["feat"]
@@ -286,7 +322,9 @@ class AGGNet(torch.nn.Module):
 
 
 def test_aggnet_matches_stock_and_records_its_steps():
-    g = dgl.graph((torch.tensor([0, 1, 2, 2]), torch.tensor([1, 2, 0, 3])), num_nodes=5)  # 4 has no in-edge
+    g = dgl.graph(
+        (torch.tensor([0, 1, 2, 2]), torch.tensor([1, 2, 0, 3])), num_nodes=5
+    )  # 4 has no in-edge
     g.ndata["feat"] = torch.ones(5, 1)
     torch.manual_seed(0)
     stock = AGGNet(Stock)
@@ -309,8 +347,11 @@ def test_edge_weight_steps():
         conv(g, x, edge_weight=norm(g, w))
     names = [r.name for r in registry.summary()]
     assert names[:6] == [
-        "forward", "forward/EdgeWeightNorm", "forward/EdgeWeightNorm/positivity_check",
-        "forward/EdgeWeightNorm/out_weight", "forward/EdgeWeightNorm/in_weight",
+        "forward",
+        "forward/EdgeWeightNorm",
+        "forward/EdgeWeightNorm/positivity_check",
+        "forward/EdgeWeightNorm/out_weight",
+        "forward/EdgeWeightNorm/in_weight",
         "forward/EdgeWeightNorm/apply_edges",
     ]
     assert "forward/GraphConv/update_all" in names

@@ -4,6 +4,7 @@ The two-process tests start ``tests/dist_worker.py`` with torchrun (``python -m
 torch.distributed.run --standalone --nproc-per-node 2``), as a user starts a DDP job; each
 rank writes what ``summary(all_ranks=True)`` gave it, and the tests check the numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,9 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs.report import Summary
 from instrumented_convs._registry import Registry
 from instrumented_convs._stats import merge_ranks
+from instrumented_convs.report import Summary
 
 from .helpers import ROOT, gpu, run_torchrun
 
@@ -43,8 +44,15 @@ def _same_rows(back: Summary, original: Summary) -> None:
 
 def _two_ranks() -> Summary:
     r0 = _registry(("epoch", 2.0), ("epoch/forward", 1.0), ("epoch", 2.0), ("epoch/forward", 1.0))
-    r1 = _registry(("epoch", 3.0), ("epoch/forward", 0.5), ("epoch/extra", 1.5), ("epoch", 1.0),
-                   ("epoch/forward", 0.5), ("epoch", 2.0), ("epoch/forward", 0.5))
+    r1 = _registry(
+        ("epoch", 3.0),
+        ("epoch/forward", 0.5),
+        ("epoch/extra", 1.5),
+        ("epoch", 1.0),
+        ("epoch/forward", 0.5),
+        ("epoch", 2.0),
+        ("epoch/forward", 0.5),
+    )
     return merge_ranks([r0.snapshot(), r1.snapshot()])
 
 
@@ -86,7 +94,14 @@ def test_a_rank_whose_calls_were_untimed_is_not_the_fastest():
     r0.record_untimed(r0.child(r0.root, "captured"))  # e.g. inside a CUDA-graph capture
     r1.add("captured", 2.0)
     row = merge_ranks([r0.snapshot(), r1.snapshot()])["captured"]
-    assert (row.count, row.untimed, row.ranks, row.slowest, row.fastest, row.spread) == (1, 1, 1, 2.0, 2.0, 1.0)
+    assert (row.count, row.untimed, row.ranks, row.slowest, row.fastest, row.spread) == (
+        1,
+        1,
+        1,
+        2.0,
+        2.0,
+        1.0,
+    )
     none = merge_ranks([r0.snapshot(), Registry().snapshot()])["captured"]
     assert none.untimed == 1 and none.slowest is None and none.spread is None
 
@@ -153,7 +168,9 @@ def test_all_ranks_without_a_process_group_is_a_clear_error():
 
 # -- two real processes over gloo --------------------------------------------------------------
 def _torchrun(out: Any, backend: str, nproc: int) -> List[Dict[str, Any]]:
-    run_torchrun(str(ROOT / "tests" / "dist_worker.py"), str(out), backend, nproc=nproc, timeout=600)
+    run_torchrun(
+        str(ROOT / "tests" / "dist_worker.py"), str(out), backend, nproc=nproc, timeout=600
+    )
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
@@ -190,7 +207,9 @@ def test_two_processes_by_rank_counts(gloo_ranks):
     assert [p["layer/" + gloo_ranks[0]["layer"]].count for p in parts] == [2, 3]
     for rank, part in enumerate(parts):  # each part is what that rank's own summary says
         own = Summary.from_dict(gloo_ranks[rank]["mine"])
-        assert [(r.name, r.count, r.total) for r in part] == [(r.name, r.count, r.total) for r in own]
+        assert [(r.name, r.count, r.total) for r in part] == [
+            (r.name, r.count, r.total) for r in own
+        ]
 
 
 def test_two_processes_a_step_of_one_rank_still_appears(gloo_ranks):

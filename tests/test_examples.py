@@ -1,4 +1,5 @@
 """The study: the generated data, the examples end to end, and ``python -m instrumented_convs``."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,22 @@ pytest.importorskip("dgl")
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import registry  # noqa: E402
 from instrumented_convs.study import (  # noqa: E402
-    SHAPES, DatasetNotFound, MissingDependency, build_model, load_graph, synthetic_graph, train)
+    SHAPES,
+    DatasetNotFound,
+    MissingDependency,
+    build_model,
+    load_graph,
+    synthetic_graph,
+    train,
+)
 from instrumented_convs.study.compare import (  # noqa: E402
-    BACKWARD_OF, LAYER, ROLES, backward_role, breakdown, side_by_side)
+    BACKWARD_OF,
+    LAYER,
+    ROLES,
+    backward_role,
+    breakdown,
+    side_by_side,
+)
 
 from .helpers import ROOT, run_script  # noqa: E402
 
@@ -25,7 +39,8 @@ from .helpers import ROOT, run_script  # noqa: E402
 #: PyG then takes its pure-torch paths.
 WITHOUT_SPARSE = (
     "import runpy, sys; sys.modules['torch_sparse'] = sys.modules['torch_scatter'] = None; "
-    "sys.argv[0] = 'instrumented_convs'; runpy.run_module('instrumented_convs', run_name='__main__', alter_sys=True)"
+    "sys.argv[0] = 'instrumented_convs'; runpy.run_module('instrumented_convs', "
+    "run_name='__main__', alter_sys=True)"
 )
 
 
@@ -44,7 +59,9 @@ def test_generator_is_deterministic_and_has_the_shape():
     assert (ei[0] != ei[1]).all()
     keys = ei[0] * a.num_nodes + ei[1]
     assert keys.unique().numel() == keys.numel()
-    assert torch.equal(torch.sort(keys).values, torch.sort(ei[1] * a.num_nodes + ei[0]).values)  # symmetric
+    assert torch.equal(
+        torch.sort(keys).values, torch.sort(ei[1] * a.num_nodes + ei[0]).values
+    )  # symmetric
     split = torch.cat([a.train_idx, a.valid_idx, a.test_idx])
     assert split.unique().numel() == split.numel()
 
@@ -77,18 +94,38 @@ def test_labels_are_learnable_well_above_chance(platform):
 def test_real_dataset_missing_explains_how_to_get_it(tmp_path):
     with pytest.raises(DatasetNotFound, match="pip install ogb"):
         load_graph("ogbn-arxiv", root=str(tmp_path))
-    out = run_script("examples/arxiv.py", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), expect=2).stdout
+    out = run_script(
+        "examples/arxiv.py", "--dataset", "ogbn-arxiv", "--root", str(tmp_path), expect=2
+    ).stdout
     assert out == ""
 
 
-@pytest.mark.parametrize("example, platform, rows", [
-    ("examples/arxiv.py", "pyg", ["gcn_norm", "add_remaining_self_loops", "lin", "propagate", "message", "aggregate"]),
-    ("examples/arxiv.py", "dgl", ["zero_in_degree_check", "norm_src", "matmul", "update_all", "norm_dst"]),
-    ("examples/cora.py", "pyg", ["gcn_norm", "lin", "propagate"]),
-])
+@pytest.mark.parametrize(
+    "example, platform, rows",
+    [
+        (
+            "examples/arxiv.py",
+            "pyg",
+            ["gcn_norm", "add_remaining_self_loops", "lin", "propagate", "message", "aggregate"],
+        ),
+        (
+            "examples/arxiv.py",
+            "dgl",
+            ["zero_in_degree_check", "norm_src", "matmul", "update_all", "norm_dst"],
+        ),
+        ("examples/cora.py", "pyg", ["gcn_norm", "lin", "propagate"]),
+    ],
+)
 def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, tmp_path):
-    out = run_script(example, "--platform", platform, "--quick", "--no-progress",
-                     "--json", str(tmp_path / "run.json")).stdout
+    out = run_script(
+        example,
+        "--platform",
+        platform,
+        "--quick",
+        "--no-progress",
+        "--json",
+        str(tmp_path / "run.json"),
+    ).stdout
     assert "Accuracy: train" in out
     assert "--- Epoch phases" in out and "--- Steps inside forward" in out
     phases = out.split("--- Epoch phases")[1].split("--- Steps inside forward")[0]
@@ -104,14 +141,22 @@ def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, 
 
 def test_arxiv_sparse_takes_the_fused_path():
     pytest.importorskip("torch_sparse")
-    out = run_script("examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress").stdout
+    out = run_script(
+        "examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress"
+    ).stdout
     assert "- message_and_aggregate " in out and "- fill_diag " in out and "- message " not in out
 
 
 def test_aggnet_example_counts_device_to_host_copies():
     out = run_script("examples/aggnet.py", "--quick", "--no-progress").stdout
     assert "device-to-host copies: 9 (3.0 per iteration)" in out
-    for region_name in ("calculate_delta_value", "graph_augmentation", "ego_message_passing", "augmented_delta", "accept"):
+    for region_name in (
+        "calculate_delta_value",
+        "graph_augmentation",
+        "ego_message_passing",
+        "augmented_delta",
+        "accept",
+    ):
         assert f"- {region_name} " in out
     assert "- d2h_copy " in out and "- update_all " in out
     assert "zero_in_degree_check" not in out  # allow_zero_in_degree=True: the layer copies nothing
@@ -123,17 +168,38 @@ def test_help_explains_every_flag(script):
     for flag in ("--quick", "--device", "--seed", "--no-progress"):
         assert flag in out
     if "aggnet" not in script:
-        for flag in ("--platform", "--dataset", "--root", "--hidden-channels", "--epochs", "--sparse"):
+        for flag in (
+            "--platform",
+            "--dataset",
+            "--root",
+            "--hidden-channels",
+            "--epochs",
+            "--sparse",
+        ):
             assert flag in out
 
 
 def test_compare_command_prints_side_by_side_and_writes_a_png(tmp_path):
     png = tmp_path / "breakdown.png"
-    out = run_script("-m", "instrumented_convs", "compare", "--quick", "--brief", "--no-progress",
-                     "--plot", str(png)).stdout
+    out = run_script(
+        "-m",
+        "instrumented_convs",
+        "compare",
+        "--quick",
+        "--brief",
+        "--no-progress",
+        "--plot",
+        str(png),
+    ).stdout
     assert "PyG (edge_index)" in out and "DGL" in out
-    for role in ("normalisation", "dense transform", "sparse aggregation", "bias",
-                 "sparse aggregation (backward)", "rest of backward"):
+    for role in (
+        "normalisation",
+        "dense transform",
+        "sparse aggregation",
+        "bias",
+        "sparse aggregation (backward)",
+        "rest of backward",
+    ):
         assert role in out
     assert "ms per epoch" in out
     data = png.read_bytes()
@@ -155,7 +221,11 @@ def _study_summary(platform, backward=True, epochs=2):
 
 def _ms(summary, path, phase="forward"):
     """A path's total of one phase in ms per epoch."""
-    return sum(r.total for r in summary.rows if r.name == path and r.phase == phase) * 1e3 / summary["epoch"].count
+    return (
+        sum(r.total for r in summary.rows if r.name == path and r.phase == phase)
+        * 1e3
+        / summary["epoch"].count
+    )
 
 
 @pytest.mark.parametrize("platform", ["pyg", "dgl"])
@@ -177,15 +247,22 @@ def test_breakdown_splits_the_backward_by_role(platform):
     per = b.per_epoch_ms
     assert b.backward_split and "backward" not in per
     assert set(BACKWARD_OF) <= set(per)
-    for role in ("dense transform (backward)", "sparse aggregation (backward)", "bias (backward)",
-                 "rest of backward"):
+    for role in (
+        "dense transform (backward)",
+        "sparse aggregation (backward)",
+        "bias (backward)",
+        "rest of backward",
+    ):
         assert per[role] > 0, role
     assert all(v >= 0 for v in per.values()), per
     # PyG's gcn_norm is not differentiated (the edge weights need no grad); DGL's norms are
     if platform == "pyg":
         assert per["normalisation (backward)"] == 0 and b.steps["normalisation (backward)"] == "-"
     else:
-        assert per["normalisation (backward)"] > 0 and b.steps["normalisation (backward)"] == "norm_src + norm_dst"
+        assert (
+            per["normalisation (backward)"] > 0
+            and b.steps["normalisation (backward)"] == "norm_src + norm_dst"
+        )
     layer = f"epoch/backward/{LAYER[platform]}"
     in_layer = sum(per[backward_role(r)] for r, _ in ROLES) + per["layer glue (backward)"]
     assert in_layer == pytest.approx(_ms(s, layer, "backward"))
@@ -228,7 +305,13 @@ def test_study_uses_only_the_public_face():
     study = ROOT / "instrumented_convs" / "study"
     for path in study.glob("*.py"):
         text = path.read_text()
-        for private in ("instrumented_convs._", "from .._", "from ..", "import _step", "import _layers"):
+        for private in (
+            "instrumented_convs._",
+            "from .._",
+            "from ..",
+            "import _step",
+            "import _layers",
+        ):
             assert private not in text, f"{path.name} reaches past the public face: {private!r}"
 
 
@@ -240,9 +323,15 @@ def test_sparse_input_without_torch_sparse_says_what_is_missing(monkeypatch):
 
 def test_help_lists_the_three_commands():
     out = run_script("-m", "instrumented_convs", "--help").stdout
-    listed = {line.split()[0]: line for line in out.splitlines() if line.startswith("    ") and line.split()}
+    listed = {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line.startswith("    ") and line.split()
+    }
     assert {"demo", "compare", "bench"} <= set(listed)
-    assert all(len(listed[c].split()) > 3 for c in ("demo", "compare", "bench"))  # each with its line
+    assert all(
+        len(listed[c].split()) > 3 for c in ("demo", "compare", "bench")
+    )  # each with its line
     assert "seed" not in out.lower()
 
 
@@ -258,15 +347,26 @@ def test_demo_runs_without_torch_sparse():
 
 
 def test_demo_with_sparse_says_it_needs_torch_sparse():
-    proc = run_script("-c", WITHOUT_SPARSE, "demo", "--quick", "--with-sparse", "--no-progress", expect=2)
+    proc = run_script(
+        "-c", WITHOUT_SPARSE, "demo", "--quick", "--with-sparse", "--no-progress", expect=2
+    )
     assert "needs torch-sparse" in proc.stderr and "pip install" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path):
     out_json = tmp_path / "bench.json"
-    out = run_script("-m", "instrumented_convs", "bench", "--quick", "--cases", "DGL", "PyG SparseTensor",
-                     "--json", str(out_json)).stdout
+    out = run_script(
+        "-m",
+        "instrumented_convs",
+        "bench",
+        "--quick",
+        "--cases",
+        "DGL",
+        "PyG SparseTensor",
+        "--json",
+        str(out_json),
+    ).stdout
     assert "stock vs instrumented" in out and "enabled/stock" in out and "again/stock" in out
     assert "noise floor" in out
     results = json.loads(out_json.read_text())["results"]

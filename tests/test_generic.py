@@ -1,5 +1,6 @@
 """Generic layers and instrument(model) in real models: TorchScript, torch.compile, bad input,
 PyG's Sequential and to_hetero, DGL's HeteroGraphConv, models mixing ours and stock layers."""
+
 from __future__ import annotations
 
 import copy
@@ -31,9 +32,13 @@ def _graph(n=10, e=30, f=8, seed=0):
 
 def _pair(name, *args, **kwargs):
     """A stock layer and ours with equal parameters (module arguments built afresh for each)."""
+
     def build(cls):
         torch.manual_seed(0)
-        return cls(*(a() if callable(a) and not isinstance(a, torch.nn.Module) else a for a in args), **kwargs)
+        return cls(
+            *(a() if callable(a) and not isinstance(a, torch.nn.Module) else a for a in args),
+            **kwargs,
+        )
 
     stock, ours = build(getattr(gnn, name)), build(getattr(P, name))
     ours.load_state_dict(stock.state_dict())
@@ -126,7 +131,9 @@ def test_a_child_assigned_after_construction_is_timed_and_the_old_one_no_longer(
     out = ours(x, ei)
     s = registry.summary()
     assert s["SAGEConv/lin_l"].count == 1 and s["SAGEConv/lin_r"].count == 1
-    assert "forward" not in ours.lin_l.__dict__ and "forward" not in old.__dict__  # only during a forward
+    assert (
+        "forward" not in ours.lin_l.__dict__ and "forward" not in old.__dict__
+    )  # only during a forward
     old(x)  # the replaced child, called on its own: stock, not recorded
     assert registry.summary()["SAGEConv/lin_l"].count == 1
     stock = gnn.SAGEConv(8, 16)
@@ -137,11 +144,15 @@ def test_a_child_assigned_after_construction_is_timed_and_the_old_one_no_longer(
 def test_pyg_sequential_and_modulelists_mixing_ours_and_stock_layers():
     x, ei = _graph()
     torch.manual_seed(0)
-    model = gnn.Sequential("x, edge_index", [
-        (P.SAGEConv(8, 16), "x, edge_index -> x"), torch.nn.ReLU(),
-        (gnn.GINConv(torch.nn.Linear(16, 16)), "x, edge_index -> x"),
-        (gnn.GCNConv(16, 4), "x, edge_index -> x"),
-    ])
+    model = gnn.Sequential(
+        "x, edge_index",
+        [
+            (P.SAGEConv(8, 16), "x, edge_index -> x"),
+            torch.nn.ReLU(),
+            (gnn.GINConv(torch.nn.Linear(16, 16)), "x, edge_index -> x"),
+            (gnn.GCNConv(16, 4), "x, edge_index -> x"),
+        ],
+    )
     ref = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     ic.instrument(model)
@@ -179,7 +190,9 @@ def test_to_hetero_models_time_every_edge_type():
     g = torch.Generator().manual_seed(0)
     data = HeteroData()
     data["a"].x, data["b"].x = torch.randn(5, 8, generator=g), torch.randn(6, 8, generator=g)
-    ei = torch.stack([torch.randint(0, 5, (12,), generator=g), torch.randint(0, 6, (12,), generator=g)])
+    ei = torch.stack(
+        [torch.randint(0, 5, (12,), generator=g), torch.randint(0, 6, (12,), generator=g)]
+    )
     data["a", "to", "b"].edge_index, data["b", "rev", "a"].edge_index = ei, ei.flip(0)
     torch.manual_seed(0)
     model, exc = outcome(lambda: to_hetero(Net(), data.metadata()))
@@ -199,17 +212,31 @@ def test_to_hetero_models_time_every_edge_type():
 def test_hetero_conv_times_each_relation_as_a_child():
     g = torch.Generator().manual_seed(0)
     x = {"a": torch.randn(5, 8, generator=g), "b": torch.randn(6, 8, generator=g)}
-    ei = torch.stack([torch.randint(0, 5, (12,), generator=g), torch.randint(0, 6, (12,), generator=g)])
+    ei = torch.stack(
+        [torch.randint(0, 5, (12,), generator=g), torch.randint(0, 6, (12,), generator=g)]
+    )
     edges = {("a", "to", "b"): ei, ("b", "rev", "a"): ei.flip(0)}
     torch.manual_seed(0)
-    stock = gnn.HeteroConv({("a", "to", "b"): gnn.SAGEConv(8, 4), ("b", "rev", "a"): gnn.GATConv(8, 4, add_self_loops=False)})
+    stock = gnn.HeteroConv(
+        {
+            ("a", "to", "b"): gnn.SAGEConv(8, 4),
+            ("b", "rev", "a"): gnn.GATConv(8, 4, add_self_loops=False),
+        }
+    )
     ours = ic.instrument(copy.deepcopy(stock))
     out, want = ours(x, edges), stock(x, edges)
     assert all(torch.equal(out[k], want[k]) for k in want)
     names = [r.name for r in registry.summary().rows if r.phase == "forward"]
     # each relation's conv is a child step named after its key in HeteroConv's ModuleDict
     assert sum(1 for n in names if re.fullmatch(r"HeteroConv/convs\.[^/]+/SAGEConv", n)) == 1
-    assert sum(1 for n in names if re.fullmatch(r"HeteroConv/convs\.[^/]+/GATConv/propagate/message", n)) == 1
+    assert (
+        sum(
+            1
+            for n in names
+            if re.fullmatch(r"HeteroConv/convs\.[^/]+/GATConv/propagate/message", n)
+        )
+        == 1
+    )
 
 
 def test_torch_jit_script_in_a_fresh_process_where_no_stock_layer_was_built():
@@ -219,12 +246,19 @@ def test_torch_jit_script_in_a_fresh_process_where_no_stock_layer_was_built():
         pytest.skip("PyG < 2.5 scripts only layers made .jittable(), stock or ours")
     # PyG generates a class's scriptable propagate in its constructor; the stock copy that
     # TorchScript compiles never ran it, so to_stock() has PyG generate it.
-    code = ("import torch, warnings; warnings.simplefilter('ignore')\n"
-            "from instrumented_convs.pyg import SAGEConv\n"
-            "c = SAGEConv(8, 32); x = torch.randn(4, 8); ei = torch.tensor([[0, 1], [1, 2]])\n"
-            "s = torch.jit.script(c); assert torch.equal(s(x, ei), c(x, ei)); print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=python_path()))
+    code = (
+        "import torch, warnings; warnings.simplefilter('ignore')\n"
+        "from instrumented_convs.pyg import SAGEConv\n"
+        "c = SAGEConv(8, 32); x = torch.randn(4, 8); ei = torch.tensor([[0, 1], [1, 2]])\n"
+        "s = torch.jit.script(c); assert torch.equal(s(x, ei), c(x, ei)); print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=python_path()),
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
@@ -245,7 +279,9 @@ def test_decomposed_layers_switch_to_pygs_python_propagate_as_stock_does(name):
         conv.decomposed_layers = 2
         assert conv.propagate.__module__.endswith("message_passing")
         seen = []
-        conv.register_message_forward_pre_hook(lambda m, inputs, seen=seen: seen.append(inputs[0]["x_j"].shape))
+        conv.register_message_forward_pre_hook(
+            lambda m, inputs, seen=seen: seen.append(inputs[0]["x_j"].shape)
+        )
         out, exc = outcome(lambda: conv(x, ei))  # SAGEConv's tuple input cannot be split: raises
         runs.append((seen, out, repr(exc)))
     (seen, out, exc), (our_seen, our_out, our_exc) = runs
@@ -275,8 +311,11 @@ def test_users_subclasses_of_our_layers_work_and_record():
     assert torch.equal(Scaled(8, 16)(x, ei), 3 * stock_gcn(x, ei))
     s = registry.summary()
     assert s["SAGEConv/propagate/collect"].count == 1
-    # (GCNConv/propagate/collect where GCNConv's copied forward runs; GCNConv/collect on PyG 2.3, 2.4)
-    assert sum(r.count for r in s.rows if r.name.startswith("GCNConv/") and r.step == "collect") == 1
+    # (GCNConv/propagate/collect where GCNConv's copied forward runs; GCNConv/collect on
+    # PyG 2.3, 2.4)
+    assert (
+        sum(r.count for r in s.rows if r.name.startswith("GCNConv/") and r.step == "collect") == 1
+    )
 
 
 def test_the_layer_device_comes_from_a_tensor_first_and_other_devices_last():

@@ -1,5 +1,6 @@
 """Generic DGL layers: DGL's kernels as steps inside our layers only, detailed layers nested in
 generic ones, HeteroGraphConv wrapping convs."""
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,12 @@ def test_dgl_kernels_are_steps_only_inside_instrumented_layers():
     assert D.GATConv.__module__ == "instrumented_convs.dgl"
     ours(graph, x).sum().backward()
     s = registry.summary()
-    for path in ("GATConv/fc", "GATConv/apply_edges/gsddmm", "GATConv/edge_softmax",
-                 "GATConv/update_all/gspmm"):
+    for path in (
+        "GATConv/fc",
+        "GATConv/apply_edges/gsddmm",
+        "GATConv/edge_softmax",
+        "GATConv/update_all/gspmm",
+    ):
         assert s[path].count == 1, path
     assert any(r.name == "GATConv/update_all/gspmm" and r.phase == "backward" for r in s.rows)
     registry.reset()
@@ -53,12 +58,18 @@ def test_dgl_detailed_graph_conv_inside_a_generic_layer_keeps_its_steps():
     paths = [r.name for r in s.rows if r.phase == "forward"]
     assert "GroupRevRes/gnn_modules.0/GraphConv/update_all" in paths
     # the detailed layer's copy times DGL's calls itself, nested in a generic layer or not
-    assert not any(p.startswith("GroupRevRes/gnn_modules.0/GraphConv/update_all/") for p in paths), paths
+    assert not any(
+        p.startswith("GroupRevRes/gnn_modules.0/GraphConv/update_all/") for p in paths
+    ), paths
 
 
 def test_dgl_hetero_graph_conv_wrapping_convs():
-    hg = dgl.heterograph({("a", "r", "b"): (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])),
-                          ("b", "s", "a"): (torch.tensor([0, 1]), torch.tensor([2, 0]))})
+    hg = dgl.heterograph(
+        {
+            ("a", "r", "b"): (torch.tensor([0, 1, 2]), torch.tensor([0, 1, 1])),
+            ("b", "s", "a"): (torch.tensor([0, 1]), torch.tensor([2, 0])),
+        }
+    )
     feats = {"a": torch.randn(3, 8), "b": torch.randn(2, 8)}
     torch.manual_seed(0)
     stock = dnn.HeteroGraphConv({"r": dnn.GraphConv(8, 4), "s": dnn.SAGEConv(8, 4, "gcn")})

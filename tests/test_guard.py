@@ -5,6 +5,7 @@ their bodies has the same normalised syntax tree as the installed upstream funct
 (on the PyG and DGL releases where the copy is used), and a drifted upstream makes the
 layer run upstream's own code: the same numbers as the drifted stock layer.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,9 +37,20 @@ def _copies():
         import instrumented_convs.pyg as P
 
         out += [
-            (P, "gcn_norm", P._instrumented_gcn_norm, P._stock_gcn_norm, torch_geometric.__version__),
-            (P, "GCNConv.forward", P.GCNConv._instrumented_forward, P._StockGCNConv.forward,
-             torch_geometric.__version__),
+            (
+                P,
+                "gcn_norm",
+                P._instrumented_gcn_norm,
+                P._stock_gcn_norm,
+                torch_geometric.__version__,
+            ),
+            (
+                P,
+                "GCNConv.forward",
+                P.GCNConv._instrumented_forward,
+                P._StockGCNConv.forward,
+                torch_geometric.__version__,
+            ),
         ]
     except ImportError:
         pass
@@ -48,10 +60,20 @@ def _copies():
         import instrumented_convs.dgl as D
 
         out += [
-            (D, "GraphConv.forward", D._instrumented_graph_conv_forward, D._StockGraphConv.forward,
-             dgl.__version__),
-            (D, "EdgeWeightNorm.forward", D._instrumented_edge_weight_norm_forward,
-             D._StockEdgeWeightNorm.forward, dgl.__version__),
+            (
+                D,
+                "GraphConv.forward",
+                D._instrumented_graph_conv_forward,
+                D._StockGraphConv.forward,
+                dgl.__version__,
+            ),
+            (
+                D,
+                "EdgeWeightNorm.forward",
+                D._instrumented_edge_weight_norm_forward,
+                D._StockEdgeWeightNorm.forward,
+                dgl.__version__,
+            ),
         ]
     except ImportError:
         pass
@@ -73,14 +95,18 @@ def test_copy_without_its_steps_is_upstream(module, name, ours, upstream, versio
     # the release list is honest: a listed release matches, an unlisted one does not
     assert (version in known[stripped].split()) == (installed == stripped), (
         f"{name}: installed {version} {'matches' if installed == stripped else 'differs'}; "
-        f"update KNOWN's release list")
+        f"update KNOWN's release list"
+    )
 
 
 @pytest.mark.parametrize("module, name, ours, upstream, version", COPIES, ids=IDS)
 def test_copy_has_steps_and_only_steps_are_stripped(module, name, ours, upstream, version):
     tree = function_tree(ours)
-    steps = [w for w in ast.walk(tree) if isinstance(w, ast.With)
-             and all(_is_step(module)(i.context_expr) for i in w.items)]
+    steps = [
+        w
+        for w in ast.walk(tree)
+        if isinstance(w, ast.With) and all(_is_step(module)(i.context_expr) for i in w.items)
+    ]
     assert len(steps) >= 3
     step_names = {i.context_expr.id for w in steps for i in w.items}
     from instrumented_convs._guard import _normalised
@@ -141,6 +167,7 @@ def test_guard_fails_closed_without_source():
 
 # -- drift: a changed upstream makes the layer run upstream's own code ------------------
 
+
 def _run(code: str, tmp_path):
     """Run ``code`` as a script (so that inspect.getsource sees its functions)."""
     script = tmp_path / "drift.py"
@@ -194,7 +221,9 @@ def test_pyg_forward_drift_runs_upstreams_forward(tmp_path):
     import instrumented_convs.pyg as P
 
     _drift_premise(P)
-    proc = _run(PYG_PRELUDE + """
+    proc = _run(
+        PYG_PRELUDE
+        + """
 def forward(self, x, edge_index, edge_weight=None):
     return ORIGINAL_FORWARD(self, x, edge_index, edge_weight) * 2  # a future release
 
@@ -202,11 +231,16 @@ Stock.forward = forward
 
 def undo():
     Stock.forward = ORIGINAL_FORWARD
-""" + PYG_CHECK, tmp_path)
+"""
+        + PYG_CHECK,
+        tmp_path,
+    )
     _check_warning(proc, "GCNConv", "torch_geometric")
     assert "DETAILED ['GCNConv.forward']" in proc.stdout
     # coarse: the layer's step, and the message passing hooks that upstream calls
-    assert "ROWS ['GCNConv', 'GCNConv/collect', 'GCNConv/message', 'GCNConv/aggregate']" in proc.stdout
+    assert (
+        "ROWS ['GCNConv', 'GCNConv/collect', 'GCNConv/message', 'GCNConv/aggregate']" in proc.stdout
+    )
 
 
 def test_pyg_gcn_norm_drift_runs_upstreams_gcn_norm(tmp_path):
@@ -214,17 +248,23 @@ def test_pyg_gcn_norm_drift_runs_upstreams_gcn_norm(tmp_path):
     import instrumented_convs.pyg as P
 
     _drift_premise(P)
-    proc = _run(PYG_PRELUDE + """
+    proc = _run(
+        PYG_PRELUDE
+        + """
 def gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=False,
              add_self_loops=True, flow="source_to_target", dtype=None):
-    ei, ew = ORIGINAL_NORM(edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
+    ei, ew = ORIGINAL_NORM(edge_index, edge_weight, num_nodes, improved, add_self_loops, \
+flow, dtype)
     return ei, ew * 3  # a future release
 
 gc.gcn_norm = gcn_norm
 
 def undo():
     gc.gcn_norm = ORIGINAL_NORM
-""" + PYG_CHECK, tmp_path)
+"""
+        + PYG_CHECK,
+        tmp_path,
+    )
     _check_warning(proc, "GCNConv", "torch_geometric")
     assert "DETAILED ['gcn_norm']" in proc.stdout
     # forward is still the copy; gcn_norm is one step with upstream's code inside
@@ -237,7 +277,9 @@ def test_pyg_global_drift_is_caught_even_with_the_same_code(tmp_path):
     import instrumented_convs.pyg as P
 
     _drift_premise(P)
-    proc = _run(PYG_PRELUDE + """
+    proc = _run(
+        PYG_PRELUDE
+        + """
 ORIGINAL_SCATTER = gc.scatter
 
 def scatter(*args, **kwargs):
@@ -247,7 +289,10 @@ gc.scatter = scatter
 
 def undo():
     gc.scatter = ORIGINAL_SCATTER
-""" + PYG_CHECK, tmp_path)
+"""
+        + PYG_CHECK,
+        tmp_path,
+    )
     _check_warning(proc, "GCNConv", "torch_geometric")
     assert "DETAILED ['gcn_norm']" in proc.stdout
 
@@ -266,7 +311,9 @@ def test_dgl_drift_runs_upstreams_forward(tmp_path):
     import instrumented_convs.dgl as D
 
     _drift_premise(D)
-    proc = _run(DGL_PRELUDE + """
+    proc = _run(
+        DGL_PRELUDE
+        + """
 def forward(self, graph, feat, weight=None, edge_weight=None):
     return ORIGINAL_FORWARD(self, graph, feat, weight, edge_weight) - 1  # a future release
 
@@ -289,7 +336,9 @@ torch.testing.assert_close(EdgeWeightNorm()(g, w), StockNorm()(g, w))
 assert not torch.allclose(ours(g, x), ORIGINAL_FORWARD(stock, g, x))
 print("DETAILED", sorted(k for k, v in DETAILED.items() if not v))
 print("ROWS", sorted({r.name for r in ic.registry.summary()}))
-""", tmp_path)
+""",
+        tmp_path,
+    )
     lines = [line for line in proc.stderr.splitlines() if "runs upstream's own code" in line]
     assert len(lines) == 2 and "GraphConv" in lines[0] and "EdgeWeightNorm" in lines[1], proc.stderr
     assert "DETAILED ['EdgeWeightNorm.forward', 'GraphConv.forward']" in proc.stdout

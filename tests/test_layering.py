@@ -4,13 +4,13 @@ The graph is read from the source with ``ast`` (every ``from . import x`` / ``fr
 / ``import instrumented_convs.x``, at any depth, so a lazy import inside a function counts
 too), and each module is imported first in a fresh interpreter.
 """
+
 from __future__ import annotations
 
 import ast
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, Set
 
 import pytest
@@ -38,10 +38,29 @@ ALLOWED: Dict[str, Set[str]] = {
     "_backward": {"_clock", "_config", "_frame", "_registry", "_stack", "report"},
     "_sampling": {"_backward", "_config", "_native", "_registry", "_stack"},
     "_anchor": {"_backward", "_sampling", "_stack"},
-    "_stepbase": {"_anchor", "_clock", "_config", "_entry", "_frame", "_native", "_ranges", "_registry", "_sampling",
-                  "_stack"},
-    "_step": {"_anchor", "_backward", "_clock", "_config", "_frame", "_ranges", "_registry", "_stack",
-              "_stepbase"},
+    "_stepbase": {
+        "_anchor",
+        "_clock",
+        "_config",
+        "_entry",
+        "_frame",
+        "_native",
+        "_ranges",
+        "_registry",
+        "_sampling",
+        "_stack",
+    },
+    "_step": {
+        "_anchor",
+        "_backward",
+        "_clock",
+        "_config",
+        "_frame",
+        "_ranges",
+        "_registry",
+        "_stack",
+        "_stepbase",
+    },
     "testing": {"_clock", "_stack"},
     "_guard": set(),
     "layers": {"_step"},
@@ -57,8 +76,12 @@ CORE = list(ALLOWED)
 #: Compiled modules (no source here): allowed where listed, not themselves checked.
 COMPILED = {"_speedups"}
 #: Modules that need a framework to import (skipped in an environment without it).
-NEEDS = {"pyg": "torch_geometric", "dgl": "dgl", "_pyg_generic": "torch_geometric",
-         "_dgl_generic": "dgl"}
+NEEDS = {
+    "pyg": "torch_geometric",
+    "dgl": "dgl",
+    "_pyg_generic": "torch_geometric",
+    "_dgl_generic": "dgl",
+}
 
 
 def package_imports(module: str) -> Set[str]:
@@ -100,7 +123,9 @@ def test_import_graph_is_acyclic_and_the_layers_are_ordered():
         assert ready, f"import cycle among {sorted(set(graph) - done)}"
         done.update(ready)
     for i, module in enumerate(CORE):  # the declared order is itself a valid layering
-        assert ALLOWED[module] - COMPILED <= set(CORE[:i]), f"{module} is listed below something it imports"
+        assert ALLOWED[module] - COMPILED <= set(CORE[:i]), (
+            f"{module} is listed below something it imports"
+        )
 
 
 def test_the_bottom_knows_nothing_of_the_package():
@@ -108,11 +133,17 @@ def test_the_bottom_knows_nothing_of_the_package():
         assert package_imports(module) == set(), module
     for module in ("_stack", "_entry"):  # and the optional C extension, through _native
         assert package_imports(module) == {"_native"}, module
-    assert package_imports("report") == {"_row", "_table"}  # its row type and renderer, nothing else
+    assert package_imports("report") == {
+        "_row",
+        "_table",
+    }  # its row type and renderer, nothing else
 
 
 def test_the_parser_sees_lazy_and_absolute_imports(tmp_path, monkeypatch):
-    src = "def f():\n    from ._step import Step\n    from . import _clock, report\nimport instrumented_convs.pyg\n"
+    src = (
+        "def f():\n    from ._step import Step\n    from . import _clock, report\n"
+        "import instrumented_convs.pyg\n"
+    )
     (tmp_path / "probe.py").write_text(src)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
     assert package_imports("probe") == {"_step", "_clock", "report", "pyg"}
@@ -123,9 +154,18 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
     if module in NEEDS:
         pytest.importorskip(NEEDS[module])
     name = "instrumented_convs" if module == "__init__" else f"instrumented_convs.{module}"
-    code = f"import importlib; importlib.import_module({name!r}); import instrumented_convs as ic; ic.registry.summary()"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, PYTHONPATH=python_path()))
+    code = (
+        f"import importlib; importlib.import_module({name!r}); "
+        "import instrumented_convs as ic; ic.registry.summary()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=python_path()),
+    )
     assert proc.returncode == 0, proc.stderr
 
 

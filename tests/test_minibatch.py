@@ -1,4 +1,5 @@
 """Mini-batch training: the products shape, DGL blocks, both loaders, the examples, and DDP."""
+
 from __future__ import annotations
 
 import json
@@ -14,33 +15,48 @@ import torch_geometric.typing as pyg_typing  # noqa: E402
 from instrumented_convs.report import Summary  # noqa: E402
 from instrumented_convs.study import SHAPES, build_model, scaled_shape, synthetic_graph  # noqa: E402
 from instrumented_convs.study.data import MissingDependency  # noqa: E402
-from instrumented_convs.study.minibatch import make_loader, require_pyg_sampler, setup, shard  # noqa: E402
+from instrumented_convs.study.minibatch import make_loader, setup  # noqa: E402
+from instrumented_convs.study.sharding import require_pyg_sampler, shard  # noqa: E402
 
 from .helpers import run_script, run_torchrun  # noqa: E402
 
 #: ``python -c`` code that runs ``examples/minibatch.py ARGS`` with neither pyg-lib nor
 #: torch-sparse importable, as where they are not installed: PyG then has no sampler.
 WITHOUT_SAMPLER = (
-    "import runpy, sys; sys.modules['torch_sparse'] = sys.modules['torch_scatter'] = sys.modules['pyg_lib'] = None; "
-    "sys.argv = ['examples/minibatch.py'] + sys.argv[1:]; runpy.run_path('examples/minibatch.py', run_name='__main__')"
+    "import runpy, sys; sys.modules['torch_sparse'] = sys.modules['torch_scatter'] = "
+    "sys.modules['pyg_lib'] = None; "
+    "sys.argv = ['examples/minibatch.py'] + sys.argv[1:]; runpy.run_path('examples/minibatch.py', "
+    "run_name='__main__')"
 )
 
 #: Rows every mini-batch table has, besides the layers' steps.
 PHASES = ("epoch", "sample", "to_device", "forward", "loss", "backward", "optimizer.step")
-LAYER_STEPS = {"pyg": ("GCNConv", "gcn_norm", "lin", "propagate", "aggregate"),
-               "dgl": ("GraphConv", "norm_src", "matmul", "update_all", "norm_dst")}
+LAYER_STEPS = {
+    "pyg": ("GCNConv", "gcn_norm", "lin", "propagate", "aggregate"),
+    "dgl": ("GraphConv", "norm_src", "matmul", "update_all", "norm_dst"),
+}
 HAS_SAMPLER = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
-needs_pyg_sampler = pytest.mark.skipif(not HAS_SAMPLER, reason="PyG's NeighborLoader needs pyg-lib or torch-sparse")
+needs_pyg_sampler = pytest.mark.skipif(
+    not HAS_SAMPLER, reason="PyG's NeighborLoader needs pyg-lib or torch-sparse"
+)
 
 
 def test_products_shape_and_its_scaled_copies():
     full = SHAPES["synthetic-products"]
-    assert (full["num_nodes"], full["num_edges"], full["num_features"], full["num_classes"]) == \
-        (2_449_029, 123_718_280, 100, 47)
+    assert (full["num_nodes"], full["num_edges"], full["num_features"], full["num_classes"]) == (
+        2_449_029,
+        123_718_280,
+        100,
+        47,
+    )
     assert full["symmetric_count"] and full["split"] == (196_615, 39_323, 2_213_091)
     assert scaled_shape("synthetic-products", 1) == full
     small = scaled_shape("synthetic-products", 0.01)
-    assert (small["num_nodes"], small["num_edges"], small["split"]) == (24_490, 1_237_182, (1_966, 393, 22_131))
+    assert (small["num_nodes"], small["num_edges"], small["split"]) == (
+        24_490,
+        1_237_182,
+        (1_966, 393, 22_131),
+    )
     assert SHAPES["synthetic-products"] == full  # not modified
     tiny = scaled_shape("synthetic-products", 1e-6)  # the minimum sizes, still a valid shape
     assert tiny["num_nodes"] == 64 and min(tiny["split"]) >= 4 and sum(tiny["split"]) <= 64
@@ -54,8 +70,14 @@ def test_products_shape_and_its_scaled_copies():
 def test_scaled_products_graph_is_deterministic_and_has_the_shape():
     shape = scaled_shape("synthetic-products", 0.001)
     a, b = synthetic_graph("p", seed=1, **shape), synthetic_graph("p", seed=1, **shape)
-    assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x) and torch.equal(a.train_idx, b.train_idx)
-    assert a.num_nodes == shape["num_nodes"] and a.num_edges == shape["num_edges"]  # directed, symmetric
+    assert (
+        torch.equal(a.edge_index, b.edge_index)
+        and torch.equal(a.x, b.x)
+        and torch.equal(a.train_idx, b.train_idx)
+    )
+    assert (
+        a.num_nodes == shape["num_nodes"] and a.num_edges == shape["num_edges"]
+    )  # directed, symmetric
     assert (len(a.train_idx), len(a.valid_idx), len(a.test_idx)) == shape["split"]
     assert a.x.size(1) == 100 and a.num_classes == 47
 
@@ -65,7 +87,12 @@ def test_shard_gives_every_rank_as_many_nodes():
     parts = [shard(nodes, r, 3) for r in range(3)]
     assert [len(p) for p in parts] == [4, 4, 4]  # 10 nodes padded to 12
     assert set(torch.cat(parts).tolist()) == set(range(10))
-    assert [len(shard(torch.arange(2), r, 4)) for r in range(4)] == [1, 1, 1, 1]  # fewer nodes than ranks
+    assert [len(shard(torch.arange(2), r, 4)) for r in range(4)] == [
+        1,
+        1,
+        1,
+        1,
+    ]  # fewer nodes than ranks
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +127,9 @@ def test_pyg_loader_samples_the_fanouts_from_the_seeds(small_graph):
     s = setup("pyg", small_graph, fanouts=(2, 4, 8), batch_size=32, hidden=16)
     batch = next(iter(make_loader(s, small_graph.train_idx, train=True)))
     seeds_in = torch.bincount(batch.edge_index[1], minlength=batch.num_nodes)[: batch.batch_size]
-    assert batch.batch_size == 32 and 1 <= int(seeds_in.max()) <= 2  # the first fanout is the seeds'
+    assert (
+        batch.batch_size == 32 and 1 <= int(seeds_in.max()) <= 2
+    )  # the first fanout is the seeds'
     assert s.net(batch.x, batch.edge_index)[: batch.batch_size].shape == (32, 47)
 
 
@@ -124,14 +153,26 @@ def _rows(summary: Summary) -> dict:
 
 @pytest.mark.parametrize("platform", [pytest.param("pyg", marks=needs_pyg_sampler), "dgl"])
 def test_minibatch_example_times_the_loader_next_to_the_layers(platform, tmp_path):
-    out = run_script("examples/minibatch.py", "--platform", platform, "--quick", "--no-progress",
-                     "--json", str(tmp_path / "run.json"), timeout=300).stdout
+    out = run_script(
+        "examples/minibatch.py",
+        "--platform",
+        platform,
+        "--quick",
+        "--no-progress",
+        "--json",
+        str(tmp_path / "run.json"),
+        timeout=300,
+    ).stdout
     assert "Test accuracy" in out and "final loss" in out and "--- Mini-batch training" in out
     for row in PHASES + LAYER_STEPS[platform]:
         assert f"- {row} " in out, row
     assert "[backward]" in out
     payload = json.loads((tmp_path / "run.json").read_text())
-    assert payload["platform"] == platform and payload["epochs"] == 2 and payload["fanouts"] == [15, 10, 5]
+    assert (
+        payload["platform"] == platform
+        and payload["epochs"] == 2
+        and payload["fanouts"] == [15, 10, 5]
+    )
     rows = _rows(Summary.from_dict(payload["summary"]))
     batches = 2 * payload["batches"]  # 197 training nodes in batches of 64: 4 per epoch
     assert payload["batches"] == 4 and rows[("epoch", "forward")].count == 2
@@ -143,8 +184,9 @@ def test_minibatch_example_times_the_loader_next_to_the_layers(platform, tmp_pat
 @pytest.mark.parametrize("platform", [pytest.param("pyg", marks=needs_pyg_sampler), "dgl"])
 def test_ddp_example_merges_the_ranks(platform, tmp_path):
     path = tmp_path / "merged.json"
-    out = run_torchrun("examples/ddp.py", "--platform", platform, "--quick", "--no-progress",
-                       "--json", str(path)).stdout
+    out = run_torchrun(
+        "examples/ddp.py", "--platform", platform, "--quick", "--no-progress", "--json", str(path)
+    ).stdout
     assert "Slowest" in out and "Spread" in out and "2 ranks merged" in out
     assert "rank 0: epochs" in out and "rank 1: epochs" in out
     assert "2 batches per epoch per rank, 2 ranks (DistributedDataParallel)" in out
@@ -161,8 +203,19 @@ def test_ddp_example_merges_the_ranks(platform, tmp_path):
 def test_help_explains_the_flags_and_ddp_says_how_to_start_it():
     for script in ("examples/minibatch.py", "examples/ddp.py"):
         out = run_script(script, "--help").stdout
-        for flag in ("--platform", "--scale", "--epochs", "--batch-size", "--fanouts", "--device", "--seed",
-                     "--quick", "--no-progress", "--json", "--num-workers"):
+        for flag in (
+            "--platform",
+            "--scale",
+            "--epochs",
+            "--batch-size",
+            "--fanouts",
+            "--device",
+            "--seed",
+            "--quick",
+            "--no-progress",
+            "--json",
+            "--num-workers",
+        ):
             assert flag in out, (script, flag)
     proc = run_script("examples/ddp.py", "--quick", expect=2)  # not under torchrun
     assert "torchrun --nproc-per-node 2 examples/ddp.py" in proc.stderr and proc.stdout == ""

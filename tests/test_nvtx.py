@@ -1,4 +1,5 @@
 """NVTX ranges captured for real: an injection library records every push and pop."""
+
 from __future__ import annotations
 
 import textwrap
@@ -21,14 +22,20 @@ def injection(tmp_path_factory):
 
 
 def _run(injection, tmp_path, body, env=None):
-    code = "import instrumented_convs as ic\nfrom instrumented_convs import region\nfrom instrumented_convs.layers import step\n" + textwrap.dedent(body)
+    code = (
+        "import instrumented_convs as ic\nfrom instrumented_convs import region\nfrom "
+        "instrumented_convs.layers import step\n" + textwrap.dedent(body)
+    )
     proc, events = nc.capture(injection, code, tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     return proc, events
 
 
 def test_ranges_names_nesting_and_balance(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         assert ic.configure().nvtx == "nvtx"
         with region("forward"):
             with step("GCNConv"):
@@ -39,17 +46,25 @@ def test_ranges_names_nesting_and_balance(injection, tmp_path):
                     pass
         with region("backward"):
             pass
-    """)
+    """,
+    )
     assert nc.ranges(events) == [
-        (1, "forward"), (2, "GCNConv"), (3, "gcn_norm"), (4, "add_remaining_self_loops"),
-        (3, "lin"), (1, "backward"),
+        (1, "forward"),
+        (2, "GCNConv"),
+        (3, "gcn_norm"),
+        (4, "add_remaining_self_loops"),
+        (3, "lin"),
+        (1, "backward"),
     ]
     assert nc.balanced(events)
     assert all(e.domain == "instrumented_convs" for e in events)
 
 
 def test_ranges_stay_balanced_when_a_step_raises(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         for i in range(3):
             try:
                 with step("outer"):
@@ -59,7 +74,8 @@ def test_ranges_stay_balanced_when_a_step_raises(injection, tmp_path):
                 pass
         with step("after"):
             pass
-    """)
+    """,
+    )
     assert nc.ranges(events) == [(1, "outer"), (2, "inner")] * 3 + [(1, "after")]
     assert nc.balanced(events)
     pops = [e for e in events if e.kind == "pop"]
@@ -67,7 +83,10 @@ def test_ranges_stay_balanced_when_a_step_raises(injection, tmp_path):
 
 
 def test_ranges_from_threads_are_balanced_per_thread(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import threading
         def work():
             for _ in range(50):
@@ -76,7 +95,8 @@ def test_ranges_from_threads_are_balanced_per_thread(injection, tmp_path):
                         pass
         ts = [threading.Thread(target=work) for _ in range(4)]
         [t.start() for t in ts]; [t.join() for t in ts]
-    """)
+    """,
+    )
     assert nc.balanced(events)
     tids = {e.tid for e in events}
     assert len(tids) == 4
@@ -85,7 +105,10 @@ def test_ranges_from_threads_are_balanced_per_thread(injection, tmp_path):
 
 
 def test_nvtx_switch_and_disable_open_no_ranges(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         ic.configure(nvtx=False)
         with step("timed_only"):
             pass
@@ -96,22 +119,31 @@ def test_nvtx_switch_and_disable_open_no_ranges(injection, tmp_path):
         with step("on"):
             pass
         assert ic.registry.summary()["timed_only"].count == 1
-    """)
+    """,
+    )
     assert nc.ranges(events) == [(1, "on")]
 
 
 def test_env_var_switches_nvtx_off(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         with step("x"):
             pass
         assert ic.registry.summary()["x"].count == 1
-    """, env={"INSTRUMENTED_CONVS_NVTX": "0"})
+    """,
+        env={"INSTRUMENTED_CONVS_NVTX": "0"},
+    )
     assert nc.ranges(events) == []
 
 
 def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_path):
     # If record_function fails after the NVTX push, the push must be undone.
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import torch
         from instrumented_convs import _frame
         def broken(name):
@@ -129,13 +161,17 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
             raise SystemExit("expected the failure to propagate")
         from instrumented_convs.testing import depth
         assert depth() == 0
-    """)
+    """,
+    )
     assert nc.ranges(events) == [(1, "x")]
     assert nc.balanced(events)
 
 
 def test_backend_can_be_switched_off_and_back(injection, tmp_path):
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         assert ic.configure(nvtx="none").nvtx == "nvtx"   # what it replaced: auto, a tool attached
         assert ic.configure().nvtx == "none"
         with step("silent"):
@@ -155,13 +191,17 @@ def test_backend_can_be_switched_off_and_back(injection, tmp_path):
         else:
             raise SystemExit("expected ValueError")
         assert ic.registry.summary()["silent"].count == 1
-    """)
+    """,
+    )
     assert nc.ranges(events) == [(1, "loud")]
 
 
 def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
     pytest.importorskip("torch_geometric")
-    proc, events = _run(injection, tmp_path, """
+    proc, events = _run(
+        injection,
+        tmp_path,
+        """
         import torch
         from instrumented_convs.pyg import GCNConv
         from torch_geometric.typing import WITH_TORCH_SPARSE
@@ -179,29 +219,49 @@ def test_pyg_gcnconv_ranges_are_real_and_balanced(injection, tmp_path):
             pass
         else:
             raise SystemExit("expected a RuntimeError")
-    """)
+    """,
+    )
     names = nc.ranges(events)
     edge_index_forward = [
-        (1, "GCNConv"), (2, "gcn_norm"), (3, "add_remaining_self_loops"), (3, "degree"),
-        (3, "normalize"), (2, "lin"), (2, "propagate"), (3, "collect"), (3, "message"),
-        (3, "aggregate"), (2, "bias"),
+        (1, "GCNConv"),
+        (2, "gcn_norm"),
+        (3, "add_remaining_self_loops"),
+        (3, "degree"),
+        (3, "normalize"),
+        (2, "lin"),
+        (2, "propagate"),
+        (3, "collect"),
+        (3, "message"),
+        (3, "aggregate"),
+        (2, "bias"),
     ]
     assert names[:11] == edge_index_forward
     sparse_forward = [
-        (1, "GCNConv"), (2, "gcn_norm"), (3, "fill_value"), (3, "fill_diag"), (3, "degree"),
-        (3, "normalize"), (2, "lin"), (2, "propagate"), (3, "message_and_aggregate"), (2, "bias"),
+        (1, "GCNConv"),
+        (2, "gcn_norm"),
+        (3, "fill_value"),
+        (3, "fill_diag"),
+        (3, "degree"),
+        (3, "normalize"),
+        (2, "lin"),
+        (2, "propagate"),
+        (3, "message_and_aggregate"),
+        (2, "bias"),
     ]
     with_sparse = "WITH_TORCH_SPARSE True" in proc.stdout  # torch-sparse is optional
     if with_sparse:
         assert names[11:21] == sparse_forward
     # the failing call opened its ranges up to lin, where the matmul raised, and closed them
-    assert names[21 if with_sparse else 11:] == edge_index_forward[:6]
+    assert names[21 if with_sparse else 11 :] == edge_index_forward[:6]
     assert nc.balanced(events)
 
 
 def test_dgl_graphconv_ranges_are_real_and_balanced(injection, tmp_path):
     pytest.importorskip("dgl")
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import os
         os.environ.setdefault("DGLBACKEND", "pytorch")
         import dgl, torch
@@ -210,17 +270,30 @@ def test_dgl_graphconv_ranges_are_real_and_balanced(injection, tmp_path):
         g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])), num_nodes=4)
         GraphConv(5, 3, activation=torch.relu)(g, torch.randn(4, 5))
         try:
-            GraphConv(5, 3)(dgl.graph((torch.tensor([0]), torch.tensor([1])), num_nodes=4), torch.randn(4, 5))
+            GraphConv(5, 3)(dgl.graph((torch.tensor([0]), torch.tensor([1])), num_nodes=4), \
+torch.randn(4, 5))
         except DGLError:
             pass
         else:
             raise SystemExit("expected the zero-in-degree DGLError")
-    """, env={"DGLBACKEND": "pytorch"})
+    """,
+        env={"DGLBACKEND": "pytorch"},
+    )
     names = nc.ranges(events)
     assert names[:13] == [
-        (1, "GraphConv"), (2, "zero_in_degree_check"), (2, "norm_src"), (3, "degrees"), (3, "pow"),
-        (3, "mul"), (2, "matmul"), (2, "update_all"), (2, "norm_dst"), (3, "degrees"), (3, "pow"),
-        (3, "mul"), (2, "bias"),
+        (1, "GraphConv"),
+        (2, "zero_in_degree_check"),
+        (2, "norm_src"),
+        (3, "degrees"),
+        (3, "pow"),
+        (3, "mul"),
+        (2, "matmul"),
+        (2, "update_all"),
+        (2, "norm_dst"),
+        (3, "degrees"),
+        (3, "pow"),
+        (3, "mul"),
+        (2, "bias"),
     ]
     assert names[13] == (2, "activation")
     assert names[14:] == [(1, "GraphConv"), (2, "zero_in_degree_check")]
@@ -234,7 +307,10 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
     lib = pytest.importorskip("nvtx._lib.lib")
     if not hasattr(lib, "dummy_domain"):
         pytest.skip(f"nvtx {getattr(nvtx, '__version__', '<= 0.2.11')} has no DummyDomain")
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import nvtx
         from nvtx._lib import lib
         real_get_domain = nvtx.get_domain
@@ -245,7 +321,8 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         with step("outer"):
             with step("inner"):
                 pass
-    """)
+    """,
+    )
     assert nc.ranges(events) == [(1, "outer"), (2, "inner")]
     assert nc.balanced(events)
 
@@ -254,7 +331,10 @@ def test_backward_ranges_are_real_nested_and_balanced(injection, tmp_path):
     """Each step's backward is an NVTX range "<step> [backward]", nested like its forward,
     inside the region the user put around ``backward()`` (CPU: autograd runs there)."""
     pytest.importorskip("torch_geometric")
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import torch
         from instrumented_convs.pyg import GCNConv
         conv = GCNConv(4, 3)
@@ -264,13 +344,19 @@ def test_backward_ranges_are_real_nested_and_balanced(injection, tmp_path):
             out = conv(x, ei)
         with region("backward"):
             out.sum().backward()
-    """)
+    """,
+    )
     names = nc.ranges(events)
     start = names.index((1, "backward"))
     assert names[start:] == [
-        (1, "backward"), (2, "GCNConv [backward]"), (3, "bias [backward]"),
-        (3, "propagate [backward]"), (4, "aggregate [backward]"), (4, "message [backward]"),
-        (4, "collect [backward]"), (3, "lin [backward]"),
+        (1, "backward"),
+        (2, "GCNConv [backward]"),
+        (3, "bias [backward]"),
+        (3, "propagate [backward]"),
+        (4, "aggregate [backward]"),
+        (4, "message [backward]"),
+        (4, "collect [backward]"),
+        (3, "lin [backward]"),
     ]
     assert nc.balanced(events)
 
@@ -278,7 +364,10 @@ def test_backward_ranges_are_real_nested_and_balanced(injection, tmp_path):
 def test_backward_ranges_stay_balanced_when_backward_raises(injection, tmp_path):
     """A backward that raises inside a step's backward leaves no range open: the enclosing
     region closes them, or (without one) the next step on that thread does."""
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import torch
 
         class Boom(torch.autograd.Function):
@@ -310,7 +399,8 @@ def test_backward_ranges_stay_balanced_when_backward_raises(injection, tmp_path)
             del loss
         with step("after"):
             pass
-    """)
+    """,
+    )
     names = nc.ranges(events)
     assert names.count((1, "block")) == 2
     assert (2, "block [backward]") in names and (1, "block [backward]") in names
@@ -323,7 +413,10 @@ def test_generic_layers_ranges_are_real_and_balanced(injection, tmp_path):
     also when a child module raises (PyG) and for DGL's kernels."""
     pytest.importorskip("torch_geometric")
     pytest.importorskip("dgl")
-    _, events = _run(injection, tmp_path, """
+    _, events = _run(
+        injection,
+        tmp_path,
+        """
         import os
         os.environ["DGLBACKEND"] = "pytorch"
         import torch, dgl
@@ -340,15 +433,30 @@ def test_generic_layers_ranges_are_real_and_balanced(injection, tmp_path):
             raise SystemExit("expected a RuntimeError")
         g = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=6))
         GATConv(4, 2, 1)(g, torch.randn(6, 4))
-    """)
+    """,
+    )
     names = nc.ranges(events)
-    sage = [(1, "SAGEConv"), (2, "propagate"), (3, "collect"), (3, "message"), (3, "aggregate"),
-            (3, "update"), (2, "lin_l"), (2, "lin_r")]
+    sage = [
+        (1, "SAGEConv"),
+        (2, "propagate"),
+        (3, "collect"),
+        (3, "message"),
+        (3, "aggregate"),
+        (3, "update"),
+        (2, "lin_l"),
+        (2, "lin_r"),
+    ]
     assert names[:8] == sage
     assert names[8:15] == sage[:7]  # the second call, up to lin_l, which raised
-    gat = names[names.index((1, "GATConv")):]
-    for expected in [(2, "fc"), (2, "apply_edges"), (3, "gsddmm"), (2, "edge_softmax"),
-                     (2, "update_all"), (3, "gspmm")]:
+    gat = names[names.index((1, "GATConv")) :]
+    for expected in [
+        (2, "fc"),
+        (2, "apply_edges"),
+        (3, "gsddmm"),
+        (2, "edge_softmax"),
+        (2, "update_all"),
+        (3, "gspmm"),
+    ]:
         assert expected in gat, (expected, gat)
     assert nc.balanced(events)
 
@@ -377,6 +485,7 @@ def test_no_tool_attached_means_no_nvtx_calls_until_forced():
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVTX_INJECTION")}
     env["PYTHONPATH"] = python_path()
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr

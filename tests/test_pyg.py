@@ -1,4 +1,5 @@
 """instrumented_convs.pyg.GCNConv against the real torch_geometric.nn.GCNConv."""
+
 from __future__ import annotations
 
 import logging
@@ -14,13 +15,13 @@ from torch_geometric.nn import GCNConv as Stock  # noqa: E402
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
+import instrumented_convs.pyg as ipyg  # noqa: E402
 from instrumented_convs import configure, region, registry  # noqa: E402
+from instrumented_convs.pyg import GCNConv  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 
 from .helpers import gpu, train_losses  # noqa: E402
 from .helpers import outcome as _outcome  # noqa: E402
-import instrumented_convs.pyg as ipyg  # noqa: E402
-from instrumented_convs.pyg import GCNConv  # noqa: E402
 
 #: Whether the installed PyG's GCNConv.forward matches our copy (else the layer runs
 #: upstream's code inside its one GCNConv step: PyG 2.3 and 2.4, see tests/test_guard.py).
@@ -47,7 +48,9 @@ def _adjacency(kind, ei, ew, weighted):
     if kind == "sparse_tensor":
         if not WITH_TORCH_SPARSE:
             pytest.skip("torch-sparse not installed")
-        return SparseTensor(row=ei[1], col=ei[0], value=ew if weighted else None, sparse_sizes=(N, N)), None
+        return SparseTensor(
+            row=ei[1], col=ei[0], value=ew if weighted else None, sparse_sizes=(N, N)
+        ), None
     # torch.sparse: coalesce() has no derivative, so its values carry no gradient
     values = ew.detach() if weighted else torch.ones_like(ew).detach()
     coo = torch.sparse_coo_tensor(ei.flip(0), values, (N, N)).coalesce()
@@ -60,8 +63,6 @@ def _pair(seed=0, **opts):
     ours = GCNConv(FIN, FOUT, **opts)
     ours.load_state_dict(stock.state_dict())
     return stock, ours
-
-
 
 
 def _assert_same_failure(stock_exc, ours_exc):
@@ -82,9 +83,12 @@ def _run(layer, x, adj, w, calls):
 @pytest.mark.parametrize("loops_norm", [(None, True), (False, True), (None, False)])
 @pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("improved", [False, True])
-def test_outputs_and_gradients_match_stock(kind, flow, weighted, bias, loops_norm, cached, improved):
+def test_outputs_and_gradients_match_stock(
+    kind, flow, weighted, bias, loops_norm, cached, improved
+):
     MATRIX[(kind, flow, weighted, bias, loops_norm, cached, improved)] = _compare_with_stock(
-        kind, flow, weighted, bias, loops_norm, cached, improved)
+        kind, flow, weighted, bias, loops_norm, cached, improved
+    )
 
 
 #: What each combination of the matrix compared: "outputs" or "failure" (stock raised).
@@ -93,8 +97,14 @@ MATRIX: dict = {}
 
 def _compare_with_stock(kind, flow, weighted, bias, loops_norm, cached, improved):
     add_self_loops, normalize = loops_norm
-    opts = dict(improved=improved, cached=cached, add_self_loops=add_self_loops,
-                normalize=normalize, bias=bias, flow=flow)
+    opts = dict(
+        improved=improved,
+        cached=cached,
+        add_self_loops=add_self_loops,
+        normalize=normalize,
+        bias=bias,
+        flow=flow,
+    )
     stock, ours = _pair(**opts)
     x0, ei, ew0 = _graph()
     results = []
@@ -102,6 +112,7 @@ def _compare_with_stock(kind, flow, weighted, bias, loops_norm, cached, improved
         x = x0.clone().requires_grad_()
         ew = ew0.clone().requires_grad_()
         adj, w = _adjacency(kind, ei, ew, weighted)
+
         def forward_backward():
             outs = _run(layer, x, adj, w, 2 if cached else 1)
             sum(o.pow(2).sum() for o in outs).backward()
@@ -139,22 +150,28 @@ def test_the_matrix_compared_outputs_where_stock_computes_them(request):
     if request.config.option.keyword or request.config.option.markexpr:
         pytest.skip("part of the matrix was deselected")
     kinds = KINDS if WITH_TORCH_SPARSE else [k for k in KINDS if k != "sparse_tensor"]
-    assert {k[0] for k in MATRIX} == set(kinds) and len(MATRIX) == 96 * len(kinds), \
+    assert {k[0] for k in MATRIX} == set(kinds) and len(MATRIX) == 96 * len(kinds), (
         "the matrix did not run whole (is the file run in order?)"
+    )
     refused = {k for k in MATRIX if k[0] != "edge_index" and k[1] == "target_to_source"}
     if PYG_VERSION < Version("2.4"):
         refused |= {k for k in MATRIX if k[0] == "sparse_tensor" and k[2]}  # weighted
     assert {k for k, v in MATRIX.items() if v == "failure"} == refused
     assert list(MATRIX.values()).count("outputs") == len(MATRIX) - len(refused)
-    assert len(refused) == 48 * (len(kinds) - 1) + (24 if PYG_VERSION < Version("2.4") and WITH_TORCH_SPARSE else 0)
+    assert len(refused) == 48 * (len(kinds) - 1) + (
+        24 if PYG_VERSION < Version("2.4") and WITH_TORCH_SPARSE else 0
+    )
 
 
-@pytest.mark.parametrize("args, kwargs", [
-    ((FIN, FOUT), dict(add_self_loops=True, normalize=False)),  # refused by PyG >= 2.5
-    ((FIN, FOUT), dict(normalize=False)),  # add_self_loops' default: None (2.5+) or True
-    ((FIN, FOUT, True, True, False), {}),  # positional arguments
-    ((FIN,), {}),  # missing out_channels
-])
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((FIN, FOUT), dict(add_self_loops=True, normalize=False)),  # refused by PyG >= 2.5
+        ((FIN, FOUT), dict(normalize=False)),  # add_self_loops' default: None (2.5+) or True
+        ((FIN, FOUT, True, True, False), {}),  # positional arguments
+        ((FIN,), {}),  # missing out_channels
+    ],
+)
 def test_constructor_behaves_like_stock(args, kwargs):
     stock, s_exc = _outcome(lambda: Stock(*args, **kwargs))
     ours, o_exc = _outcome(lambda: GCNConv(*args, **kwargs))
@@ -233,9 +250,13 @@ class Net(torch.nn.Module):
 
     def __init__(self, conv_cls, cached=False):
         super().__init__()
-        self.convs = torch.nn.ModuleList([
-            conv_cls(FIN, 16, cached=cached), conv_cls(16, 16, cached=cached), conv_cls(16, 3, cached=cached)
-        ])
+        self.convs = torch.nn.ModuleList(
+            [
+                conv_cls(FIN, 16, cached=cached),
+                conv_cls(16, 16, cached=cached),
+                conv_cls(16, 3, cached=cached),
+            ]
+        )
 
     def forward(self, x, adj):
         for conv in self.convs[:-1]:
@@ -256,27 +277,53 @@ def test_three_layer_model_trains_to_identical_losses(kind):
 
 
 EDGE_INDEX_STEPS = [
-    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_remaining_self_loops",
-    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
-    "GCNConv/propagate", "GCNConv/propagate/collect", "GCNConv/propagate/message",
-    "GCNConv/propagate/aggregate", "GCNConv/bias",
+    "GCNConv",
+    "GCNConv/gcn_norm",
+    "GCNConv/gcn_norm/add_remaining_self_loops",
+    "GCNConv/gcn_norm/degree",
+    "GCNConv/gcn_norm/normalize",
+    "GCNConv/lin",
+    "GCNConv/propagate",
+    "GCNConv/propagate/collect",
+    "GCNConv/propagate/message",
+    "GCNConv/propagate/aggregate",
+    "GCNConv/bias",
 ]
 SPARSE_TENSOR_STEPS = [
-    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/fill_value", "GCNConv/gcn_norm/fill_diag",
-    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
-    "GCNConv/propagate", "GCNConv/propagate/message_and_aggregate", "GCNConv/bias",
+    "GCNConv",
+    "GCNConv/gcn_norm",
+    "GCNConv/gcn_norm/fill_value",
+    "GCNConv/gcn_norm/fill_diag",
+    "GCNConv/gcn_norm/degree",
+    "GCNConv/gcn_norm/normalize",
+    "GCNConv/lin",
+    "GCNConv/propagate",
+    "GCNConv/propagate/message_and_aggregate",
+    "GCNConv/bias",
 ]
 TORCH_SPARSE_STEPS = [
-    "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_self_loops", "GCNConv/gcn_norm/to_edge_index",
-    "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
-    "GCNConv/propagate", "GCNConv/propagate/message_and_aggregate", "GCNConv/bias",
+    "GCNConv",
+    "GCNConv/gcn_norm",
+    "GCNConv/gcn_norm/add_self_loops",
+    "GCNConv/gcn_norm/to_edge_index",
+    "GCNConv/gcn_norm/degree",
+    "GCNConv/gcn_norm/normalize",
+    "GCNConv/lin",
+    "GCNConv/propagate",
+    "GCNConv/propagate/message_and_aggregate",
+    "GCNConv/bias",
 ]
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("edge_index", EDGE_INDEX_STEPS), ("sparse_tensor", SPARSE_TENSOR_STEPS),
-    ("torch_coo", TORCH_SPARSE_STEPS), ("torch_csr", TORCH_SPARSE_STEPS),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("edge_index", EDGE_INDEX_STEPS),
+        ("sparse_tensor", SPARSE_TENSOR_STEPS),
+        ("torch_coo", TORCH_SPARSE_STEPS),
+        ("torch_csr", TORCH_SPARSE_STEPS),
+    ],
+)
 def test_steps_of_a_three_layer_model(kind, expected):
     if not DETAILED:  # upstream's forward inside the layer's step; its hooks still record
         inner = [n.replace("propagate/", "") for n in expected if "/propagate/" in n]
@@ -348,7 +395,9 @@ def test_disabled_runs_the_stock_code(monkeypatch):
     assert depth() == 0
 
 
-@pytest.mark.parametrize("case", ["tuple_features", "wrong_feature_size", "index_out_of_range", "bad_edge_index_shape"])
+@pytest.mark.parametrize(
+    "case", ["tuple_features", "wrong_feature_size", "index_out_of_range", "bad_edge_index_shape"]
+)
 @pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])
 def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case, kind):
     stock, ours = _pair()

@@ -1,4 +1,5 @@
 """The rendered table (golden files), unit choice and the JSON/CSV/DataFrame round trips."""
+
 from __future__ import annotations
 
 import os
@@ -7,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from instrumented_convs import region, registry
-from instrumented_convs.report import Summary
-from instrumented_convs.layers import step
 from instrumented_convs._stats import EntryStats, summarize
-from instrumented_convs.report import choose_unit
+from instrumented_convs.layers import step
+from instrumented_convs.report import Summary, choose_unit
 
 GOLDEN = Path(__file__).parent / "golden"
 MS = 1_000_000  # ns
@@ -46,7 +46,9 @@ def _check_golden(name: str, text: str) -> None:
     path = GOLDEN / name
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.write_text(text + "\n")
-    assert text + "\n" == path.read_text(), f"rendering changed; if intended, rerun with UPDATE_GOLDEN=1 and review {path}"
+    assert text + "\n" == path.read_text(), (
+        f"rendering changed; if intended, rerun with UPDATE_GOLDEN=1 and review {path}"
+    )
 
 
 def test_table_matches_golden_file(clock):
@@ -56,7 +58,9 @@ def test_table_matches_golden_file(clock):
 
 def test_layer_table_matches_golden_file(clock):
     _seed_like_run(clock)
-    _check_golden("summary_by_layer.txt", str(registry.summary(by="layer").select("forward", max_depth=2)))
+    _check_golden(
+        "summary_by_layer.txt", str(registry.summary(by="layer").select("forward", max_depth=2))
+    )
 
 
 def test_table_states_its_unit_and_can_be_forced(clock):
@@ -71,7 +75,14 @@ def test_table_states_its_unit_and_can_be_forced(clock):
 
 @pytest.mark.parametrize(
     "values, unit",
-    [([2.0, 0.001], "s"), ([0.0591, 0.0005], "ms"), ([3e-6], "us"), ([5e-9], "ns"), ([], "ns"), ([0.0], "ns")],
+    [
+        ([2.0, 0.001], "s"),
+        ([0.0591, 0.0005], "ms"),
+        ([3e-6], "us"),
+        ([5e-9], "ns"),
+        ([], "ns"),
+        ([0.0], "ns"),
+    ],
 )
 def test_choose_unit(values, unit):
     assert choose_unit(values)[0] == unit
@@ -129,8 +140,21 @@ def test_summary_access_helpers(clock):
 
 
 def _stats(name, path, scope, depth, parent, *times, kind="step"):
-    return EntryStats(name, path, scope, kind, depth, parent, len(times), sum(times),
-                      sum(t * t for t in times), min(times, default=0), max(times, default=0), 0, 0)
+    return EntryStats(
+        name,
+        path,
+        scope,
+        kind,
+        depth,
+        parent,
+        len(times),
+        sum(times),
+        sum(t * t for t in times),
+        min(times, default=0),
+        max(times, default=0),
+        0,
+        0,
+    )
 
 
 def test_summary_arithmetic_works_on_plain_data_alone():
@@ -145,14 +169,21 @@ def test_summary_arithmetic_works_on_plain_data_alone():
     assert [r.name for r in s] == ["fwd", "fwd/conv", "fwd/conv/lin", "loss"]
     assert s.total == pytest.approx(500e-9)
     conv = s["fwd/conv"]
-    assert (conv.count, conv.total, conv.self_time) == (3, pytest.approx(150e-9), pytest.approx(90e-9))
+    assert (conv.count, conv.total, conv.self_time) == (
+        3,
+        pytest.approx(150e-9),
+        pytest.approx(90e-9),
+    )
     assert (conv.min, conv.max) == (pytest.approx(30e-9), pytest.approx(70e-9))
     assert conv.std == pytest.approx(20e-9)  # 50, 70, 30: mean 50, sample variance 400
     assert s["fwd"].self_fraction == pytest.approx(250 / 500)
     assert sum(r.self_fraction for r in s) == pytest.approx(1.0)
     by_layer = summarize(snapshot, by="layer")
     assert [(r.scope, r.name, r.count) for r in by_layer] == [
-        (None, "fwd", 2), ("c0", "fwd/conv", 2), ("c0", "fwd/conv/lin", 2), ("c1", "fwd/conv", 1),
+        (None, "fwd", 2),
+        ("c0", "fwd/conv", 2),
+        ("c0", "fwd/conv/lin", 2),
+        ("c1", "fwd/conv", 1),
         (None, "loss", 1),
     ]
     with pytest.raises(ValueError):

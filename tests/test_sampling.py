@@ -1,6 +1,7 @@
 """Backward sampling (configure(backward_every=N)): the first N calls of each graph shape are
 timed, then one in N at random; every call is counted, and the time of the others is
 estimated from the calls timed at random. Exact fake-clock times make the estimates exact."""
+
 from __future__ import annotations
 
 import itertools
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _anchor, _native, _sampling, registry, region
+from instrumented_convs import _anchor, _native, _sampling, region, registry
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 
@@ -62,7 +63,9 @@ def test_backward_every_1_times_every_call(clock):
     assert "~" not in str(s)
 
 
-def test_census_then_one_in_n_counts_every_call_and_estimates_the_rest(clock, every_fourth, exit_path):
+def test_census_then_one_in_n_counts_every_call_and_estimates_the_rest(
+    clock, every_fourth, exit_path
+):
     s = _run(clock, 100, lambda i: 100)
     row = s["bwd/f"]
     timed = 4 + 96 // 4  # the census, then one in four
@@ -114,8 +117,9 @@ def test_a_forward_whose_backward_never_runs_counts_no_backward(clock, every_fou
     assert s["g"].count == 40 and [r.count for r in s.rows if r.phase == "backward"] == [20]
 
 
-def test_the_c_extension_counts_at_the_anchors_exit_without_pythons_finish(clock, every_fourth, exit_path,
-                                                                          monkeypatch):
+def test_the_c_extension_counts_at_the_anchors_exit_without_pythons_finish(
+    clock, every_fourth, exit_path, monkeypatch
+):
     """After the census, the C fast path chooses and counts (or hands a sampled call to
     _anchor.chosen) itself: _anchor.finish runs for the census calls only."""
     finished = []
@@ -166,9 +170,12 @@ def test_counted_calls_keep_gradients_and_count_each_pass(every_fourth, exit_pat
 
 
 @pytest.mark.parametrize("returns", ["newest tensor", "older tensor", "tuple"])
-def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fourth, exit_path, returns):
+def test_counted_calls_count_exactly_whatever_the_anchor_returns(
+    clock, every_fourth, exit_path, returns
+):
     """The anchor's exit counts a call on the newest of its outputs' nodes: directly when its
     one output is its newest node, else after gathering every output (the general path)."""
+
     @step("h")
     def h(v):
         a = Advance.apply(v, clock, 100)
@@ -191,7 +198,9 @@ def test_counted_calls_count_exactly_whatever_the_anchor_returns(clock, every_fo
     assert row.total == pytest.approx(60 * 100 * SEC)
 
 
-def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(clock, every_fourth, exit_path):
+def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(
+    clock, every_fourth, exit_path
+):
     """The count hook appends to the registry's queue (C: its common case); at SKIPS_FOLD_AT
     (1,024) queued the Python path appends and folds them: no count is lost either way."""
     s = _run(clock, 1500, lambda i: 100)
@@ -200,7 +209,9 @@ def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(cloc
         assert _sampling.Count is _native.speedups.CountHook
 
 
-def test_a_backward_run_on_a_thread_with_no_step_open_counts_under_the_forwards(clock, every_fourth, exit_path):
+def test_a_backward_run_on_a_thread_with_no_step_open_counts_under_the_forwards(
+    clock, every_fourth, exit_path
+):
     """No step open on the thread running the backward (as on CUDA's device threads): the
     count goes under the step open on the forward's thread (here none: the root)."""
     import threading

@@ -5,6 +5,7 @@ the suite with it (and says so through INSTRUMENTED_CONVS_EXPECT=C), then runs t
 tests again with INSTRUMENTED_CONVS_PURE_PYTHON=1. Here: what only one of them could get
 wrong, checked against the other where both exist.
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,8 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs import _entry, _native, registry
-from instrumented_convs.layers import step
 from instrumented_convs._step import Step
+from instrumented_convs.layers import step
 from instrumented_convs.testing import depth
 
 from .helpers import ROOT, python_path
@@ -69,14 +70,23 @@ def test_the_counter_address_is_refused_where_the_function_disagrees(monkeypatch
 
 
 def test_pure_python_can_be_forced_and_records_the_same_steps():
-    code = ("import instrumented_convs as ic\nfrom instrumented_convs import _native\nfrom instrumented_convs.layers import step\n"
-            "with step('a'):\n    with step('b'):\n        pass\n    with step('b'):\n        pass\n"
-            "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.registry.summary()])\n")
+    code = (
+        "import instrumented_convs as ic\nfrom instrumented_convs import _native\nfrom "
+        "instrumented_convs.layers import step\n"
+        "with step('a'):\n    with step('b'):\n        pass\n    with step('b'):\n        pass\n"
+        "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.registry.summary()])\n"
+    )
     out = {}
     for pure in ("0", "1"):
         env = dict(os.environ, PYTHONPATH=python_path(), INSTRUMENTED_CONVS_PURE_PYTHON=pure)
-        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         impl, rows = proc.stdout.split(" ", 1)
         out[pure] = (impl, rows.strip())
@@ -84,15 +94,28 @@ def test_pure_python_can_be_forced_and_records_the_same_steps():
     assert out["0"][1] == out["1"][1] == "[('a', 1), ('a/b', 2)]"
 
 
-@pytest.mark.parametrize("values", [
-    [5, 1, 9, 3], [0], [-7, 12, 3], [2**40, 3, 2**41], [2**62, 2**62], list(range(64)),
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [5, 1, 9, 3],
+        [0],
+        [-7, 12, 3],
+        [2**40, 3, 2**41],
+        [2**62, 2**62],
+        list(range(64)),
+    ],
+)
 def test_fold_arithmetic_is_exact(values):
     e = _entry.Entry("x", "x", None, "step", None, 0)
     e.buf.extend(values)
     _entry.fold_buffer(e)
     assert (e.count, e.total, e.sumsq, e.min, e.max) == (
-        len(values), sum(values), sum(v * v for v in values), min(values), max(values))
+        len(values),
+        sum(values),
+        sum(v * v for v in values),
+        min(values),
+        max(values),
+    )
     assert e.buf == []
 
 
@@ -108,8 +131,15 @@ def test_steps_survive_copy_deepcopy_and_pickle():
     for s in (Step("a"), Step("b", scope="L#0"), Step("c", device="cpu"), ic.region("r")):
         for twin in (copy.copy(s), copy.deepcopy(s), pickle.loads(pickle.dumps(s))):
             assert type(twin) is type(s)
-            assert (twin.name, twin.scope, twin.cuda, twin.dev, twin.kind, twin.key, twin.region) == (
-                s.name, s.scope, s.cuda, s.dev, s.kind, s.key, s.region)
+            assert (
+                twin.name,
+                twin.scope,
+                twin.cuda,
+                twin.dev,
+                twin.kind,
+                twin.key,
+                twin.region,
+            ) == (s.name, s.scope, s.cuda, s.dev, s.kind, s.key, s.region)
             with twin:
                 pass
     assert depth() == 0
@@ -155,7 +185,9 @@ def test_random_durations_fold_to_the_same_statistics_either_way(clock):
                 clock.advance(d)
     r = registry.summary()["outer/x"]
     assert r.count == 1000 and r.total == pytest.approx(sum(durations) * 1e-9)
-    assert r.min == pytest.approx(min(durations) * 1e-9) and r.max == pytest.approx(max(durations) * 1e-9)
+    assert r.min == pytest.approx(min(durations) * 1e-9) and r.max == pytest.approx(
+        max(durations) * 1e-9
+    )
     n = len(durations)
     mean = sum(durations) / n
     std = (sum((d - mean) ** 2 for d in durations) / (n - 1)) ** 0.5
@@ -183,7 +215,9 @@ def test_a_step_open_while_other_threads_open_and_close_theirs_closes_on_its_own
     s = registry.summary()
     assert done == [0, 0, 0] and depth() == 0
     assert s["outer/inner"].count == 3 and s["outer/inner"].total == pytest.approx(6e-9)
-    assert [s[f"t{k}"].count for k in range(3)] == [1, 1, 1] and s["t0"].total == pytest.approx(5e-9)
+    assert [s[f"t{k}"].count for k in range(3)] == [1, 1, 1] and s["t0"].total == pytest.approx(
+        5e-9
+    )
     assert "outer/t0" not in s and s["outer"].total == pytest.approx(22e-9)
 
 

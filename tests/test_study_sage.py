@@ -1,4 +1,5 @@
 """The study's GraphSAGE model: ``--model sage``, ``examples/sage.py`` and its role breakdown."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,15 @@ import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import registry  # noqa: E402
 from instrumented_convs.study import build_model, load_graph, train  # noqa: E402
 from instrumented_convs.study.compare import (  # noqa: E402
-    BACKWARD_OF, LAYER, MODEL_LAYER, MODEL_ROLES, ROLES, backward_role, breakdown, side_by_side)
+    BACKWARD_OF,
+    LAYER,
+    MODEL_LAYER,
+    MODEL_ROLES,
+    ROLES,
+    backward_role,
+    breakdown,
+    side_by_side,
+)
 
 from .helpers import run_script  # noqa: E402
 
@@ -33,7 +42,11 @@ def _sage_summary(platform: str, epochs: int = 3, backward: bool = True):
 
 def _ms(summary, path, phase="forward"):
     """A path's total of one phase in ms per epoch."""
-    return sum(r.total for r in summary.rows if r.name == path and r.phase == phase) * 1e3 / summary["epoch"].count
+    return (
+        sum(r.total for r in summary.rows if r.name == path and r.phase == phase)
+        * 1e3
+        / summary["epoch"].count
+    )
 
 
 def test_sage_example_prints_both_frameworks_side_by_side():
@@ -46,7 +59,12 @@ def test_sage_example_prints_both_frameworks_side_by_side():
     assert DENSE["pyg"] in rows["dense transform"] and DENSE["dgl"] in rows["dense transform"]
     assert "propagate" in rows["sparse aggregation"] and "update_all" in rows["sparse aggregation"]
     assert "feat_drop" in rows["layer glue"]  # DGL's dropout step (p=0) has no role: it is glue
-    for role in ("sparse aggregation (backward)", "rest of forward", "rest of backward", "optimizer.step"):
+    for role in (
+        "sparse aggregation (backward)",
+        "rest of forward",
+        "rest of backward",
+        "optimizer.step",
+    ):
         assert role in rows, role
     # SAGEConv has no normalisation or bias step: those roles read 0 for both, so are left out
     assert "normalisation" not in rows and "bias" not in rows
@@ -63,7 +81,10 @@ def test_sage_breakdown_roles_add_up_to_the_epoch(platform):
     assert all(v >= 0 for v in per.values()), per
     assert per["dense transform"] > 0 and per["sparse aggregation"] > 0
     assert per["normalisation"] == 0 and per["bias"] == 0
-    assert b.steps["dense transform"] == DENSE[platform] and b.steps["sparse aggregation"] == SPARSE[platform]
+    assert (
+        b.steps["dense transform"] == DENSE[platform]
+        and b.steps["sparse aggregation"] == SPARSE[platform]
+    )
     for phase, name in (("forward", lambda r: r), ("backward", backward_role)):
         layer = f"epoch/{phase}/SAGEConv"
         in_layer = sum(per[name(r)] for r, _ in MODEL_ROLES["sage"]) + per[name("layer glue")]
@@ -71,13 +92,17 @@ def test_sage_breakdown_roles_add_up_to_the_epoch(platform):
     assert per["dense transform (backward)"] > 0 and per["sparse aggregation (backward)"] > 0
     assert sum(per[r] for r in BACKWARD_OF) == pytest.approx(_ms(s, "epoch/backward"))
     text = side_by_side([b])
-    assert text.startswith("--- PyG vs DGL, 3-layer GraphSAGE,") and "epoch" in text.splitlines()[-1]
+    assert (
+        text.startswith("--- PyG vs DGL, 3-layer GraphSAGE,") and "epoch" in text.splitlines()[-1]
+    )
 
 
 def test_sage_breakdown_without_backward_timing_has_one_backward_role():
     s = _sage_summary("dgl", epochs=2, backward=False)
     b = breakdown(s, "dgl", model="sage")
-    assert not b.backward_split and b.per_epoch_ms["backward"] == pytest.approx(_ms(s, "epoch/backward"))
+    assert not b.backward_split and b.per_epoch_ms["backward"] == pytest.approx(
+        _ms(s, "epoch/backward")
+    )
     assert b.epoch_ms == pytest.approx(s["epoch"].mean * 1e3)
 
 

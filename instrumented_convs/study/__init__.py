@@ -15,16 +15,26 @@ timers. This subpackage reproduces it with the instrumented layers, as reusable 
 - :mod:`~instrumented_convs.study.compare` and :mod:`~instrumented_convs.study.plot`: PyG and
   DGL side by side, aligned by role, as a table and as a chart;
 - :mod:`~instrumented_convs.study.bench`: what the instrumentation costs (stock vs instrumented);
-- :mod:`~instrumented_convs.study.cli`: ``python -m instrumented_convs demo|compare|bench`` and
-  the examples' command line (:func:`study_main`).
+- :mod:`~instrumented_convs.study.run`: one run of the study from its command line (the
+  examples' :func:`study_main`); :mod:`~instrumented_convs.study.cli`:
+  ``python -m instrumented_convs demo|compare|bench``.
 
-It uses only the package's public face (``region``, ``registry``, ``disabled``,
+It uses only the package's public face (``region``, ``registry``, ``configure``,
 ``name_layers``, ``instrumented_convs.pyg`` / ``.dgl``).
 """
-from .cli import StudyRun, add_study_arguments, report, run_study, study_main, write_json
-from .data import SHAPES, DatasetNotFound, GraphData, MissingDependency, load_graph, scaled_shape, synthetic_graph
+
+from .data import (
+    SHAPES,
+    DatasetNotFound,
+    GraphData,
+    MissingDependency,
+    load_graph,
+    scaled_shape,
+    synthetic_graph,
+)
 from .loop import TrainResult, accuracy, train
 from .models import DglGCN, PygGCN, build_model, require_torch_sparse
+from .run import StudyRun, add_study_arguments, report, run_study, study_main, write_json
 
 __all__ = [
     "SHAPES",

@@ -21,6 +21,7 @@ around it (a synchronize per epoch, outside the measured code).
 
 Used by ``python -m instrumented_convs bench`` and ``benchmarks/overhead.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,11 @@ VARIANTS = ("stock", "enabled", "no backward", "disabled", "stock again")
 #: (platform, SparseTensor input, label) of each case.
 CASES = (("pyg", False, "PyG edge_index"), ("pyg", True, "PyG SparseTensor"), ("dgl", False, "DGL"))
 #: What each case needs installed: (module, pip name).
-_NEEDS = {"PyG edge_index": (("torch_geometric", "torch-geometric"),),
-          "PyG SparseTensor": (("torch_geometric", "torch-geometric"), ("torch_sparse", "torch-sparse")),
-          "DGL": (("dgl", "dgl"),)}
+_NEEDS = {
+    "PyG edge_index": (("torch_geometric", "torch-geometric"),),
+    "PyG SparseTensor": (("torch_geometric", "torch-geometric"), ("torch_sparse", "torch-sparse")),
+    "DGL": (("dgl", "dgl"),),
+}
 
 
 def _epoch_fn(model: torch.nn.Module, graph: Any, data: GraphData) -> Callable[[], None]:
@@ -66,6 +69,7 @@ def _epoch_fn(model: torch.nn.Module, graph: Any, data: GraphData) -> Callable[[
 
 def _timer(device: torch.device) -> Callable[[Callable[[], None]], float]:
     if device.type == "cuda":
+
         def timed(fn: Callable[[], None]) -> float:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
@@ -75,10 +79,12 @@ def _timer(device: torch.device) -> Callable[[Callable[[], None]], float]:
             end.synchronize()
             return start.elapsed_time(end) / 1e3
     else:
+
         def timed(fn: Callable[[], None]) -> float:
             t0 = time.perf_counter()
             fn()
             return time.perf_counter() - t0
+
     return timed
 
 
@@ -89,8 +95,15 @@ def _iqr(xs: List[float]) -> float:
     return q[2] - q[0]
 
 
-def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, warmup: int, hidden: int,
-                 device: torch.device) -> Dict[str, Any]:
+def measure_case(
+    data: GraphData,
+    platform_: str,
+    sparse: bool,
+    rounds: int,
+    warmup: int,
+    hidden: int,
+    device: torch.device,
+) -> Dict[str, Any]:
     """Interleaved epochs of the variants; medians, IQRs and medians of per-round ratios."""
     torch.manual_seed(0)
     ours, graph = build_model(platform_, data, hidden=hidden, sparse=sparse)
@@ -106,11 +119,13 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
     stock2.load_state_dict(ours.state_dict())
     if platform_ == "dgl" or sparse:
         graph = graph.to(device)
-    epochs = {"stock": _epoch_fn(stock.to(device), graph, data),
-              "enabled": _epoch_fn(ours.to(device), graph, data),
-              "no backward": _epoch_fn(ours_no_bw.to(device), graph, data),
-              "disabled": _epoch_fn(ours_off.to(device), graph, data),
-              "stock again": _epoch_fn(stock2.to(device), graph, data)}
+    epochs = {
+        "stock": _epoch_fn(stock.to(device), graph, data),
+        "enabled": _epoch_fn(ours.to(device), graph, data),
+        "no backward": _epoch_fn(ours_no_bw.to(device), graph, data),
+        "disabled": _epoch_fn(ours_off.to(device), graph, data),
+        "stock again": _epoch_fn(stock2.to(device), graph, data),
+    }
     timed = _timer(device)
 
     def run(variant: str) -> float:
@@ -143,12 +158,27 @@ def measure_case(data: GraphData, platform_: str, sparse: bool, rounds: int, war
 
 def add_bench_arguments(parser: argparse.ArgumentParser, default_shapes: Sequence[str]) -> None:
     """Add the benchmark's flags to an ``argparse`` parser."""
-    parser.add_argument("--shapes", nargs="+", default=list(default_shapes), choices=sorted(SHAPES),
-                        metavar="SHAPE", help="generated graph shapes to time, any of: " + ", ".join(sorted(SHAPES))
-                        + " (default: %(default)s)")
-    parser.add_argument("--cases", nargs="+", default=[c[2] for c in CASES], choices=[c[2] for c in CASES],
-                        metavar="CASE", help="any of: " + ", ".join(repr(c[2]) for c in CASES))
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (epochs per variant)")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        default=list(default_shapes),
+        choices=sorted(SHAPES),
+        metavar="SHAPE",
+        help="generated graph shapes to time, any of: "
+        + ", ".join(sorted(SHAPES))
+        + " (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=[c[2] for c in CASES],
+        choices=[c[2] for c in CASES],
+        metavar="CASE",
+        help="any of: " + ", ".join(repr(c[2]) for c in CASES),
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=15, help="interleaved rounds (epochs per variant)"
+    )
     parser.add_argument("--warmup", type=int, default=2, help="untimed epochs per variant first")
     parser.add_argument("--hidden", type=int, default=128, help="hidden layer width")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -180,11 +210,16 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
     os.environ.setdefault("DGLBACKEND", "pytorch")
     device = torch.device(args.device)
     results: List[Dict[str, Any]] = []
-    print(f"Training-epoch time, stock vs instrumented ({args.rounds} interleaved rounds after "
-          f"{args.warmup} warm-up; NVTX backend {ic.configure().nvtx}; {device})")
-    print(f"  {'shape':16s} {'case':17s} {'stock ms (IQR)':>18s} {'enabled ms (IQR)':>18s} "
-          f"{'no-bw ms (IQR)':>18s} {'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} {'enabled/stock':>14s} "
-          f"{'no-bw/stock':>12s} {'disabled/stock':>15s} {'again/stock':>12s}")
+    print(
+        f"Training-epoch time, stock vs instrumented ({args.rounds} interleaved rounds after "
+        f"{args.warmup} warm-up; NVTX backend {ic.configure().nvtx}; {device})"
+    )
+    print(
+        f"  {'shape':16s} {'case':17s} {'stock ms (IQR)':>18s} {'enabled ms (IQR)':>18s} "
+        f"{'no-bw ms (IQR)':>18s} {'disabled ms (IQR)':>18s} {'again ms (IQR)':>18s} "
+        f"{'enabled/stock':>14s} "
+        f"{'no-bw/stock':>12s} {'disabled/stock':>15s} {'again/stock':>12s}"
+    )
     for shape in args.shapes:
         data = load_graph(shape).to(device)
         for platform_, sparse, label in CASES:
@@ -194,12 +229,17 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
             if why is not None:
                 print(f"  {shape:16s} {label:17s} skipped: {why}")
                 continue
-            res = measure_case(data, platform_, sparse, args.rounds, args.warmup, args.hidden, device)
+            res = measure_case(
+                data, platform_, sparse, args.rounds, args.warmup, args.hidden, device
+            )
             m, q, r = res["median_s"], res["iqr_s"], res["ratio_median"]
-            print(f"  {shape:16s} {label:17s} "
-                  + " ".join(f"{m[v] * 1e3:10.2f} ({q[v] * 1e3:5.2f})" for v in VARIANTS)
-                  + f" {r['enabled']:14.4f} {r['no backward']:12.4f} {r['disabled']:15.4f}"
-                  f" {r['stock again']:12.4f}", flush=True)
+            print(
+                f"  {shape:16s} {label:17s} "
+                + " ".join(f"{m[v] * 1e3:10.2f} ({q[v] * 1e3:5.2f})" for v in VARIANTS)
+                + f" {r['enabled']:14.4f} {r['no backward']:12.4f} {r['disabled']:15.4f}"
+                f" {r['stock again']:12.4f}",
+                flush=True,
+            )
             results.append({"shape": shape, "case": label, **res})
     if args.json:
         write_json(args.json, results, device)
@@ -208,7 +248,12 @@ def run_bench(args: argparse.Namespace) -> List[Dict[str, Any]]:
 
 def write_json(path: str, results: List[Dict[str, Any]], device: torch.device) -> None:
     """Write the results with the machine's versions to ``path``."""
-    info = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),
-            "nvtx_backend": ic.configure().nvtx, "cpu_count": os.cpu_count()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "nvtx_backend": ic.configure().nvtx,
+        "cpu_count": os.cpu_count(),
+    }
     with open(path, "w") as fh:
         json.dump({"info": info, "results": results}, fh, indent=2)

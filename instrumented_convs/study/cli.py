@@ -10,27 +10,23 @@ here the same model and loop run with the instrumented layers instead.
 - ``compare``: the same with every flag of the study (dataset, epochs, width, device, plot...).
 - ``bench``: what the instrumentation costs on this machine (stock vs instrumented layers).
 
-:func:`study_main` is the whole command line of ``examples/arxiv.py`` and ``examples/cora.py``.
+:func:`~.run.study_main` (:mod:`.run`) is the whole command line of ``examples/arxiv.py``
+and ``examples/cora.py``.
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-import torch
+from .data import DatasetNotFound, MissingDependency
+from .models import require_torch_sparse
+from .run import add_study_arguments, report, run_study
 
-from instrumented_convs import registry
-from instrumented_convs.report import Summary
-
-from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
-from .loop import TrainResult, train
-from .models import MODELS, build_model, require_torch_sparse
-
-__all__ = ["add_study_arguments", "StudyRun", "run_study", "report", "write_json", "study_main", "main"]
+__all__ = ["main"]
 
 PROG = "python -m instrumented_convs"
 #: The study ran 100 epochs; demo and compare default to a few, enough for a first look.
@@ -39,161 +35,44 @@ COMPARE_DATASETS = ("synthetic-arxiv", "ogbn-arxiv", "synthetic-cora", "cora")
 DEMO_HELP = (
     "Start here. Trains the study's 3-layer GCN (in -> 128 -> 128 -> classes, ReLU, log_softmax,\n"
     "Adam) on a generated graph of ogbn-arxiv's shape (169,343 nodes, 128 features, 40 classes),\n"
-    f"{DEMO_EPOCHS} timed epochs with the instrumented PyG GCNConv and as many with DGL GraphConv.\n"
+    f"{DEMO_EPOCHS} timed epochs with the instrumented PyG GCNConv and as many with DGL "
+    "GraphConv.\n"
     "Prints each framework's accuracy, epoch-phase table and per-step table, then one table of\n"
     "both frameworks' time per epoch aligned by role (normalisation, dense transform, sparse\n"
-    "aggregation, ...). Needs torch-geometric and dgl; torch-sparse only for --with-sparse.")
+    "aggregation, ...). Needs torch-geometric and dgl; torch-sparse only for --with-sparse."
+)
 COMPARE_HELP = (
     "Runs the study (as examples/arxiv.py does) with the instrumented PyG GCNConv and DGL\n"
     "GraphConv (--model sage: SAGEConv, mean aggregation) on the same data, prints each\n"
     "framework's accuracy and tables, then one table of both frameworks' time per epoch aligned\n"
-    "by role, and with --plot FILE.png a stacked bar chart.")
+    "by role, and with --plot FILE.png a stacked bar chart."
+)
 BENCH_DEFAULTS = (
-    "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv synthetic-cora for the\n"
-    "study's size too (minutes on a CPU).")
-
-
-def add_study_arguments(parser: argparse.ArgumentParser, datasets: Tuple[str, ...], default_dataset: str,
-                        epochs: int) -> None:
-    """Add the study's flags to an ``argparse`` parser."""
-    parser.add_argument("--platform", choices=("pyg", "dgl"), default="pyg",
-                        help="framework of the instrumented layers: PyTorch Geometric GCNConv or DGL GraphConv")
-    parser.add_argument("--dataset", choices=datasets, default=default_dataset,
-                        help="the real dataset (needs its files under --root; no download here) or a "
-                             "generated graph of the same shape (the default)")
-    parser.add_argument("--model", choices=tuple(MODELS), default="gcn",
-                        help="the 3-layer model: GCN (GCNConv / GraphConv) or GraphSAGE (SAGEConv, mean)")
-    parser.add_argument("--root", default="data", help="folder holding the real datasets' files")
-    parser.add_argument("--hidden-channels", type=int, default=128, help="hidden layer width")
-    parser.add_argument("--epochs", type=int, default=epochs, help="timed training epochs (default: %(default)s)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
-    parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
-    parser.add_argument("--sparse", action="store_true",
-                        help="PyG only: feed a torch_sparse.SparseTensor adj_t instead of edge_index "
-                             "(the study's T.ToSparseTensor() setup; fused message_and_aggregate; "
-                             "needs torch-sparse)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated graph and of the model")
-    parser.add_argument("--quick", action="store_true",
-                        help="a tiny generated graph (1,000 nodes) and 3 epochs: a smoke run")
-    parser.add_argument("--json", metavar="FILE", help="also write the summary and accuracies as JSON")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-@dataclass
-class StudyRun:
-    """One run of the study: its data, result and summary."""
-
-    platform: str
-    data: GraphData
-    result: TrainResult
-    summary: Summary
-    sparse: bool
-    model: str = "gcn"
-
-
-def _progress(total: int, desc: str, unit: str = "epoch") -> Any:
-    """A tqdm bar, or ``None`` where tqdm is not installed (it is an optional dependency)."""
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit=unit, leave=False)
-
-
-def run_study(args: Any) -> StudyRun:
-    """Load the data, build the model, train it with progress, return what was measured."""
-    dataset, epochs = args.dataset, args.epochs
-    if args.quick:
-        dataset, epochs = "synthetic-quick", min(epochs, 3)
-    if args.sparse and args.platform == "pyg":
-        require_torch_sparse()  # fail before generating the data
-    data = load_graph(dataset, root=args.root, platform=args.platform, seed=args.seed).to(args.device)
-    torch.manual_seed(args.seed)
-    name = getattr(args, "model", "gcn")
-    model, graph = build_model(args.platform, data, args.hidden_channels, args.sparse, model=name)
-    if args.platform == "dgl":
-        graph = graph.to(args.device)
-    progress = None if args.no_progress else _progress(epochs, f"{args.platform} {dataset}")
-
-    def on_epoch(epoch: int, loss: float) -> None:
-        if progress is not None:
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss:.4f}")
-
-    registry.reset()
-    try:
-        result = train(model, data, graph, epochs=epochs, lr=args.lr, warmup=args.warmup, on_epoch=on_epoch)
-    finally:
-        if progress is not None:
-            progress.close()
-    return StudyRun(args.platform, data, result, registry.summary(), args.sparse, name)
-
-
-def report(run: StudyRun) -> str:
-    """The text a study prints: data, accuracy, the epoch-level and the per-step tables."""
-    r, s = run.result, run.summary
-    epoch = s["epoch"] if "epoch" in s else None
-    lines = [
-        run.data.describe(),
-        f"{run.platform}{' (SparseTensor)' if run.sparse else ''}{'' if run.model == 'gcn' else ', ' + MODELS[run.model]}: {r.epochs} timed epochs, final loss {r.final_loss:.4f}",
-        f"Accuracy: train {r.train_acc:.4f}  valid {r.valid_acc:.4f}  test {r.test_acc:.4f}  "
-        f"(chance {1 / run.data.num_classes:.4f})",
-    ]
-    if epoch is not None:
-        lines.append(f"Epoch time: {epoch.mean * 1e3:.2f} ms (mean of {epoch.count} epochs, std {epoch.std * 1e3:.2f} ms)")
-    lines += ["", s.select("epoch", max_depth=1).table(title="Epoch phases"), "",
-              s.select("epoch/forward").table(title="Steps inside forward")]
-    back = s.select("epoch/backward")
-    if any(row.phase == "backward" for row in back):
-        covered = sum(row.total for row in back.children("epoch/backward") if row.phase == "backward")
-        lines += ["", back.table(title="Steps inside backward"),
-                  f"The layers' backward steps cover {covered / back['epoch/backward'].total:.1%} of backward."]
-    return "\n".join(lines)
-
-
-def write_json(run: StudyRun, path: str) -> None:
-    """Write the run's accuracies and summary to ``path``."""
-    import json
-
-    payload = {"platform": run.platform, "sparse": run.sparse, "dataset": run.data.name, "model": run.model,
-               "accuracy": {"train": run.result.train_acc, "valid": run.result.valid_acc, "test": run.result.test_acc},
-               "epochs": run.result.epochs, "summary": run.summary.to_dict()}
-    with open(path, "w") as fh:
-        json.dump(payload, fh, indent=2)
-
-
-def study_main(description: str, datasets: Tuple[str, ...], default_dataset: str,
-               argv: Optional[List[str]] = None, epochs: int = 100) -> int:
-    """The whole command line of a study example: parse, run, print, optionally write JSON."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_study_arguments(parser, datasets, default_dataset, epochs=epochs)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        run = run_study(args)
-    except (DatasetNotFound, MissingDependency) as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    print(report(run))
-    if args.json:
-        write_json(run, args.json)
-    return 0
+    "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv "
+    "synthetic-cora for the\nstudy's size too (minutes on a CPU)."
+)
 
 
 # -- python -m instrumented_convs ------------------------------------------------------------
+
 
 def _compare(args: argparse.Namespace) -> int:
     """Run the study per framework, print each report (unless ``--brief``), then side by side."""
     from .compare import breakdown, side_by_side
 
-    platforms = [("pyg", False), ("pyg", True), ("dgl", False)] if args.with_sparse else [("pyg", False), ("dgl", False)]
+    platforms = (
+        [("pyg", False), ("pyg", True), ("dgl", False)]
+        if args.with_sparse
+        else [("pyg", False), ("dgl", False)]
+    )
     try:
         if args.with_sparse:
             require_torch_sparse()  # say so before spending minutes on the other runs
         if args.epochs != 100 and not args.quick and not getattr(args, "demo", False):
-            print(f"Running {args.epochs} timed epochs per framework (the published study ran 100; "
-                  "pass --epochs 100 for the full run).")
+            print(
+                f"Running {args.epochs} timed epochs per framework (the published study ran 100; "
+                "pass --epochs 100 for the full run)."
+            )
         runs = []
         for platform, sparse in platforms:
             ns = SimpleNamespace(**vars(args))
@@ -202,7 +81,11 @@ def _compare(args: argparse.Namespace) -> int:
             if not args.brief:
                 print(report(run))
                 print()
-            label = "PyG (SparseTensor)" if sparse else {"pyg": "PyG (edge_index)", "dgl": "DGL"}[platform]
+            label = (
+                "PyG (SparseTensor)"
+                if sparse
+                else {"pyg": "PyG (edge_index)", "dgl": "DGL"}[platform]
+            )
             runs.append(breakdown(run.summary, platform, label, model=args.model))
         print(side_by_side(runs))
         for b in runs:
@@ -232,16 +115,30 @@ def _demo(args: argparse.Namespace) -> int:
         except MissingDependency as exc:
             print(exc, file=sys.stderr)
             return 2
-    shape = "a 1,000-node generated graph (--quick)" if ns.quick else "a generated graph of ogbn-arxiv's shape"
+    shape = (
+        "a 1,000-node generated graph (--quick)"
+        if ns.quick
+        else "a generated graph of ogbn-arxiv's shape"
+    )
     epochs = min(ns.epochs, 3) if ns.quick else ns.epochs
-    layers = "PyG GCNConv (edge_index" + (" and SparseTensor input)" if ns.with_sparse else " input)")
-    print(_wrap(f"The study's 3-layer GCN (in -> 128 -> 128 -> classes) on {shape}, {epochs} timed epochs "
-                f"(the published study ran 100) with the instrumented {layers} and DGL GraphConv.") + "\n")
+    layers = "PyG GCNConv (edge_index" + (
+        " and SparseTensor input)" if ns.with_sparse else " input)"
+    )
+    print(
+        _wrap(
+            f"The study's 3-layer GCN (in -> 128 -> 128 -> classes) on {shape}, {epochs} timed "
+            f"epochs "
+            f"(the published study ran 100) with the instrumented {layers} and DGL GraphConv."
+        )
+        + "\n"
+    )
     rc = _compare(ns)
     if rc == 0:
-        print("\nNext:\n"
-              f"  {PROG} compare --help   every flag: epochs, dataset, width, device, --plot\n"
-              f"  {PROG} bench            what the instrumentation costs on this machine")
+        print(
+            "\nNext:\n"
+            f"  {PROG} compare --help   every flag: epochs, dataset, width, device, --plot\n"
+            f"  {PROG} bench            what the instrumentation costs on this machine"
+        )
     return rc
 
 
@@ -250,10 +147,16 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     run_bench(args)
-    print(_wrap("Ratios are medians of per-round ratios to stock. enabled/stock is what recording costs, "
-                "disabled/stock what the instrumented layers cost when switched off; again/stock compares "
-                "two identical stock models, so it is the noise floor: a ratio no further from 1 than "
-                "again/stock is not a measurable cost."))
+    print(
+        _wrap(
+            "Ratios are medians of per-round ratios to stock. enabled/stock is what recording "
+            "costs, "
+            "disabled/stock what the instrumented layers cost when switched off; again/stock "
+            "compares "
+            "two identical stock models, so it is the noise floor: a ratio no further from 1 than "
+            "again/stock is not a measurable cost."
+        )
+    )
     return 0
 
 
@@ -268,32 +171,73 @@ def _parser() -> argparse.ArgumentParser:
     from .bench import add_bench_arguments
 
     raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog=PROG, formatter_class=raw, description=(
-        "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
-        "The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG and DGL,\n"
-        "which timed the layers' internal steps by copying the layers' source and inserting timers;\n"
-        "these commands run it with the instrumented layers instead. Start with: " + PROG + " demo"))
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        formatter_class=raw,
+        description=(
+            "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
+            "The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG "
+            "and DGL,\n"
+            "which timed the layers' internal steps by copying the layers' source and inserting "
+            "timers;\n"
+            "these commands run it with the instrumented layers instead. Start with: "
+            + PROG
+            + " demo"
+        ),
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    demo = sub.add_parser("demo", formatter_class=raw,
-                          help="start here: the 3-layer GCN study for PyG and DGL, tables and side by side",
-                          description=DEMO_HELP)
-    demo.add_argument("--epochs", type=int, default=DEMO_EPOCHS, help="timed epochs per framework (default: %(default)s)")
+    demo = sub.add_parser(
+        "demo",
+        formatter_class=raw,
+        help="start here: the 3-layer GCN study for PyG and DGL, tables and side by side",
+        description=DEMO_HELP,
+    )
+    demo.add_argument(
+        "--epochs",
+        type=int,
+        default=DEMO_EPOCHS,
+        help="timed epochs per framework (default: %(default)s)",
+    )
     demo.add_argument("--device", default="cpu", help="cpu or cuda")
-    demo.add_argument("--with-sparse", action="store_true",
-                      help="also run PyG with SparseTensor input (needs torch-sparse)")
-    demo.add_argument("--plot", metavar="FILE.png", help="write a stacked bar chart of the breakdown (needs matplotlib)")
-    demo.add_argument("--quick", action="store_true", help="a tiny generated graph and 3 epochs: a smoke run")
+    demo.add_argument(
+        "--with-sparse",
+        action="store_true",
+        help="also run PyG with SparseTensor input (needs torch-sparse)",
+    )
+    demo.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a stacked bar chart of the breakdown (needs matplotlib)",
+    )
+    demo.add_argument(
+        "--quick", action="store_true", help="a tiny generated graph and 3 epochs: a smoke run"
+    )
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
-    cmp = sub.add_parser("compare", formatter_class=raw,
-                         help="the study for PyG and DGL side by side, with every flag (dataset, epochs, device, plot)",
-                         description=COMPARE_HELP)
+    cmp = sub.add_parser(
+        "compare",
+        formatter_class=raw,
+        help="the study for PyG and DGL side by side, with every flag "
+        "(dataset, epochs, device, plot)",
+        description=COMPARE_HELP,
+    )
     add_study_arguments(cmp, COMPARE_DATASETS, "synthetic-arxiv", epochs=DEMO_EPOCHS)
-    cmp.add_argument("--plot", metavar="FILE.png", help="write a stacked bar chart of the breakdown (needs matplotlib)")
-    cmp.add_argument("--with-sparse", action="store_true", help="also run PyG with SparseTensor input (needs torch-sparse)")
+    cmp.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a stacked bar chart of the breakdown (needs matplotlib)",
+    )
+    cmp.add_argument(
+        "--with-sparse",
+        action="store_true",
+        help="also run PyG with SparseTensor input (needs torch-sparse)",
+    )
     cmp.add_argument("--brief", action="store_true", help="print only the side-by-side table")
-    bench = sub.add_parser("bench", formatter_class=raw,
-                           help="what the instrumentation costs on this machine: stock vs instrumented epochs",
-                           description=(bench_doc or "").split("\nUsed by")[0].strip() + BENCH_DEFAULTS)
+    bench = sub.add_parser(
+        "bench",
+        formatter_class=raw,
+        help="what the instrumentation costs on this machine: stock vs instrumented epochs",
+        description=(bench_doc or "").split("\nUsed by")[0].strip() + BENCH_DEFAULTS,
+    )
     add_bench_arguments(bench, default_shapes=("synthetic-cora",))
     return parser
 

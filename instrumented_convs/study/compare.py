@@ -12,6 +12,7 @@ has a backward counterpart (:func:`backward_role`), and autograd's work outside 
 :func:`side_by_side` (text) and :func:`instrumented_convs.study.plot.plot` (a chart) read only
 those numbers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,13 +22,27 @@ from instrumented_convs.report import Row, Summary
 
 from .models import MODELS
 
-__all__ = ["ROLES", "LAYER", "MODEL_ROLES", "MODEL_LAYER", "OUTER", "BACKWARD_OF", "ORDER", "Breakdown",
-           "backward_role", "breakdown", "side_by_side"]
+__all__ = [
+    "ROLES",
+    "LAYER",
+    "MODEL_ROLES",
+    "MODEL_LAYER",
+    "OUTER",
+    "BACKWARD_OF",
+    "ORDER",
+    "Breakdown",
+    "backward_role",
+    "breakdown",
+    "side_by_side",
+]
 
 #: (role, {platform: step names under ``<layer>/``}) in display order. A role's time is the
 #: inclusive time of its steps inside the layers, summed.
 ROLES: Tuple[Tuple[str, Dict[str, Tuple[str, ...]]], ...] = (
-    ("normalisation", {"pyg": ("gcn_norm",), "dgl": ("zero_in_degree_check", "norm_src", "norm_dst")}),
+    (
+        "normalisation",
+        {"pyg": ("gcn_norm",), "dgl": ("zero_in_degree_check", "norm_src", "norm_dst")},
+    ),
     ("dense transform", {"pyg": ("lin",), "dgl": ("matmul",)}),
     ("sparse aggregation", {"pyg": ("propagate",), "dgl": ("update_all",)}),
     ("bias", {"pyg": ("bias",), "dgl": ("bias",)}),
@@ -60,8 +75,11 @@ BACKWARD_OF: Dict[str, str] = {backward_role(r): r for r in [r for r, _ in ROLES
 BACKWARD_OF["rest of backward"] = "rest of forward"
 #: Roles after :data:`ROLES`, in display order. A run has either the backward roles
 #: (:data:`BACKWARD_OF`, when it timed the backward) or the single ``backward`` region.
-OUTER: Tuple[str, ...] = (("layer glue", "rest of forward", "loss") + tuple(BACKWARD_OF)
-                          + ("backward", "optimizer.step", "epoch glue"))
+OUTER: Tuple[str, ...] = (
+    ("layer glue", "rest of forward", "loss")
+    + tuple(BACKWARD_OF)
+    + ("backward", "optimizer.step", "epoch glue")
+)
 #: Every role, in display order.
 ORDER: Tuple[str, ...] = tuple(r for r, _ in ROLES) + OUTER
 #: The regions of an epoch (the study's loop); what else the epoch took is ``epoch glue``.
@@ -90,8 +108,14 @@ class Breakdown:
         return "rest of backward" in self.per_epoch_ms
 
 
-def _layer_roles(summary: Summary, ms: Callable[[str, str], float], present: Callable[[str, str], bool],
-                 platform: str, phase: str, model: str) -> Tuple[Dict[str, float], Dict[str, str]]:
+def _layer_roles(
+    summary: Summary,
+    ms: Callable[[str, str], float],
+    present: Callable[[str, str], bool],
+    platform: str,
+    phase: str,
+    model: str,
+) -> Tuple[Dict[str, float], Dict[str, str]]:
     """The ms per epoch and the steps of the layer's roles and glue in one phase of the epoch."""
     layer = MODEL_LAYER[model][platform]
     layer_path = f"epoch/{phase}/{layer}"
@@ -110,11 +134,14 @@ def _layer_roles(summary: Summary, ms: Callable[[str, str], float], present: Cal
     assigned = {s for _, names in roles for s in names[platform]}
     others = sorted({r.step for r in summary.children(layer_path) if r.phase == phase} - assigned)
     steps[name("layer glue")] = " + ".join(
-        [f"{layer}{' [backward]' if phase == 'backward' else ''} self time"] + others)
+        [f"{layer}{' [backward]' if phase == 'backward' else ''} self time"] + others
+    )
     return per, steps
 
 
-def breakdown(summary: Summary, platform: str, label: Optional[str] = None, model: str = "gcn") -> Breakdown:
+def breakdown(
+    summary: Summary, platform: str, label: Optional[str] = None, model: str = "gcn"
+) -> Breakdown:
     """Per-epoch milliseconds by role from a study summary (``epoch/forward/<layer>/...``).
 
     ``model`` is the study's model (``"gcn"`` or ``"sage"``): it picks the layer and the role
@@ -173,10 +200,16 @@ def side_by_side(runs: Sequence[Breakdown], title: Optional[str] = None) -> str:
     """
     if title is None:
         models = sorted({b.model for b in runs} - {"gcn"})
-        title = "PyG vs DGL, " + "".join(f"{MODELS.get(m, m)}, " for m in models) + "time per epoch by role"
+        title = (
+            "PyG vs DGL, "
+            + "".join(f"{MODELS.get(m, m)}, " for m in models)
+            + "time per epoch by role"
+        )
     roles = [r for r in ORDER if any(b.per_epoch_ms.get(r, 0.0) for b in runs)]
     role_w = max(len(r) for r in roles + ["role"])
-    step_w = {b.label: max([len("steps")] + [len(b.steps.get(r, "-")) for r in roles]) for b in runs}
+    step_w = {
+        b.label: max([len("steps")] + [len(b.steps.get(r, "-")) for r in roles]) for b in runs
+    }
     head1 = "  " + "".ljust(role_w)
     head2 = "  " + "role".ljust(role_w)
     for b in runs:
@@ -196,6 +229,12 @@ def side_by_side(runs: Sequence[Breakdown], title: Optional[str] = None) -> str:
     total = "  " + "epoch".ljust(role_w)
     for b in runs:
         block_w = 10 + 1 + 6 + 2 + step_w[b.label]
-        total += " | " + f"{b.epoch_ms:10.2f} {100.0:5.1f}%  {('mean of ' + str(b.epochs) + ' epochs').ljust(step_w[b.label])}"[:block_w]
+        total += (
+            " | "
+            + (
+                f"{b.epoch_ms:10.2f} {100.0:5.1f}%  "
+                f"{('mean of ' + str(b.epochs) + ' epochs').ljust(step_w[b.label])}"
+            )[:block_w]
+        )
     lines.append(total)
     return "\n".join(lines)

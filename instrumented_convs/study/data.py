@@ -9,6 +9,7 @@
   not; ``synthetic-*`` names generate. :class:`MissingDependency` is the other error the
   command line explains rather than shows as a traceback (an optional package is missing).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,20 +19,52 @@ from typing import Any, Dict, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["SHAPES", "scaled_shape", "GraphData", "synthetic_graph", "DatasetNotFound", "MissingDependency", "load_graph"]
+__all__ = [
+    "SHAPES",
+    "scaled_shape",
+    "GraphData",
+    "synthetic_graph",
+    "DatasetNotFound",
+    "MissingDependency",
+    "load_graph",
+]
 
 #: Shapes of the study's datasets. ``num_edges`` counts directed edges before symmetrising
 #: for arxiv (as ogbn-arxiv stores them), and after for Cora (as Planetoid stores them) and
 #: products (61,859,140 undirected edges, 123,718,280 directed: ogbn-products' shape).
 SHAPES: Dict[str, Dict[str, Any]] = {
-    "synthetic-arxiv": dict(num_nodes=169_343, num_edges=1_166_243, symmetric_count=False,
-                            num_features=128, num_classes=40, split=(90_941, 29_799, 48_603)),
-    "synthetic-products": dict(num_nodes=2_449_029, num_edges=123_718_280, symmetric_count=True,
-                               num_features=100, num_classes=47, split=(196_615, 39_323, 2_213_091)),
-    "synthetic-cora": dict(num_nodes=2_708, num_edges=10_556, symmetric_count=True,
-                           num_features=1_433, num_classes=7, split=(140, 500, 1_000)),
-    "synthetic-quick": dict(num_nodes=1_000, num_edges=6_000, symmetric_count=False,
-                            num_features=16, num_classes=5, split=(500, 200, 300)),
+    "synthetic-arxiv": dict(
+        num_nodes=169_343,
+        num_edges=1_166_243,
+        symmetric_count=False,
+        num_features=128,
+        num_classes=40,
+        split=(90_941, 29_799, 48_603),
+    ),
+    "synthetic-products": dict(
+        num_nodes=2_449_029,
+        num_edges=123_718_280,
+        symmetric_count=True,
+        num_features=100,
+        num_classes=47,
+        split=(196_615, 39_323, 2_213_091),
+    ),
+    "synthetic-cora": dict(
+        num_nodes=2_708,
+        num_edges=10_556,
+        symmetric_count=True,
+        num_features=1_433,
+        num_classes=7,
+        split=(140, 500, 1_000),
+    ),
+    "synthetic-quick": dict(
+        num_nodes=1_000,
+        num_edges=6_000,
+        symmetric_count=False,
+        num_features=16,
+        num_classes=5,
+        split=(500, 200, 300),
+    ),
 }
 
 #: The fewest nodes, and nodes per split part, of a shape shrunk by :func:`scaled_shape`.
@@ -89,15 +122,24 @@ class GraphData:
 
     def to(self, device: Any) -> "GraphData":
         """A copy on ``device``."""
-        return GraphData(self.name, self.x.to(device), self.y.to(device), self.edge_index.to(device),
-                         self.train_idx.to(device), self.valid_idx.to(device), self.test_idx.to(device),
-                         self.num_classes)
+        return GraphData(
+            self.name,
+            self.x.to(device),
+            self.y.to(device),
+            self.edge_index.to(device),
+            self.train_idx.to(device),
+            self.valid_idx.to(device),
+            self.test_idx.to(device),
+            self.num_classes,
+        )
 
     def describe(self) -> str:
         """One line: name, nodes, edges, features, classes, split sizes."""
-        return (f"{self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} directed edges, "
-                f"{self.x.size(1)} features, {self.num_classes} classes, split "
-                f"{len(self.train_idx):,}/{len(self.valid_idx):,}/{len(self.test_idx):,}")
+        return (
+            f"{self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} directed edges, "
+            f"{self.x.size(1)} features, {self.num_classes} classes, split "
+            f"{len(self.train_idx):,}/{len(self.valid_idx):,}/{len(self.test_idx):,}"
+        )
 
 
 def _unique_pairs(src: Tensor, dst: Tensor, n: int) -> Tensor:
@@ -133,7 +175,7 @@ def synthetic_graph(
     n = num_nodes
     y = torch.randint(0, num_classes, (n,), generator=g)
     centroids = torch.randn(num_classes, num_features, generator=g)
-    x = (signal / num_features ** 0.5) * centroids[y] + torch.randn(n, num_features, generator=g)
+    x = (signal / num_features**0.5) * centroids[y] + torch.randn(n, num_features, generator=g)
 
     order = torch.argsort(y)
     counts = torch.bincount(y, minlength=num_classes)
@@ -145,7 +187,10 @@ def synthetic_graph(
         src = torch.randint(0, n, (m,), generator=g)
         same = torch.rand(m, generator=g) < homophily
         cls = y[src]
-        within = order[starts[cls] + (torch.rand(m, generator=g) * counts[cls]).long().clamp_max(counts[cls] - 1)]
+        within = order[
+            starts[cls]
+            + (torch.rand(m, generator=g) * counts[cls]).long().clamp_max(counts[cls] - 1)
+        ]
         dst = torch.where(same, within, torch.randint(0, n, (m,), generator=g))
         if symmetric_count:  # draw undirected pairs once: canonical order
             src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
@@ -157,7 +202,9 @@ def synthetic_graph(
 
     perm = torch.randperm(n, generator=g)
     a, b, c = split
-    return GraphData(name, x, y, edge_index, perm[:a], perm[a:a + b], perm[a + b:a + b + c], num_classes)
+    return GraphData(
+        name, x, y, edge_index, perm[:a], perm[a : a + b], perm[a + b : a + b + c], num_classes
+    )
 
 
 class DatasetNotFound(FileNotFoundError):
@@ -173,14 +220,16 @@ _HOW_TO_GET = {
         "ogbn-arxiv is not under {root!r} (looked for {path!r}). This machine cannot download "
         "it. On a machine with network access run:\n"
         "    pip install ogb\n"
-        "    python -c \"from ogb.nodeproppred import PygNodePropPredDataset as D; D('ogbn-arxiv', root='{root}')\"\n"
+        '    python -c "from ogb.nodeproppred import PygNodePropPredDataset as D; '
+        "D('ogbn-arxiv', root='{root}')\"\n"
         "then copy the folder {path!r} here. Or use --dataset synthetic-arxiv (a generated graph "
         "of the same shape)."
     ),
     "cora": (
         "Cora is not under {root!r} (looked for {path!r}). This machine cannot download it. "
         "On a machine with network access run:\n"
-        "    python -c \"from torch_geometric.datasets import Planetoid; Planetoid('{root}', 'Cora')\"\n"
+        '    python -c "from torch_geometric.datasets import Planetoid; '
+        "Planetoid('{root}', 'Cora')\"\n"
         "then copy the folder {path!r} here. Or use --dataset synthetic-cora."
     ),
 }
@@ -200,7 +249,9 @@ def load_graph(name: str, root: str = "data", platform: str = "pyg", seed: int =
         if not os.path.isdir(path):
             raise DatasetNotFound(_HOW_TO_GET["cora"].format(root=root, path=path))
         return _load_cora(root, platform)
-    raise ValueError(f"unknown dataset {name!r}; choose ogbn-arxiv, cora or one of {sorted(SHAPES)}")
+    raise ValueError(
+        f"unknown dataset {name!r}; choose ogbn-arxiv, cora or one of {sorted(SHAPES)}"
+    )
 
 
 def _load_arxiv(root: str, platform: str) -> GraphData:  # pragma: no cover - needs the data
@@ -220,8 +271,16 @@ def _load_arxiv(root: str, platform: str) -> GraphData:  # pragma: no cover - ne
     split = dataset.get_idx_split()
     from torch_geometric.utils import to_undirected
 
-    return GraphData("ogbn-arxiv", x, labels.view(-1), to_undirected(edge_index, num_nodes=x.size(0)),
-                     split["train"], split["valid"], split["test"], int(labels.max()) + 1)
+    return GraphData(
+        "ogbn-arxiv",
+        x,
+        labels.view(-1),
+        to_undirected(edge_index, num_nodes=x.size(0)),
+        split["train"],
+        split["valid"],
+        split["test"],
+        int(labels.max()) + 1,
+    )
 
 
 def _load_cora(root: str, platform: str) -> GraphData:  # pragma: no cover - needs the data
@@ -229,5 +288,13 @@ def _load_cora(root: str, platform: str) -> GraphData:  # pragma: no cover - nee
 
     data = Planetoid(root, "Cora")[0]
     idx = torch.arange(data.num_nodes)
-    return GraphData("cora", data.x, data.y, data.edge_index, idx[data.train_mask], idx[data.val_mask],
-                     idx[data.test_mask], int(data.y.max()) + 1)
+    return GraphData(
+        "cora",
+        data.x,
+        data.y,
+        data.edge_index,
+        idx[data.train_mask],
+        idx[data.val_mask],
+        idx[data.test_mask],
+        int(data.y.max()) + 1,
+    )

@@ -4,6 +4,7 @@ Each timed epoch is ``region("epoch")`` with ``forward``, ``loss``, ``backward``
 ``optimizer.step`` inside (the epoch-level table of the study), and the layers' own steps
 appear under ``forward``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ def accuracy(model: torch.nn.Module, data: GraphData, graph: Any) -> Tuple[float
             pred = model(data.x, graph).argmax(dim=-1)
         model.train()
     return tuple(  # type: ignore[return-value]
-        float((pred[idx] == data.y[idx]).float().mean()) for idx in (data.train_idx, data.valid_idx, data.test_idx)
+        float((pred[idx] == data.y[idx]).float().mean())
+        for idx in (data.train_idx, data.valid_idx, data.test_idx)
     )
 
 

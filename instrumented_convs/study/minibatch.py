@@ -20,10 +20,11 @@ both frameworks sample the same neighbourhoods.
 
 Under ``torch.distributed`` (see ``examples/ddp.py``) the model is wrapped in
 ``DistributedDataParallel`` and each rank trains on its own share of the training nodes,
-all shares the same size (:func:`shard`; DGL: ``use_ddp=True``), so every rank runs the
+all shares the same size (:func:`.sharding.shard`; DGL: ``use_ddp=True``), so every rank runs the
 same number of batches: DDP's gradient all-reduce would otherwise wait forever in the
 backward of a rank that has one batch more.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,55 +36,27 @@ from torch import Tensor
 
 from instrumented_convs import configure, region
 
-from .data import GraphData, MissingDependency
+from .data import GraphData
 from .models import build_model
+from .sharding import rank_and_world, require_pyg_sampler, shard
 
-__all__ = ["FANOUTS", "BATCH_SIZE", "MiniBatchSetup", "MiniBatchResult", "require_pyg_sampler",
-           "rank_and_world", "shard", "setup", "make_loader", "to_device", "train_minibatch", "evaluate",
-           "describe"]
+__all__ = [
+    "FANOUTS",
+    "BATCH_SIZE",
+    "MiniBatchSetup",
+    "MiniBatchResult",
+    "setup",
+    "make_loader",
+    "to_device",
+    "train_minibatch",
+    "evaluate",
+    "describe",
+]
 
 #: Neighbours sampled per hop, from the seed nodes outward (PyG's ogbn-products example).
 FANOUTS: Tuple[int, ...] = (15, 10, 5)
 #: Seed (training) nodes per mini-batch.
 BATCH_SIZE = 1024
-
-
-def require_pyg_sampler() -> None:
-    """Raise :class:`MissingDependency` unless PyG's ``NeighborLoader`` can sample here.
-
-    PyG samples with pyg-lib or, failing that, torch-sparse; with neither, ``NeighborLoader``
-    builds but its first batch raises. Say so before generating the data.
-    """
-    import torch_geometric.typing as pyg_typing
-
-    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
-        raise MissingDependency(
-            "PyG's NeighborLoader needs pyg-lib or torch-sparse to sample neighbours, and neither is "
-            "installed here. Install pyg-lib (pip install pyg-lib -f https://data.pyg.org/whl/"
-            "torch-<torch version>+<cpu|cuXYZ>.html) or torch-sparse (pip install "
-            "instrumented_convs[sparse], or a wheel from https://data.pyg.org/whl/), or run "
-            "--platform dgl: DGL's sampler needs nothing more.")
-
-
-def rank_and_world() -> Tuple[int, int]:
-    """This process's rank and the number of ranks (``(0, 1)`` outside ``torch.distributed``)."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def shard(nodes: Tensor, rank: int, world: int) -> Tensor:
-    """Rank ``rank``'s share of ``nodes`` (every ``world``-th node), all shares the same size.
-
-    Padded by wrapping around to the first nodes, as torch's ``DistributedSampler`` and DGL's
-    ``use_ddp`` do, so every rank runs the same number of batches.
-    """
-    if nodes.numel() == 0:
-        raise ValueError("no nodes to share out")
-    per = -(-nodes.numel() // world)
-    padded = nodes.repeat(-(-per * world // nodes.numel()))[: per * world]
-    return padded[rank::world]
 
 
 @dataclass
@@ -115,9 +88,17 @@ class MiniBatchResult:
     test_nodes: int  #: test nodes evaluated, all ranks together
 
 
-def setup(platform: str, data: GraphData, fanouts: Sequence[int] = FANOUTS, batch_size: int = BATCH_SIZE,
-          hidden: int = 128, device: Any = "cpu", model: str = "gcn", seed: int = 0,
-          num_workers: int = 0) -> MiniBatchSetup:
+def setup(
+    platform: str,
+    data: GraphData,
+    fanouts: Sequence[int] = FANOUTS,
+    batch_size: int = BATCH_SIZE,
+    hidden: int = 128,
+    device: Any = "cpu",
+    model: str = "gcn",
+    seed: int = 0,
+    num_workers: int = 0,
+) -> MiniBatchSetup:
     """Build the study's model for ``platform`` and the graph its loader samples from.
 
     ``data`` stays on the host. One fanout per layer (the study's model has 3). When
@@ -131,7 +112,9 @@ def setup(platform: str, data: GraphData, fanouts: Sequence[int] = FANOUTS, batc
     torch.manual_seed(seed)
     net, graph = build_model(platform, data, hidden, model=model)
     if len(fanouts) != len(net.convs):
-        raise ValueError(f"the model has {len(net.convs)} layers: give as many fanouts, not {list(fanouts)}")
+        raise ValueError(
+            f"the model has {len(net.convs)} layers: give as many fanouts, not {list(fanouts)}"
+        )
     rank, world = rank_and_world()
     if platform == "pyg":
         from torch_geometric.data import Data
@@ -152,8 +135,20 @@ def setup(platform: str, data: GraphData, fanouts: Sequence[int] = FANOUTS, batc
             wrapped = DistributedDataParallel(net, device_ids=[index], output_device=index)
         else:
             wrapped = DistributedDataParallel(net)
-    return MiniBatchSetup(platform, data, graph, net, wrapped, tuple(fanouts), batch_size, device, rank, world, seed,
-                          num_workers)
+    return MiniBatchSetup(
+        platform,
+        data,
+        graph,
+        net,
+        wrapped,
+        tuple(fanouts),
+        batch_size,
+        device,
+        rank,
+        world,
+        seed,
+        num_workers,
+    )
 
 
 def make_loader(s: MiniBatchSetup, nodes: Tensor, train: bool = True) -> Any:
@@ -168,15 +163,30 @@ def make_loader(s: MiniBatchSetup, nodes: Tensor, train: bool = True) -> Any:
 
         if train and s.world > 1:
             nodes = shard(nodes, s.rank, s.world)
-        return NeighborLoader(s.graph, num_neighbors=list(s.fanouts), batch_size=s.batch_size,
-                              input_nodes=nodes, shuffle=train, **workers)
+        return NeighborLoader(
+            s.graph,
+            num_neighbors=list(s.fanouts),
+            batch_size=s.batch_size,
+            input_nodes=nodes,
+            shuffle=train,
+            **workers,
+        )
     import dgl
 
-    sampler = dgl.dataloading.NeighborSampler(list(reversed(s.fanouts)), prefetch_node_feats=["feat"],
-                                              prefetch_labels=["label"])
-    return dgl.dataloading.DataLoader(s.graph, nodes, sampler, batch_size=s.batch_size, shuffle=train,
-                                      drop_last=False, use_ddp=train and s.world > 1, ddp_seed=s.seed,
-                                      **workers)
+    sampler = dgl.dataloading.NeighborSampler(
+        list(reversed(s.fanouts)), prefetch_node_feats=["feat"], prefetch_labels=["label"]
+    )
+    return dgl.dataloading.DataLoader(
+        s.graph,
+        nodes,
+        sampler,
+        batch_size=s.batch_size,
+        shuffle=train,
+        drop_last=False,
+        use_ddp=train and s.world > 1,
+        ddp_seed=s.seed,
+        **workers,
+    )
 
 
 def to_device(s: MiniBatchSetup, batch: Any) -> Tuple[Tensor, Any, Tensor]:
@@ -197,7 +207,8 @@ def train_minibatch(
     on_batch: Optional[Callable[[], None]] = None,
     on_epoch: Optional[Callable[[int, float], None]] = None,
 ) -> MiniBatchResult:
-    """``warmup`` untimed batches, then ``epochs`` timed epochs of mini-batches, then the test accuracy.
+    """``warmup`` untimed batches, then ``epochs`` timed epochs of mini-batches, then the
+    test accuracy.
 
     Each epoch is ``region("epoch")`` with ``sample``, ``to_device``, ``forward``, ``loss``,
     ``backward`` and ``optimizer.step`` per batch (see the module's docstring). Warm-up
@@ -256,7 +267,7 @@ def evaluate(s: MiniBatchSetup, nodes: Tensor) -> Tuple[float, int]:
     are summed over ranks (a collective: every rank must call it).
     """
     correct = total = 0
-    mine = nodes[s.rank::s.world]
+    mine = nodes[s.rank :: s.world]
     with configure(enabled=False), torch.no_grad():
         s.net.eval()
         if mine.numel():
@@ -276,12 +287,17 @@ def evaluate(s: MiniBatchSetup, nodes: Tensor) -> Tuple[float, int]:
 def describe(s: MiniBatchSetup, result: MiniBatchResult) -> str:
     """Lines a run prints: the data, the sampling, the loss and the accuracy."""
     dist = f", {s.world} ranks (DistributedDataParallel)" if s.world > 1 else ""
-    return "\n".join([
-        s.data.describe(),
-        f"{s.platform}: fanouts {','.join(map(str, s.fanouts))} (from the seeds outward), batch size "
-        f"{s.batch_size}, {result.batches} batch{'es' if result.batches != 1 else ''} per epoch{' per rank' if dist else ''}{dist}",
-        f"{result.epochs} timed epochs, final loss {result.final_loss:.4f} (mean of the last epoch's batches{' on rank 0' if dist else ''})",
-        f"Test accuracy {result.test_acc:.4f} on {result.test_nodes:,} test nodes, sampled neighbourhoods "
-        f"(chance {1 / s.data.num_classes:.4f})",
-    ])
-
+    return "\n".join(
+        [
+            s.data.describe(),
+            f"{s.platform}: fanouts {','.join(map(str, s.fanouts))} (from the seeds outward), "
+            f"batch size "
+            f"{s.batch_size}, {result.batches} batch{'es' if result.batches != 1 else ''} per "
+            f"epoch{' per rank' if dist else ''}{dist}",
+            f"{result.epochs} timed epochs, final loss {result.final_loss:.4f} (mean of the last "
+            f"epoch's batches{' on rank 0' if dist else ''})",
+            f"Test accuracy {result.test_acc:.4f} on {result.test_nodes:,} test nodes, sampled "
+            f"neighbourhoods "
+            f"(chance {1 / s.data.num_classes:.4f})",
+        ]
+    )

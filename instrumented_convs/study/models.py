@@ -5,6 +5,7 @@ of the published profiling of PyG and DGL this package grew out of. ``model="sag
 the same network with GraphSAGE layers (``SAGEConv``, mean aggregation). :func:`build_model`
 also prepares the graph argument the framework's layer takes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,9 +32,12 @@ def require_torch_sparse() -> Any:
         import torch_sparse
     except ImportError as exc:
         raise MissingDependency(
-            "SparseTensor input (--sparse / --with-sparse) needs torch-sparse, which is not installed "
-            f"here ({exc}). Install it (pip install instrumented_convs[sparse], or torch-sparse from "
-            "https://data.pyg.org/whl/ for your torch version), or run without --sparse / --with-sparse: "
+            "SparseTensor input (--sparse / --with-sparse) needs torch-sparse, which is not "
+            "installed "
+            f"here ({exc}). Install it (pip install instrumented_convs[sparse], or torch-sparse "
+            f"from "
+            "https://data.pyg.org/whl/ for your torch version), or run without --sparse / "
+            "--with-sparse: "
             "PyG's edge_index path and DGL need only pure-Python packages."
         ) from exc
     return torch_sparse
@@ -51,8 +55,9 @@ class PygGCN(torch.nn.Module):
         super().__init__()
         if conv_cls is None:
             from instrumented_convs.pyg import GCNConv as conv_cls
-        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
-                                          conv_cls(hidden, classes)])
+        self.convs = torch.nn.ModuleList(
+            [conv_cls(in_channels, hidden), conv_cls(hidden, hidden), conv_cls(hidden, classes)]
+        )
 
     def forward(self, x: Tensor, adj: Any) -> Tensor:
         """in -> hidden -> hidden -> classes, ReLU between, log_softmax at the end."""
@@ -73,8 +78,9 @@ class DglGCN(torch.nn.Module):
         super().__init__()
         if conv_cls is None:
             from instrumented_convs.dgl import GraphConv as conv_cls
-        self.convs = torch.nn.ModuleList([conv_cls(in_channels, hidden), conv_cls(hidden, hidden),
-                                          conv_cls(hidden, classes)])
+        self.convs = torch.nn.ModuleList(
+            [conv_cls(in_channels, hidden), conv_cls(hidden, hidden), conv_cls(hidden, classes)]
+        )
 
     def forward(self, x: Tensor, graph: Any) -> Tensor:
         """Same shape as :class:`PygGCN`; DGL layers take the graph first.
@@ -85,7 +91,9 @@ class DglGCN(torch.nn.Module):
         """
         if isinstance(graph, (list, tuple)):
             if len(graph) != len(self.convs):
-                raise ValueError(f"{len(self.convs)} layers need {len(self.convs)} blocks, got {len(graph)}")
+                raise ValueError(
+                    f"{len(self.convs)} layers need {len(self.convs)} blocks, got {len(graph)}"
+                )
             graphs = list(graph)
         else:
             graphs = [graph] * len(self.convs)
@@ -121,8 +129,14 @@ def _conv_cls(platform: str, model: str, stock: bool) -> Any:
     return functools.partial(DglSAGEConv, aggregator_type="mean")
 
 
-def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool = False,
-                stock: bool = False, model: str = "gcn") -> Tuple[torch.nn.Module, Any]:
+def build_model(
+    platform: str,
+    data: GraphData,
+    hidden: int = 128,
+    sparse: bool = False,
+    stock: bool = False,
+    model: str = "gcn",
+) -> Tuple[torch.nn.Module, Any]:
     """The model for ``platform`` (``pyg``/``dgl``) and the graph argument it takes.
 
     ``model`` is ``"gcn"`` (``GCNConv`` / ``GraphConv``) or ``"sage"`` (the same 3-layer
@@ -140,12 +154,16 @@ def build_model(platform: str, data: GraphData, hidden: int = 128, sparse: bool 
         raise ValueError(f"model must be one of {sorted(MODELS)}, not {model!r}")
     in_channels = data.x.size(1)
     if platform == "pyg":
-        net: torch.nn.Module = PygGCN(in_channels, hidden, data.num_classes, _conv_cls(platform, model, stock))
+        net: torch.nn.Module = PygGCN(
+            in_channels, hidden, data.num_classes, _conv_cls(platform, model, stock)
+        )
         graph: Any = data.edge_index
         if sparse:
             SparseTensor = require_torch_sparse().SparseTensor
             ei = data.edge_index
-            graph = SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(data.num_nodes, data.num_nodes))
+            graph = SparseTensor(
+                row=ei[1], col=ei[0], sparse_sizes=(data.num_nodes, data.num_nodes)
+            )
     elif platform == "dgl":
         if sparse:
             raise ValueError("--sparse is a PyG option (SparseTensor input)")

@@ -1,4 +1,5 @@
 """A stacked bar chart of a :class:`~instrumented_convs.study.compare.Breakdown` (matplotlib)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -24,8 +25,10 @@ def plot(runs: Sequence[Breakdown], path: str) -> None:
     try:
         import matplotlib
     except ImportError as exc:
-        raise MissingDependency(f"--plot needs matplotlib, which is not installed here ({exc}); "
-                                "pip install matplotlib (or instrumented_convs[study])") from exc
+        raise MissingDependency(
+            f"--plot needs matplotlib, which is not installed here ({exc}); "
+            "pip install matplotlib (or instrumented_convs[study])"
+        ) from exc
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -54,7 +57,9 @@ def plot(runs: Sequence[Breakdown], path: str) -> None:
     ax.set_title("Where an epoch goes: 3-layer GCN (hatched: backward)")
     handles, names = ax.get_legend_handles_labels()
     # top of the stack first, so the legend reads in the order of the bars
-    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+    ax.legend(
+        handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
