@@ -210,6 +210,30 @@ def test_env_var_disables_at_import():
     assert out.stdout.split() == ["True", "1"]
 
 
+@pytest.mark.parametrize(
+    "value,backend",
+    [("0", "none"), ("none", "none"), ("off", "none"), ("1", "none"), ("auto", "none")],
+)
+def test_env_var_nvtx_takes_the_names_configure_takes(value, backend):
+    """INSTRUMENTED_CONVS_NVTX: 0/1 or a backend name; with no NVTX tool attached, auto is none."""
+    code = "import instrumented_convs as ic; print(ic.configure().nvtx)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NVTX_INJECTION")}
+    env["INSTRUMENTED_CONVS_NVTX"] = value
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [backend]
+
+
+def test_env_var_nvtx_rejects_an_unknown_name_at_import():
+    env = dict(os.environ, INSTRUMENTED_CONVS_NVTX="nsys")
+    out = subprocess.run(
+        [sys.executable, "-c", "import instrumented_convs"], env=env, capture_output=True, text=True
+    )
+    assert out.returncode != 0
+    assert "INSTRUMENTED_CONVS_NVTX must be 0, 1 or one of auto, nvtx, torch, none" in out.stderr
+
+
 def test_exception_propagates_unchanged_and_stack_stays_balanced(clock):
     err = KeyError("boom")
     with pytest.raises(KeyError) as info:
