@@ -48,6 +48,7 @@ class Case:
     make: Callable[[type], torch.nn.Module]  #: build a layer of the given class (or subclass)
     inputs: Callable[[], Tuple[tuple, dict]]  #: fresh, equal ``(args, kwargs)`` on every call
     grad_inputs: bool = True  #: whether floating-point input tensors should require grad
+    sparse: bool = False  #: whether it needs torch_sparse (its tests carry the ``sparse`` mark)
 
 
 # -- the data: one fixed random graph (and its variants), fresh tensors on every call ----------
@@ -153,15 +154,16 @@ def _case(
     grad_inputs: bool = True,
 ) -> None:
     """Add a case. ``since``: the first PyG release it runs on; ``not_on``: a minor line whose
-    stock layer fails on it; ``sparse``: it needs torch_sparse."""
-    if PYG_VERSION < since or PYG_VERSION[:2] == not_on or (sparse and not WITH_TORCH_SPARSE):
+    stock layer fails on it; ``sparse``: it needs torch_sparse (kept either way: its tests are
+    marked ``sparse`` and skip, visibly, where torch_sparse is missing)."""
+    if PYG_VERSION < since or PYG_VERSION[:2] == not_on:
         return
 
     def inputs() -> Tuple[tuple, dict]:
         d = _Data()
         return tuple(args(d)), (kwargs(d) if kwargs else {})
 
-    _ALL.append(Case(name, f"{name}-{tag}" if tag else name, make, inputs, grad_inputs))
+    _ALL.append(Case(name, f"{name}-{tag}" if tag else name, make, inputs, grad_inputs, sparse))
 
 
 # Arguments shared by many cases.
@@ -329,7 +331,8 @@ _case(
 )
 _case("SignedConv", "first", lambda c: c(F_IN, OUT, first_aggr=True), X_SIGNED)
 _case("SignedConv", "deeper", lambda c: c(F_IN // 2, OUT, first_aggr=False), X_SIGNED)
-_case("PANConv", "", lambda c: c(F_IN, OUT, filter_size=2), X_EI)  # returns (out, SparseTensor)
+# PANConv builds a torch_sparse.SparseTensor from edge_index and returns one
+_case("PANConv", "", lambda c: c(F_IN, OUT, filter_size=2), X_EI, sparse=True)
 _case("EdgeConv", "", lambda c: c(_mlp(2 * F_IN, OUT)), X_EI)
 _case("EdgeConv", "bipartite-mean", lambda c: c(_mlp(2 * F_IN, OUT), aggr="mean"), BI_SAME)
 
@@ -557,10 +560,6 @@ def _skips() -> Dict[str, str]:
     for name in ("CuGraphSAGEConv", "CuGraphGATConv", "CuGraphRGCNConv"):
         skip[name] = _cuda_only("pylibcugraphops", "RAPIDS cugraph-ops")
     skip["FusedGATConv"] = _cuda_only("dgNN", "the dgNN fused GAT kernels")
-    if not WITH_TORCH_SPARSE:
-        skip["PANConv"] = (
-            "needs torch_sparse (it builds a torch_sparse.SparseTensor), which is not installed"
-        )
     # Layers whose constructor raises ImportError without an optional package; PyG's message
     # names it (torch-cluster, torch-spline-conv, or pyg-lib>=0.6.0 since PyG 2.8). Only these
     # are built here: the first build of a class generates its propagate code (~50 ms).

@@ -37,7 +37,12 @@ def _load(framework: str) -> Tuple[Any, Any, Any]:
 
 FRAMEWORKS = {fw: _load(fw) for fw in _STOCK_MODULES}
 PARAMS = [
-    pytest.param(fw, case, id=f"{fw}-{case.id}")
+    pytest.param(
+        fw,
+        case,
+        id=f"{fw}-{case.id}",
+        marks=[pytest.mark.sparse] if getattr(case, "sparse", False) else [],
+    )
     for fw, (_, _, cases) in FRAMEWORKS.items()
     if cases is not None
     for case in cases.CASES

@@ -130,7 +130,7 @@ GCN_KINDS = [
     "edge_index",
     "edge_weight",
     "edge_weight_grad",
-    "sparse_tensor",
+    pytest.param("sparse_tensor", marks=pytest.mark.sparse),
     "torch_coo",
     "torch_csr",
 ]
@@ -144,7 +144,7 @@ def _gcn_adjacency(kind, ei, ew):
         return ei, ew
     if kind == "sparse_tensor":
         if not WITH_TORCH_SPARSE:
-            pytest.skip("torch-sparse not installed")
+            pytest.fail("a test that builds a SparseTensor must carry the sparse mark")
         return SparseTensor(row=ei[1], col=ei[0], sparse_sizes=(N, N)), None
     coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1)), (N, N)).coalesce()
     return (coo if kind == "torch_coo" else coo.to_sparse_csr()), None

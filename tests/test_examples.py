@@ -139,8 +139,8 @@ def test_examples_run_end_to_end_and_print_both_tables(example, platform, rows, 
     assert any(r["name"] == "epoch" and r["count"] == 3 for r in payload["summary"]["rows"])
 
 
+@pytest.mark.sparse
 def test_arxiv_sparse_takes_the_fused_path():
-    pytest.importorskip("torch_sparse")
     out = run_script(
         "examples/arxiv.py", "--platform", "pyg", "--sparse", "--quick", "--no-progress"
     ).stdout
@@ -354,11 +354,11 @@ def test_demo_with_sparse_says_it_needs_torch_sparse():
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
-def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path):
+@pytest.mark.parametrize("sparse", [False, pytest.param(True, marks=pytest.mark.sparse)])
+def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path, sparse):
     out_json = tmp_path / "bench.json"
     out = run_script(
-        "-m",
-        "instrumented_convs",
+        *(["-m", "instrumented_convs"] if sparse else ["-c", WITHOUT_SPARSE]),
         "bench",
         "--quick",
         "--cases",
@@ -371,7 +371,7 @@ def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path):
     assert "noise floor" in out
     results = json.loads(out_json.read_text())["results"]
     assert "DGL" in {r["case"] for r in results}
-    if "PyG SparseTensor" not in {r["case"] for r in results}:
-        assert "skipped: needs torch-sparse" in out
+    assert ("PyG SparseTensor" in {r["case"] for r in results}) == sparse
+    assert ("skipped: needs torch-sparse" in out) != sparse
     for r in results:
         assert set(r["median_s"]) == {"stock", "enabled", "no backward", "disabled", "stock again"}

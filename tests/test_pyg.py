@@ -29,7 +29,9 @@ DETAILED = ipyg.DETAILED["GCNConv.forward"]
 PYG_VERSION = Version(torch_geometric.__version__)
 
 N, FIN, FOUT = 12, 6, 5
-KINDS = ["edge_index", "sparse_tensor", "torch_coo", "torch_csr"]
+#: A ``torch_sparse.SparseTensor`` adjacency: its tests carry the ``sparse`` mark (conftest.py).
+SPARSE_TENSOR = pytest.param("sparse_tensor", marks=pytest.mark.sparse)
+KINDS = ["edge_index", SPARSE_TENSOR, "torch_coo", "torch_csr"]
 
 
 def _graph(dtype=torch.float32, seed=0):
@@ -47,7 +49,7 @@ def _adjacency(kind, ei, ew, weighted):
         return ei, (ew if weighted else None)
     if kind == "sparse_tensor":
         if not WITH_TORCH_SPARSE:
-            pytest.skip("torch-sparse not installed")
+            pytest.fail("a test that builds a SparseTensor must carry the sparse mark")
         return SparseTensor(
             row=ei[1], col=ei[0], value=ew if weighted else None, sparse_sizes=(N, N)
         ), None
@@ -137,8 +139,9 @@ def _compare_with_stock(kind, flow, weighted, bias, loops_norm, cached, improved
     return "outputs"
 
 
-def test_the_matrix_compared_outputs_where_stock_computes_them(request):
-    """Runs after the matrix (file order): what the 96 combinations per input kind compared.
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_matrix_compared_outputs_where_stock_computes_them(request, kind):
+    """Runs after the matrix (file order): what the 96 combinations of the input kind compared.
 
     The stock layer refuses sparse input (SparseTensor, torch.sparse) with
     ``flow="target_to_source"`` (MessagePassing asks for the transposed matrix instead), on
@@ -147,20 +150,19 @@ def test_the_matrix_compared_outputs_where_stock_computes_them(request):
     a gradient of the wrong layout for the edge weights: "SparseCompressedTensorBackward0
     returned an invalid gradient"): 24 more. Everywhere else outputs and gradients were compared.
     """
-    if request.config.option.keyword or request.config.option.markexpr:
+    if request.config.option.keyword:
         pytest.skip("part of the matrix was deselected")
-    kinds = KINDS if WITH_TORCH_SPARSE else [k for k in KINDS if k != "sparse_tensor"]
-    assert {k[0] for k in MATRIX} == set(kinds) and len(MATRIX) == 96 * len(kinds), (
-        "the matrix did not run whole (is the file run in order?)"
-    )
-    refused = {k for k in MATRIX if k[0] != "edge_index" and k[1] == "target_to_source"}
-    if PYG_VERSION < Version("2.4"):
-        refused |= {k for k in MATRIX if k[0] == "sparse_tensor" and k[2]}  # weighted
-    assert {k for k, v in MATRIX.items() if v == "failure"} == refused
-    assert list(MATRIX.values()).count("outputs") == len(MATRIX) - len(refused)
-    assert len(refused) == 48 * (len(kinds) - 1) + (
-        24 if PYG_VERSION < Version("2.4") and WITH_TORCH_SPARSE else 0
-    )
+    ran = {k: v for k, v in MATRIX.items() if k[0] == kind}
+    assert len(ran) == 96, "the matrix did not run whole (is the file run in order?)"
+    refused = {k for k in ran if k[0] != "edge_index" and k[1] == "target_to_source"}
+    if kind == "sparse_tensor" and PYG_VERSION < Version("2.4"):
+        refused |= {k for k in ran if k[2]}  # weighted
+    assert {k for k, v in ran.items() if v == "failure"} == refused
+    assert list(ran.values()).count("outputs") == len(ran) - len(refused)
+    expected = 0 if kind == "edge_index" else 48
+    if kind == "sparse_tensor" and PYG_VERSION < Version("2.4"):
+        expected += 24
+    assert len(refused) == expected
 
 
 @pytest.mark.parametrize(
@@ -319,7 +321,7 @@ TORCH_SPARSE_STEPS = [
     "kind, expected",
     [
         ("edge_index", EDGE_INDEX_STEPS),
-        ("sparse_tensor", SPARSE_TENSOR_STEPS),
+        pytest.param("sparse_tensor", SPARSE_TENSOR_STEPS, marks=pytest.mark.sparse),
         ("torch_coo", TORCH_SPARSE_STEPS),
         ("torch_csr", TORCH_SPARSE_STEPS),
     ],
@@ -398,7 +400,7 @@ def test_disabled_runs_the_stock_code(monkeypatch):
 @pytest.mark.parametrize(
     "case", ["tuple_features", "wrong_feature_size", "index_out_of_range", "bad_edge_index_shape"]
 )
-@pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])
+@pytest.mark.parametrize("kind", ["edge_index", SPARSE_TENSOR])
 def test_bad_input_raises_like_stock_and_leaves_the_stack_balanced(case, kind):
     stock, ours = _pair()
     x, ei, ew = _graph()
@@ -515,7 +517,7 @@ def test_cuda_equivalence_and_event_timing(kind):
     assert s["GCNConv/lin"].count == 1 and s["GCNConv"].total > 0
 
 
-@pytest.mark.parametrize("kind", ["edge_index", "sparse_tensor"])
+@pytest.mark.parametrize("kind", ["edge_index", SPARSE_TENSOR])
 def test_autocast_matches_stock(kind):
     stock, ours = _pair()
     x, ei, ew = _graph()
