@@ -4,10 +4,8 @@ For each framework, runs ``examples/arxiv.py --quick`` under ``nsys profile -t n
 (bounded by ``timeout``), imports the ``.qdstrm`` if nsys did not, reads the ``nvtxsum`` /
 ``nvtx_sum`` report as CSV, and checks that every expected range of ours is there with the
 expected count (epochs x layers), the backward ranges (``<step> [backward]``) included.
-With ``--ranks``, also profiles each rank of a two-process torch.distributed job (gloo)
-into a report of its own, as docs/distributed.md shows (``torchrun ... --no-python nsys
-profile -o report.%q{RANK} python train.py``): tests/dist_worker.py, whose rank r runs
-3 + r epochs and 2 + r layer calls, so each report must hold its own rank's counts.
+With ``--ranks``, also profiles a two-process torch.distributed job (gloo) under one nsys, as
+docs/distributed.md shows, and checks each rank's ranges apart (scripts/nsys_ranks.py).
 Exits non-zero on any mismatch.
 
     python scripts/nsys_check.py [--python PYTHON] [--platform pyg dgl] [--epochs 2] [--ranks]
@@ -146,15 +144,7 @@ def nvtx_counts(report: str) -> Dict[str, int]:
 
 def profile(python: str, platform: str, epochs: int, workdir: str) -> str:
     """Run the quick study under nsys; return the path of the .nsys-rep report."""
-    out = os.path.join(workdir, f"study-{platform}")
-    cmd = [
-        *NSYS_PROFILE,
-        "-o",
-        out,
-        "-f",
-        "true",
-        python,
-        os.path.join(ROOT, "examples", "arxiv.py"),
+    args = [
         "--platform",
         platform,
         "--quick",
@@ -164,68 +154,26 @@ def profile(python: str, platform: str, epochs: int, workdir: str) -> str:
         "0",
         "--no-progress",
     ]
+    script = os.path.join(ROOT, "examples", "arxiv.py")
+    return run_profiled(os.path.join(workdir, f"study-{platform}"), [python, script, *args])
+
+
+def run_profiled(out: str, argv: List[str], **env: str) -> str:
+    """Run ``argv`` under ``nsys profile -o out`` (our tree on PYTHONPATH, ``env`` added);
+    the path of its report."""
     env = dict(
         os.environ,
         PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
         DGLBACKEND="pytorch",
+        **env,
     )
+    cmd = [*NSYS_PROFILE, "-o", out, "-f", "true", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(
             f"nsys profile failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         )
-    return report(out, workdir, proc)
-
-
-def profile_ranks(python: str, workdir: str, ranks: int = 2) -> List[str]:
-    """Run tests/dist_worker.py on ``ranks`` processes, each under nsys; one report per rank."""
-    out = os.path.join(workdir, "rank.%q{RANK}")
-    cmd = [
-        "timeout",
-        "900",
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={ranks}",
-        "--no-python",
-        *NSYS_PROFILE,
-        "-o",
-        out,
-        "-f",
-        "true",
-        python,
-        os.path.join(ROOT, "tests", "dist_worker.py"),
-        workdir,
-        "gloo",
-    ]
-    env = dict(
-        os.environ,
-        PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        DGLBACKEND="pytorch",
-        OMP_NUM_THREADS="1",
-    )
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"torchrun under nsys failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-    return [report(os.path.join(workdir, f"rank.{r}"), None, proc) for r in range(ranks)]
-
-
-def expected_rank(rank: int, ranks: int = 2) -> Dict[str, int]:
-    """Range name -> instances in rank ``rank``'s report of :func:`profile_ranks`."""
-    want = {
-        "epoch": 3 + rank,
-        "forward": 3 + rank,
-        "layer": 2 + rank,
-        "GCNConv": 2 + rank,
-        "GCNConv [backward]": 2 + rank,
-        "message": 2 + rank,
-    }
-    if rank == ranks - 1:
-        want["only_last"] = 1
-    return want
+    return report(out, os.path.dirname(out), proc)
 
 
 def report(out: str, workdir: Optional[str], proc: "subprocess.CompletedProcess[str]") -> str:
@@ -257,9 +205,7 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     )
     p.add_argument("--platform", nargs="+", default=["pyg", "dgl"], choices=["pyg", "dgl"])
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument(
-        "--ranks", action="store_true", help="also check one report per rank of a 2-process job"
-    )
+    p.add_argument("--ranks", action="store_true", help="also check each rank of a 2-process job")
     args = p.parse_args(argv)
     if shutil.which("nsys") is None:
         print("nsys not found: run scripts/install_nsys.sh", file=sys.stderr)
@@ -281,20 +227,9 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
             if extra:
                 print(f"  note: {platform} also recorded {extra}")
         if args.ranks:
-            for rank, rep in enumerate(profile_ranks(args.python, workdir)):
-                got = nvtx_counts(rep)
-                for name, n in sorted(expected_rank(rank).items()):
-                    ok = got.get(name) == n
-                    failures += not ok
-                    print(
-                        f"  {'ok ' if ok else 'BAD'} rank {rank} {DOMAIN}:{name:20s} expected "
-                        f"{n:3d}, nsys saw {got.get(name, 0)}"
-                    )
-                if rank == 0 and "only_last" in got:
-                    failures += 1
-                    print(
-                        "  BAD rank 0's report has rank 1's only_last: the reports are not per rank"
-                    )
+            from nsys_ranks import check  # imports this module: not at the top
+
+            failures += check(args.python, workdir)
     print("nsys check:", "passed" if not failures else f"{failures} mismatches")
     return 1 if failures else 0
 
