@@ -1,8 +1,8 @@
-"""``python -m instrumented_convs demo|compare|bench``: see :mod:`instrumented_convs.study.cli`."""
+"""``python -m instrumented_convs COMMAND``: see :mod:`instrumented_convs.cli`."""
 
 import sys
 
-from .study.cli import main
+from .cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

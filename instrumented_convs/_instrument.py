@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Dict, TypeVar
+from typing import Collection, Dict, Optional, TypeVar
 
 import torch
 
@@ -46,17 +46,31 @@ def _table() -> Dict[type, type]:
     return table
 
 
-def instrument(model: M, name: bool = True) -> M:
+def instrument(
+    model: M,
+    name: bool = True,
+    *,
+    only: Optional[Collection[str]] = None,
+    exclude: Collection[str] = (),
+) -> M:
     """Instrument ``model``'s stock PyG and DGL conv layers in place; returns ``model``.
 
     Layers already instrumented (by import or by an earlier call) are left as they are, so
     calling it twice is harmless. With ``name`` (the default), every instrumented layer's
     scope becomes its attribute path (as :func:`~instrumented_convs.name_layers` does).
+    ``only`` (class names, ``{"GCNConv", "SAGEConv"}``) instruments those classes alone;
+    ``exclude`` leaves those classes stock. A name matches the classes of that name in both
+    frameworks.
     """
+    if isinstance(only, str) or isinstance(exclude, str):
+        raise TypeError("only= and exclude= take a collection of class names, not one string")
     table = _table()
     for module in model.modules():
         cls = table.get(type(module))
-        if cls is not None:
+        if cls is None:
+            continue
+        stock = cls._ic_stock.__name__
+        if (only is None or stock in only) and stock not in exclude:
             convert(module, cls)
     if name:
         name_layers(model)

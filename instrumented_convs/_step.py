@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import _anchor, _backward, _clock, _config, _frame, _ranges
+from . import _anchor, _backward, _clock, _config, _frame, _ranges, _stack
 from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
 from ._registry import registry
@@ -158,6 +158,19 @@ class Step(StepBase):
         if frame.seq0 >= 0:
             _log_exit(frame, stack, exc_type is None)
         return None
+
+    def discard(self) -> None:
+        """Close this step, entered on this thread, without recording a call: the block
+        turned out not to be one (an iterator's ``__next__`` that ended the iteration). Its
+        label and NVTX range close; a step not open here is left alone."""
+        stack = _stack.thread_stack()
+        if stack[-1].owner is self:
+            frame: Optional[Frame] = stack.pop()
+        else:
+            _backward.close_above(stack, self)
+            frame = pop_own(stack, self)
+        if frame is not None:
+            _frame.abandon_frame(frame, False, count=False)
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn`` so that each call runs inside this step (switch read per call)."""

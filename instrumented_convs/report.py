@@ -23,10 +23,21 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from . import _diff, _saved
+from ._diff import DiffRow, SummaryDiff
 from ._row import _FIELDS, _INT_FIELDS, _OPTIONAL, _STR_FIELDS, Row, _parse
 from ._table import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
 
-__all__ = ["Row", "Summary", "TableRenderer", "UNITS", "BACKWARD_MARK", "choose_unit"]
+__all__ = [
+    "Row",
+    "Summary",
+    "SummaryDiff",
+    "DiffRow",
+    "TableRenderer",
+    "UNITS",
+    "BACKWARD_MARK",
+    "choose_unit",
+]
 
 
 class Summary:
@@ -162,6 +173,12 @@ class Summary:
         ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"
         return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r}{ranks})"
 
+    def diff(self, other: "Summary", min_change: float = 0.05) -> SummaryDiff:
+        """This summary (the baseline) and ``other`` side by side: per step the change in
+        mean time per call and a verdict (slower, faster, unchanged, too noisy, added,
+        missing); ``min_change`` is the share of a change that counts (see ``_diff``)."""
+        return _diff.diff(self, other, min_change)
+
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict: ``{"by", "unit", "total", "rows": [row fields...]}``.
@@ -198,6 +215,13 @@ class Summary:
     def from_json(cls, text: str) -> "Summary":
         """Rebuild a summary from :meth:`to_json` output."""
         return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: Any) -> "Summary":
+        """The summary of a run saved by ``python -m instrumented_convs run`` (its folder or
+        ``run.json``: merged over ranks under torchrun), or of a :meth:`to_json` file."""
+        data = _saved.read(path, runs_only=False)
+        return cls.from_dict(data["summary"] if data.get("format") == _saved.FORMAT else data)
 
     def _all_rows(self) -> List[Row]:
         """The rows, then (merged over ranks) every rank's rows, which carry their ``rank``."""

@@ -90,6 +90,9 @@ python3.11 -m venv "$user/venv"
   'from instrumented_convs import _native; print("fast path:", _native.IMPLEMENTATION); assert _native.IMPLEMENTATION == "C"')
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet -o "$user/run" \
+  "$root/tests/scripts/plain_pyg.py" --epochs 1 | tail -n 1)
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --depth 0)
 
 echo "== upstream's own tests of the most used layers, our classes swapped in"; stamp
 # No registry has upstream's test files and CI has no GitHub: they run when a machine has them
@@ -142,6 +145,7 @@ matrix sparse "$@"
 echo "== benchmark smoke run"; stamp
 "$main/bin/python" benchmarks/step_cost.py --n 2000 --rounds 1 >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/launch_bound.py --quick >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/run_cost.py --quick >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/backward_parts.py --quick --functions >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/row_floor.py --quick --layers "PyG GCNConv" "DGL GraphConv" >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null

@@ -52,20 +52,21 @@ def run_script(
     env: Optional[Dict[str, str]] = None,
     timeout: float = 600,
     warnings: Optional[str] = "ignore::UserWarning",
+    cwd: Optional[Path] = None,
 ) -> "subprocess.CompletedProcess[str]":
     """Run ``python [-W warnings] *args`` from the repository root; check its exit status.
 
     The child gets ``PYTHONPATH`` = the repository root before the parent's ``PYTHONPATH``
     (the folders over the main environment: torch-sparse, a PyG release) and
-    ``DGLBACKEND=pytorch``, plus
-    ``env``. Returns the completed process (``.stdout``, ``.stderr``); a wrong exit status
-    fails the test with both streams in the message.
+    ``DGLBACKEND=pytorch``, plus ``env``; ``cwd`` (default: the root) is where it runs.
+    Returns the completed process (``.stdout``, ``.stderr``); a wrong exit status fails the
+    test with both streams in the message.
     """
     full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
     flags = ["-W", warnings] if warnings else []
     proc = subprocess.run(
         [sys.executable, *flags, *args],
-        cwd=ROOT,
+        cwd=cwd or ROOT,
         env=full_env,
         capture_output=True,
         text=True,
@@ -119,7 +120,7 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
 
 
 def run_torchrun(
-    *args: str, nproc: int = 2, timeout: float = 240
+    *args: str, nproc: int = 2, timeout: float = 240, cwd: Optional[Path] = None
 ) -> "subprocess.CompletedProcess[str]":
     """``python -m torch.distributed.run --standalone --nproc-per-node NPROC ARGS`` from the
     repository root, as a user starts a DDP job; checks the exit status. On a timeout (or an
@@ -137,7 +138,7 @@ def run_torchrun(
     ]
     env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=cwd or ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         out, err = proc.communicate(timeout=timeout)

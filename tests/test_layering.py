@@ -29,8 +29,10 @@ ALLOWED: Dict[str, Set[str]] = {
     "_ranges": set(),
     "_table": set(),
     "_row": set(),
+    "_saved": set(),
+    "_diff": {"_table"},
     "_entry": {"_native"},
-    "report": {"_row", "_table"},
+    "report": {"_diff", "_row", "_saved", "_table"},
     "_stats": {"_entry", "report"},
     "_registry": {"_clock", "_entry"},
     "distributed": {"_entry", "_registry", "_stats", "report"},
@@ -129,14 +131,16 @@ def test_import_graph_is_acyclic_and_the_layers_are_ordered():
 
 
 def test_the_bottom_knows_nothing_of_the_package():
-    for module in ("_config", "_clock", "_table", "_row"):
+    for module in ("_config", "_clock", "_table", "_row", "_saved"):
         assert package_imports(module) == set(), module
     for module in ("_stack", "_entry"):  # and the optional C extension, through _native
         assert package_imports(module) == {"_native"}, module
     assert package_imports("report") == {
+        "_diff",
         "_row",
+        "_saved",
         "_table",
-    }  # its row type and renderer, nothing else
+    }  # its row type, renderer, saved-run reader and diff, nothing else
 
 
 def test_the_parser_sees_lazy_and_absolute_imports(tmp_path, monkeypatch):

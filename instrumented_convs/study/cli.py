@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 from types import SimpleNamespace
-from typing import Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from .data import DatasetNotFound, MissingDependency
 from .models import require_torch_sparse
@@ -166,26 +166,23 @@ def _wrap(text: str) -> str:
     return textwrap.fill(text, width=100)
 
 
-def _parser() -> argparse.ArgumentParser:
+DESCRIPTION = (
+    "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
+    "The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG and "
+    "DGL,\nwhich timed the layers' internal steps by copying the layers' source and inserting "
+    "timers;\nthese commands run it with the instrumented layers instead. Start with: "
+    + PROG
+    + " demo"
+)
+
+
+def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
+    """Add ``demo``, ``compare`` and ``bench`` to the subparsers ``sub``; returns what runs
+    each (the package's command line, ``instrumented_convs.cli``, adds its others)."""
     from .bench import __doc__ as bench_doc
     from .bench import add_bench_arguments
 
     raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        formatter_class=raw,
-        description=(
-            "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
-            "The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG "
-            "and DGL,\n"
-            "which timed the layers' internal steps by copying the layers' source and inserting "
-            "timers;\n"
-            "these commands run it with the instrumented layers instead. Start with: "
-            + PROG
-            + " demo"
-        ),
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
         formatter_class=raw,
@@ -239,12 +236,15 @@ def _parser() -> argparse.ArgumentParser:
         description=(bench_doc or "").split("\nUsed by")[0].strip() + BENCH_DEFAULTS,
     )
     add_bench_arguments(bench, default_shapes=("synthetic-cora",))
-    return parser
+    return {"demo": _demo, "compare": _compare, "bench": _bench}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m instrumented_convs COMMAND [flags]``: parse and dispatch to the subcommand."""
-    args = _parser().parse_args(argv)
+    """The study's commands alone (``demo``, ``compare``, ``bench``): parse and dispatch."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION
+    )
+    commands = add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    command = {"demo": _demo, "compare": _compare, "bench": _bench}[args.command]
-    return command(args)
+    return commands[args.command](args)

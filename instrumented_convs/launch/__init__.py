@@ -1,0 +1,14 @@
+"""Profile a training script nobody changed: ``python -m instrumented_convs run script.py``.
+
+- :mod:`.hooks`: while a script runs, every PyG and DGL conv layer it builds is
+  instrumented at its model's first call, and the training loop's phases are regions
+  without user code: ``forward`` (the outermost module call with grad enabled),
+  ``forward (no grad)`` (evaluation), ``backward``, ``optimizer.step`` and ``data``.
+- :mod:`.script`: runs the script or module as ``python`` would (``sys.argv``,
+  ``__main__``, ``sys.path``, exit code, exceptions).
+- :mod:`.runs`: the run folder left behind (the summary and the raw statistics as
+  versioned JSON, the command line, versions, device, settings), one file per rank under
+  torchrun and the merged summary, and reading runs back (``view``, ``merge``).
+- :mod:`.loaders`: the ``data`` region (torch's, PyG's and DGL's loader iterators).
+- :mod:`.cli`: the ``run``, ``view``, ``merge`` and ``diff`` command lines.
+"""

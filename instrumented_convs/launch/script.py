@@ -1,0 +1,79 @@
+"""Run a script or a module as ``python script.py args`` / ``python -m module args`` would.
+
+``sys.argv`` is the script's own, ``__name__`` is ``"__main__"`` (and ``sys.modules["__main__"]``
+the script's module while it runs), ``sys.path[0]`` is the script's folder (the current
+folder for ``-m``), and the outcome is the exit code ``python`` would give: 0, the code of a
+``SystemExit``, 1 after printing the traceback of an exception, 130 on Ctrl-C. Whatever the
+outcome, the caller gets it back as a :class:`Outcome`, so that it can write its report
+first.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from typing import List, NamedTuple, Optional
+
+__all__ = ["Outcome", "run_target"]
+
+
+class Outcome(NamedTuple):
+    """How the script ended: the exit code ``python`` would give and why."""
+
+    code: int  #: the exit code
+    how: str  #: ``returned``, ``exit`` (SystemExit), ``exception`` or ``interrupted``
+    error: Optional[str] = None  #: the exception's one-line description, if any
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # what the interpreter does with sys.exit("message")
+    return 1
+
+
+def _print_exception(e: BaseException) -> None:
+    """Print ``e`` as the interpreter would: its traceback starts in the script's code."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in (__name__, "runpy"):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
+def run_target(target: str, args: List[str], module: bool = False) -> Outcome:
+    """Run the script at path ``target`` (or the module ``target``) with ``args``.
+
+    Exceptions are printed as the interpreter prints them and turned into an exit code;
+    ``sys.argv`` and ``sys.path`` are put back afterwards.
+    """
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    try:
+        if module:
+            sys.argv = [target, *args]  # runpy sets argv[0] to the module's file
+            sys.path[0:1] = [os.getcwd()]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            path = os.path.abspath(target)
+            if not os.path.exists(path):
+                print(f"python: can't open file {target!r}: no such file", file=sys.stderr)
+                return Outcome(2, "exception", f"no such file: {target}")
+            sys.argv = [target, *args]
+            sys.path[0:1] = [os.path.dirname(path)]
+            runpy.run_path(path, run_name="__main__")
+        return Outcome(0, "returned")
+    except SystemExit as e:
+        return Outcome(_exit_code(e), "exit")
+    except KeyboardInterrupt as e:
+        _print_exception(e)
+        return Outcome(130, "interrupted", "KeyboardInterrupt")
+    except BaseException as e:  # noqa: BLE001 - reported like the interpreter, then exit 1
+        _print_exception(e)
+        return Outcome(1, "exception", f"{type(e).__name__}: {e}")
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path

@@ -1,0 +1,425 @@
+"""``python -m instrumented_convs run``: unmodified PyG and DGL scripts, their runs, ``view`` and
+``merge``; and the hooks it installs, in this process.
+
+The scripts in tests/scripts import nothing of ours. Each run is checked for the script's own
+behaviour (output, ``__name__``, ``sys.argv``, exit code, traceback), the regions and rows
+with exact counts, and the files it leaves.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import sys
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs.cli import main as cli_main
+from instrumented_convs.launch.hooks import Hooks
+from instrumented_convs.report import Summary
+from instrumented_convs.testing import open_steps
+
+from .helpers import ROOT, run_script, run_torchrun
+
+SCRIPTS = ROOT / "tests" / "scripts"
+
+
+def run_cli(tmp_path, *args, expect=0):
+    return run_script("-m", "instrumented_convs", *args, expect=expect, cwd=tmp_path)
+
+
+def counts(summary: Summary) -> dict:
+    return {(r.name, r.phase): r.count for r in summary}
+
+
+def script_lines(text: str) -> list:
+    return [line for line in text.splitlines() if line.startswith(("epoch", "batch", "__name__"))]
+
+
+# -- unmodified scripts, in a child process --------------------------------------------------
+
+
+def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_pyg.py")
+    plain = run_script(script, "--epochs", "3", cwd=tmp_path)
+    proc = run_cli(tmp_path, "run", "-o", "out", script, "--epochs", "3")
+    # The script's own output, losses to the last digit: it trained exactly as without us.
+    assert script_lines(proc.stdout) == script_lines(plain.stdout)
+    assert "__name__ __main__ argv ['--epochs', '3']" in proc.stdout
+    assert "instrumented_convs run: " in proc.stdout  # the table, printed at the end
+
+    summary = Summary.load(tmp_path / "out")
+    c = counts(summary)
+    # Training: Net and GAT each epoch (2 x 3), then GIN on 3 batches; evaluation apart.
+    assert c[("forward", "forward")] == 9
+    assert c[("forward (no grad)", "forward")] == 3
+    assert c[("backward", "forward")] == 6
+    assert c[("optimizer.step", "forward")] == 6
+    assert c[("data", "forward")] == 3  # 6 graphs in batches of 2; the end is not a batch
+    # Every conv built, however imported: torch_geometric.nn, .nn.conv, PyG's GAT model.
+    assert c[("forward/GCNConv", "forward")] == 3
+    assert c[("forward/SAGEConv", "forward")] == 3
+    assert c[("forward/GATConv", "forward")] == 6
+    assert c[("forward/GINConv", "forward")] == 3
+    assert c[("forward (no grad)/GCNConv", "forward")] == 3
+    assert ("forward/GCNConv/gcn_norm/add_remaining_self_loops", "forward") in c
+    assert c[("backward/GCNConv", "backward")] == 3
+    by_layer = {(r.name, r.scope) for r in Summary.load(tmp_path / "out" / "run.json")}
+    assert by_layer  # the same file, read by path
+
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["format"] == "instrumented_convs.run" and run["version"] == 1
+    assert run["exit_code"] == 0 and run["ended_by"] == "returned"
+    assert run["args"] == ["--epochs", "3"] and run["command"][-3:] == [script, "--epochs", "3"]
+    assert run["versions"]["torch"] == torch.__version__
+    assert run["settings"]["enabled"] is True and run["settings"]["backward_every"] == 16
+    assert (tmp_path / "out" / "summary.txt").read_text().startswith("--- Timer summary")
+
+    # view: summarised again from the saved statistics, per layer instance.
+    view = run_cli(tmp_path, "view", "out", "--by", "layer", "--depth", "1")
+    for scope in ("conv1", "conv2", "convs.0", "convs.1"):
+        assert f"| {scope} " in view.stdout
+    assert "gcn_norm" not in view.stdout  # depth 1
+
+
+@pytest.mark.parametrize(
+    "end, code, how, says",
+    [
+        ("exit", 3, "exit", None),
+        ("exit-msg", 1, "exit", "stopped on purpose"),
+        ("raise", 1, "exception", "RuntimeError: failed on purpose"),
+        ("interrupt", 130, "interrupted", "KeyboardInterrupt"),
+    ],
+)
+def test_every_ending_gives_pythons_exit_code_and_saves_the_run(tmp_path, end, code, how, says):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_pyg.py")
+    proc = run_cli(tmp_path, "run", "-o", "out", script, "--epochs", "1", "--end", end, expect=code)
+    if says:
+        assert says in proc.stderr
+    if end == "raise":  # the traceback starts in the script, as python prints it
+        traceback = proc.stderr.split("Traceback (most recent call last):")[1]
+        frames = [line for line in traceback.splitlines() if line.startswith("  File ")]
+        assert frames and all("plain_pyg.py" in f for f in frames), traceback
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert (run["exit_code"], run["ended_by"]) == (code, how)
+    assert counts(Summary.load(tmp_path / "out"))[("forward", "forward")] == 2 + 3
+
+
+def test_a_module_runs_as_python_m_and_default_folders_never_overwrite(tmp_path):
+    pytest.importorskip("torch_geometric")
+    proc = run_script(
+        "-m",
+        "instrumented_convs",
+        "run",
+        "--quiet",
+        "-o",
+        str(tmp_path / "m"),
+        "-m",
+        "plain_pyg",
+        "--epochs",
+        "1",
+        cwd=SCRIPTS,
+    )  # sys.path[0] is the current folder, as for python -m
+    assert "__name__ __main__ argv ['--epochs', '1']" in proc.stdout
+    assert "instrumented_convs run: " not in proc.stdout  # --quiet
+    assert json.loads((tmp_path / "m" / "run.json").read_text())["module"] is True
+    script = str(SCRIPTS / "plain_pyg.py")
+    for _ in range(2):
+        run_cli(tmp_path, "run", "--quiet", script, "--epochs", "1")
+    folders = sorted((tmp_path / "ic-runs").iterdir())
+    assert len(folders) == 2 and all(f.name.startswith("plain_pyg-") for f in folders)
+    assert all((f / "run.json").exists() for f in folders)
+
+
+def test_an_unmodified_dgl_script_with_its_dataloader(tmp_path):
+    pytest.importorskip("dgl")
+    script = str(SCRIPTS / "plain_dgl.py")
+    plain = run_script(script, "--epochs", "3", cwd=tmp_path)
+    proc = run_cli(tmp_path, "run", "--warmup", "1", "-o", "out", script, "--epochs", "3")
+    assert script_lines(proc.stdout)[1:] == script_lines(plain.stdout)[1:]
+    c = counts(Summary.load(tmp_path / "out"))
+    # The first optimizer step (epoch 0's) is the warm-up: its forward is dropped, its eval not.
+    assert c[("forward", "forward")] == 2 + 4  # 2 full-graph epochs, 4 sampled batches
+    assert c[("forward (no grad)", "forward")] == 3
+    assert c[("data", "forward")] == 4  # DGL's prefetching iterator, one region per batch
+    assert c[("optimizer.step", "forward")] == 2 + 4
+    assert c[("forward/GraphConv", "forward")] == 2 + 4
+    assert c[("forward/SAGEConv", "forward")] == 2
+    assert c[("backward/GraphConv", "backward")] == 2 + 4
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["warmup"] == {"steps": 1, "taken": 7}
+
+
+def test_only_exclude_and_a_name_that_matches_nothing(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_pyg.py")
+    proc = run_cli(
+        tmp_path,
+        "run",
+        "-o",
+        "out",
+        "--only",
+        "GCNConv,GCNconv",
+        "--exclude",
+        "GATConv",
+        script,
+        "--epochs",
+        "1",
+    )
+    assert "--only GCNconv matched no conv layer" in proc.stderr
+    c = counts(Summary.load(tmp_path / "out"))
+    assert ("forward/GCNConv", "forward") in c
+    assert not any(name.endswith(("SAGEConv", "GATConv", "GINConv")) for name, _ in c)
+
+
+def test_torchrun_ranks_save_apart_and_rank_0_merges(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_ddp.py")
+    run_torchrun("-m", "instrumented_convs", "run", "-o", str(tmp_path / "ddp"), script)
+    folder = tmp_path / "ddp"
+    assert {p.name for p in folder.iterdir()} >= {"rank0.json", "rank1.json", "run.json"}
+    merged = Summary.load(folder)
+    assert merged.world_size == 2
+    c = counts(merged)
+    assert c[("forward", "forward")] == 6 and c[("forward/GCNConv", "forward")] == 12
+    assert c[("backward/GCNConv", "backward")] == 12
+    assert [counts(part)[("forward", "forward")] for part in merged.by_rank()] == [3, 3]
+    one = run_cli(tmp_path, "view", str(folder), "--rank", "1", "--json")
+    assert Summary.from_json(one.stdout)["forward"].count == 3
+
+
+def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_ddp.py")
+    folder = tmp_path / "ddp"
+    proc = run_torchrun(
+        "-m",
+        "instrumented_convs",
+        "run",
+        "--merge-timeout",
+        "2",
+        "-o",
+        str(folder),
+        script,
+        "--vanish",
+        "1",
+    )
+    assert "no file from ranks [1]" in proc.stderr
+    assert not (folder / "rank1.json").exists()
+    run = json.loads((folder / "run.json").read_text())
+    assert run["ranks_missing"] == [1] and run["world_size"] == 2
+    assert counts(Summary.load(folder))[("forward", "forward")] == 3
+    (folder / "run.json").unlink()
+    with pytest.raises(FileNotFoundError, match="merge"):
+        Summary.load(folder)
+    merged = run_cli(tmp_path, "merge", str(folder))
+    assert "forward" in merged.stdout and (folder / "run.json").exists()
+
+
+# -- reading runs ----------------------------------------------------------------------------
+
+
+def _saved_run(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    with ic.region("epoch"):
+        model(torch.randn(4, 3)).sum().backward()
+    from instrumented_convs.launch.runs import write_run
+
+    write_run(tmp_path / "r", ic.registry.snapshot(), {"exit_code": 0})
+    return tmp_path / "r"
+
+
+def test_summary_load_reads_folders_files_gzip_and_refuses_what_it_cannot(tmp_path):
+    folder = _saved_run(tmp_path)
+    summary = Summary.load(folder)
+    assert summary == Summary.load(folder / "run.json") == ic.registry.summary()
+    gz = tmp_path / "run.json.gz"
+    gz.write_bytes(gzip.compress((folder / "run.json").read_bytes()))
+    assert Summary.load(gz) == summary
+    plain = tmp_path / "plain.json"
+    plain.write_text(summary.to_json())
+    assert Summary.load(plain) == summary
+    newer = json.loads((folder / "run.json").read_text())
+    newer["version"] = 99
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    with pytest.raises(ValueError, match="newer instrumented_convs"):
+        Summary.load(tmp_path / "newer.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no run.json"):
+        Summary.load(tmp_path / "empty")
+    with pytest.raises(ValueError, match="not a run"):
+        cli_main(["view", str(plain)])
+
+
+def test_view_prints_the_selected_rows(tmp_path, capsys):
+    folder = _saved_run(tmp_path)
+    assert cli_main(["view", str(folder), "--unit", "us"]) == 0
+    assert "(times in us)" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="ranks"):
+        cli_main(["view", str(folder), "--rank", "1"])
+
+
+# -- the hooks, in this process --------------------------------------------------------------
+
+
+@pytest.fixture
+def hooks():
+    installed = []
+
+    def install(**kwargs):
+        h = Hooks(**kwargs).install()
+        installed.append(h)
+        return h
+
+    yield install
+    for h in installed:
+        h.close()
+        h.remove()
+
+
+def _gcn():
+    torch_geometric = pytest.importorskip("torch_geometric")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch_geometric.nn.GCNConv(4, 8)
+            self.conv2 = torch_geometric.nn.SAGEConv(8, 2)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
+    return Net(), x, edge_index
+
+
+def test_instrumented_in_place_with_the_stock_outputs_gradients_and_state(hooks):
+    model, x, edge_index = _gcn()
+    stock = copy.deepcopy(model)
+    ref = stock(x, edge_index)  # before the hooks: under them every model is instrumented
+    ref.sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built before: must keep working
+    hooks()
+    out = model(x, edge_index)
+    assert type(model.conv1).__module__ == "instrumented_convs.pyg"
+    assert model.conv1.scope == "conv1" and model.conv2.scope == "conv2"
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    out.sum().backward()
+    for (name, p), q in zip(model.named_parameters(), stock.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0, msg=name)
+    opt.step()
+    assert model.state_dict().keys() == stock.state_dict().keys()
+    mine, its = list(model.parameters()), opt.param_groups[0]["params"]
+    assert len(mine) == len(its) and all(a is b for a, b in zip(mine, its))  # the same ones
+    c = counts(ic.registry.summary())
+    assert c[("forward", "forward")] == 1 and c[("optimizer.step", "forward")] == 1
+    assert c[("backward/GCNConv", "backward")] == 1
+
+
+def test_layers_the_user_named_keep_their_names(hooks):
+    model, x, edge_index = _gcn()
+    ic.instrument(model.conv1, name=False).scope = "encoder"
+    hooks()
+    model(x, edge_index)
+    assert model.conv1.scope == "encoder" and model.conv2.scope == "conv2"
+
+
+def test_a_forward_that_raises_leaves_the_stacks_balanced_and_recording_on(hooks):
+    model, x, edge_index = _gcn()
+    bad = torch.randn(10, 5)  # the wrong number of features
+    with pytest.raises(RuntimeError) as theirs:
+        copy.deepcopy(model)(bad, edge_index)  # the stock model, before the hooks
+    hooks()
+    with pytest.raises(RuntimeError) as ours:
+        model(bad, edge_index)
+    assert str(ours.value) == str(theirs.value)
+    assert open_steps() == []
+    model(x, edge_index)
+    assert ic.registry.summary()["forward"].errors == 1
+    assert ic.registry.summary()["forward"].count == 2
+
+
+def test_an_optimizer_step_that_raises_is_not_recorded_and_closes(hooks):
+    class Flaky(torch.optim.SGD):
+        fail = True
+
+        def step(self, closure=None):
+            if Flaky.fail:
+                Flaky.fail = False
+                raise RuntimeError("nan in the gradients")
+            return super().step(closure)
+
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = Flaky([p], lr=0.1)
+    h = hooks(warmup=0)
+    p.sum().backward()
+    with pytest.raises(RuntimeError, match="nan"):
+        opt.step()
+    opt.step()  # the stale region is dropped here
+    h.close()
+    assert open_steps() == []
+    assert ic.registry.summary()["optimizer.step"].count == 1 and h.steps == 1
+
+
+def test_warmup_drops_what_the_first_steps_recorded(hooks):
+    model, x, edge_index = _gcn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    h = hooks(warmup=2)
+    for _ in range(5):
+        opt.zero_grad()
+        model(x, edge_index).sum().backward()
+        opt.step()
+    c = counts(ic.registry.summary())
+    assert h.steps == 5
+    assert c[("forward", "forward")] == 3 and c[("optimizer.step", "forward")] == 3
+
+
+def test_data_loaders_one_region_per_batch_and_no_grad_apart(hooks):
+    loader = torch.utils.data.DataLoader(list(range(5)), batch_size=2)
+    model = torch.nn.Linear(1, 1)
+    hooks()
+    for _ in range(2):
+        for batch in loader:
+            model(batch.float()[:, None])
+            with torch.no_grad():
+                model(batch.float()[:, None])
+    c = counts(ic.registry.summary())
+    assert c[("data", "forward")] == 6
+    assert c[("forward", "forward")] == c[("forward (no grad)", "forward")] == 6
+    assert ic.registry.summary()["data"].errors == 0
+
+
+def test_only_and_exclude_pick_classes_and_remove_puts_everything_back(hooks):
+    model, x, edge_index = _gcn()
+    call, backward = torch.nn.Module.__call__, torch.autograd.backward
+    next_ = torch.utils.data.dataloader._BaseDataLoaderIter.__next__
+    meta_path = list(sys.meta_path)
+    h = hooks(only={"GCNConv", "GCNconv"}, exclude={"SAGEConv"})
+    assert torch.nn.Module.__call__ is not call
+    model(x, edge_index)
+    assert type(model.conv1).__module__ == "instrumented_convs.pyg"
+    assert type(model.conv2).__module__.startswith("torch_geometric")
+    assert h.unmatched() == {"only": ["GCNconv"]}
+    h.close()
+    h.remove()
+    assert torch.nn.Module.__call__ is call and torch.autograd.backward is backward
+    assert torch.utils.data.dataloader._BaseDataLoaderIter.__next__ is next_
+    assert sys.meta_path == meta_path
+    with pytest.raises(TypeError, match="collection"):
+        ic.instrument(model, only="GCNConv")
+
+
+def test_the_users_own_regions_still_nest(hooks):
+    model, x, edge_index = _gcn()
+    hooks()
+    with ic.region("epoch"):
+        model(x, edge_index).sum().backward()
+    c = counts(ic.registry.summary())
+    assert c[("epoch/forward", "forward")] == 1 and c[("epoch/backward", "forward")] == 1
+    assert ("epoch/forward/GCNConv/gcn_norm", "forward") in c
