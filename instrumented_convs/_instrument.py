@@ -46,6 +46,16 @@ def _table() -> Dict[type, type]:
     return table
 
 
+def _put_back_scripted(model: torch.nn.Module) -> None:
+    """Put back the instrumented layers ``torch.jit.script(model)`` replaced by stock copies
+    in ``model`` itself (see ``InstrumentedLayer.__prepare_scriptable__``)."""
+    for parent in model.modules():
+        for key, child in list(parent._modules.items()):
+            kept = None if child is None else child.__dict__.get("_ic_scripted_from")
+            if kept is not None:
+                parent._modules[key] = kept[0]
+
+
 def instrument(
     model: M,
     name: bool = True,
@@ -56,7 +66,8 @@ def instrument(
     """Instrument ``model``'s stock PyG and DGL conv layers in place; returns ``model``.
 
     Layers already instrumented (by import or by an earlier call) are left as they are, so
-    calling it twice is harmless. With ``name`` (the default), every instrumented layer's
+    calling it twice is harmless; layers ``torch.jit.script(model)`` left as stock copies in
+    the model are put back. With ``name`` (the default), every instrumented layer's
     scope becomes its attribute path (as :func:`~instrumented_convs.name_layers` does).
     ``only`` (class names, ``{"GCNConv", "SAGEConv"}``) instruments those classes alone;
     ``exclude`` leaves those classes stock. A name matches the classes of that name in both
@@ -64,6 +75,7 @@ def instrument(
     """
     if isinstance(only, str) or isinstance(exclude, str):
         raise TypeError("only= and exclude= take a collection of class names, not one string")
+    _put_back_scripted(model)
     table = _table()
     for module in model.modules():
         cls = table.get(type(module))

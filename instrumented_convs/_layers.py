@@ -170,18 +170,25 @@ class InstrumentedLayer:
         """``torch.jit.script`` compiles the stock layer (sharing parameters) instead.
 
         TorchScript cannot compile the instrumentation, so a scripted model runs the stock
-        code and records no steps; a warning says so.
+        code and records no steps; a warning says so. torch writes the copy returned here
+        into the model being scripted, in place of this layer; the copy keeps this layer
+        alive (``_ic_scripted_from``): torch tells modules apart by ``id`` while it
+        prepares them, and a layer freed meanwhile would lend its ``id`` to a new copy,
+        which torch would then mistake for it. ``instrument(model)`` puts the layers back.
         """
         stock = self._ic_stock
         logger.warning(
             "torch.jit.script: %s.%s is replaced by the stock %s.%s (same parameters); the "
-            "scripted model records no steps",
+            "scripted model records no steps, and torch leaves the stock copy in the model "
+            "itself too: instrument(model) puts the instrumented layer back",
             type(self).__module__,
             type(self).__name__,
             stock.__module__,
             stock.__name__,
         )
-        return self.to_stock()
+        copy_ = self.to_stock()
+        copy_.__dict__["_ic_scripted_from"] = (self,)
+        return copy_
 
 
 def convert(layer: Any, cls: "type[L]") -> L:

@@ -490,6 +490,35 @@ def test_torch_jit_script_compiles_the_stock_layer_sharing_parameters(caplog):
     assert len(registry.summary()) == 0  # the scripted model runs stock code
 
 
+def test_torch_jit_script_keeps_the_layers_alive_and_instrument_puts_them_back(caplog):
+    """torch.jit.script writes our stock copies into the model and tells modules apart by
+    ``id`` while it prepares them: a layer freed then lends its ``id`` to a new copy, which
+    torch mistakes for it (seen once in CI: ``self.lin`` compiled as a GCNConv). The copies
+    keep the layers alive, and ``instrument(model)`` puts them back, the same objects."""
+    import weakref
+
+    x, ei, _ = _graph()
+    torch.manual_seed(0)
+    ScriptableNet(Stock)  # the stock class gets PyG's generated propagate (PyG 2.5+)
+    model = ScriptableNet(GCNConv)
+    originals = [model.conv1, model.conv2]
+    alive = [weakref.ref(m) for m in originals]
+    del originals
+    with caplog.at_level(logging.WARNING, logger="instrumented_convs"):
+        scripted, exc = _outcome(lambda: torch.jit.script(model))
+    assert all(r() is not None for r in alive)  # not freed while torch still compares ids
+    assert type(model.conv1) is Stock  # torch left our stock copy in the model
+    assert "instrument(model) puts the instrumented layer back" in caplog.text
+    ic.instrument(model)
+    assert [model.conv1, model.conv2] == [r() for r in alive]
+    assert (model.conv1.scope, model.conv2.scope) == ("conv1", "conv2")
+    registry.reset()
+    out = model(x, ei)
+    assert registry.summary()["GCNConv"].count == 2  # recording again
+    if exc is None:
+        torch.testing.assert_close(scripted(x, ei), out)
+
+
 def test_to_stock_and_from_stock_share_parameters():
     stock, _ = _pair(improved=True)
     ours = GCNConv.from_stock(stock)
