@@ -13,7 +13,8 @@ training steps, one thread); variants interleaved, the order reversed every othe
 - ``stock again``: the A/A noise floor.
 
 Reported per layer: ratios to stock, and the hooks' own cost: (under run - ours) per epoch,
-and per module call and region.
+and that spread over the epoch's module calls and its three regions (an average of both kinds:
+a region costs more than a nested call).
 
     python benchmarks/run_cost.py                      # PyG GCNConv and DGL GraphConv
     python benchmarks/run_cost.py --layers "PyG GATConv" --rounds 50
@@ -126,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     print(
         f"  {'layer':16s} {'stock us':>9s} {'ours':>7s} {'under run':>9s} {'A/A':>6s} "
-        f"{'hooks us':>9s} {'calls':>6s} {'us/call':>8s}"
+        f"{'hooks us':>9s} {'calls':>6s} {'us/(call+region)':>16s}"
     )
     for label in args.layers:
         try:
@@ -138,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(
             f"  {label:16s} {r['median_us']['stock']:9.0f} {q['ours']:7.3f} "
             f"{q['under run']:9.3f} {q['stock again']:6.3f} {r['hooks_us_per_epoch']:9.1f} "
-            f"{r['module_calls']:6d} {r['hooks_us_per_call_and_region']:8.2f}",
+            f"{r['module_calls']:6d} {r['hooks_us_per_call_and_region']:16.2f}",
             flush=True,
         )
     return 0
