@@ -25,6 +25,7 @@ Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
@@ -207,10 +208,12 @@ def walk(
     recs: List[Record] = []
     chain: List[Record] = []
     items = log.items + [(0, seq1 - seq0, entry, 0, mode)]
+    tid = threading.get_ident()
     for s0, s1, e, depth, m in reversed(items):  # parents first (depths relative to the anchor)
         while chain and chain[-1].depth >= depth:
             chain.pop()
         r = Record(e, chain[-1] if chain else None, depth, m, fwd_stack, sampled)
+        r.link = (tid, seq0 + s0)  # the forward call's thread and entry (see _timeline)
         chain.append(r)
         recs.append(r)
         owner[s0:s1] = [r] * (s1 - s0)  # inner steps overwrite outer ones

@@ -67,6 +67,7 @@ class Record:
         "lo",
         "hooked",
         "sampled",
+        "link",
     )
 
     def __init__(
@@ -93,6 +94,9 @@ class Record:
         self.lo: Optional[Tuple[int, Any]] = None
         self.hooked = False  # its first and last backward nodes are hooked
         self.sampled = sampled  # its call was chosen at random for timing (see _sampling)
+        #: (forward thread, autograd sequence number at the forward's entry): pairs the
+        #: backward with its forward call on the timeline (see _timeline); None: unknown.
+        self.link: Optional[Tuple[int, int]] = None
 
 
 def backward_parent(stack: List[Frame], fwd_stack: List[Frame]) -> Any:
@@ -239,10 +243,10 @@ def _end(records: Tuple[Record, ...]) -> None:
         elif frame in stack:
             stack.remove(frame)
         else:  # opened on another thread (a graph on two devices): time it, close it there
-            close_elsewhere(frame, t1)
+            close_elsewhere(frame, t1, r.link)
             continue
         frame.task = frame.owner = None  # the frame is reused: let go of the record
-        close_frame(frame, t1, False)
+        close_frame(frame, t1, False, r.link)
 
 
 def pre_hook(records: Tuple[Record, ...]) -> Callable[[Any], None]:

@@ -156,7 +156,7 @@ class PendingTimes:
 
         Resolved events go back to ``pool`` (default: the process-wide :data:`events`).
         """
-        self._queue: Deque[Tuple[Any, Any, Any, bool]] = deque()
+        self._queue: Deque[Tuple[Any, Any, Any, bool, Any]] = deque()
         self._fold = fold
         self.pool = events if pool is None else pool
         self.poll_at = poll_at
@@ -166,21 +166,34 @@ class PendingTimes:
         """Number of pairs not yet folded."""
         return len(self._queue)
 
-    def add(self, entry: Any, start: Any, end: Any, sampled: bool = False) -> None:
-        """Queue a recorded pair; poll (never block) when too many are pending."""
+    def add(
+        self, entry: Any, start: Any, end: Any, sampled: bool = False, slot: Any = None
+    ) -> None:
+        """Queue a recorded pair; poll (never block) when too many are pending.
+
+        ``slot``: the timeline's ``[reference event, None, None, ...]`` of this call, whose
+        two Nones become the start's and the end's milliseconds after the reference event
+        when the pair is read (before its events go back to the pool).
+        """
         queue = self._queue
-        queue.append((entry, start, end, sampled))
+        queue.append((entry, start, end, sampled, slot))
         if len(queue) >= self.poll_at:
             self.poll()
 
-    def _resolve(self, item: Tuple[Any, Any, Any, bool]) -> None:
-        entry, (start, key), (end, _), sampled = item
+    def _resolve(self, item: Tuple[Any, Any, Any, bool, Any]) -> None:
+        entry, (start, key), (end, _), sampled, slot = item
         try:
             # elapsed_time is in milliseconds (float, ~0.5 us resolution); store integer ns.
             ns = int(round(start.elapsed_time(end) * 1e6))
         except RuntimeError:  # unreadable pair: count the call, drop the events
             self._fold(entry, None, sampled)
             return
+        if slot is not None:
+            try:
+                ref = slot[0]
+                slot[1], slot[2] = ref.elapsed_time(start), ref.elapsed_time(end)
+            except RuntimeError:  # the timeline shows this call on the CPU track only
+                pass
         self._fold(entry, ns, sampled)
         self.pool.put(start, key)
         self.pool.put(end, key)

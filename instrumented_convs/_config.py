@@ -113,6 +113,7 @@ class Settings(NamedTuple):
     record_function: bool  #: steps open profiler labels while a profiler records
     backward: bool  #: steps time their backward too (autograd hooks)
     backward_every: int  #: how often a layer call's backward is timed
+    timeline: int = 0  #: the most calls the timeline records (0: off)
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -120,6 +121,7 @@ class Settings(NamedTuple):
         _set_nvtx(self.nvtx)
         enabled, record_function = self.enabled, self.record_function
         backward, backward_every = self.backward, self.backward_every
+        _set_timeline(self.timeline)
 
     def __enter__(self) -> "Settings":
         """The block runs with the switches :func:`configure` set; this is what they were."""
@@ -131,7 +133,26 @@ class Settings(NamedTuple):
 
 
 def _current() -> Settings:
-    return Settings(enabled, nvtx, record_function, backward, backward_every)
+    return Settings(enabled, nvtx, record_function, backward, backward_every, timeline)
+
+
+#: The most calls the timeline records (0: off); set through :func:`on_timeline`'s setter.
+timeline: int = 0
+_timeline_setter: Optional[Callable[[int], int]] = None
+
+
+def on_timeline(setter: Callable[[int], int]) -> None:
+    """Register the function that starts and stops the timeline (``_timeline.set_limit``)."""
+    global _timeline_setter
+    _timeline_setter = setter
+
+
+def _set_timeline(limit: int) -> None:
+    global timeline
+    if _timeline_setter is None:
+        raise RuntimeError("no timeline is registered (import instrumented_convs)")
+    _timeline_setter(limit)
+    timeline = limit
 
 
 _nvtx_setter: Optional[Callable[[str], str]] = None
@@ -160,6 +181,7 @@ def configure(
     record_function: Optional[bool] = None,
     backward: Optional[bool] = None,
     backward_every: Optional[int] = None,
+    timeline: Optional[int] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -183,6 +205,11 @@ def configure(
       says how many; the table marks such rows). Hooks on autograd nodes cost microseconds
       each, so timing every call's backward would cost more than the rest of the
       instrumentation together. ``backward_every=1`` times every call.
+    - ``timeline=N``: also record when each step call starts and ends, on which thread (and
+      on CUDA, the GPU's times from the same events), up to N calls; ``0`` (the default)
+      stops it. ``registry.timeline()`` reads it, a Chrome trace for Perfetto. Turning it on
+      starts an empty timeline; ``registry.reset()`` empties it. Each call costs a tuple
+      (about 0.5 µs and 190 bytes: docs/performance.md).
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     """
@@ -194,6 +221,9 @@ def configure(
             or backward_every < 1
         ):
             raise ValueError(f"backward_every must be a whole number >= 1, not {backward_every!r}")
+    if timeline is not None:
+        if isinstance(timeline, bool) or not isinstance(timeline, int) or timeline < 0:
+            raise ValueError(f"timeline must be a whole number >= 0, not {timeline!r}")
     choice = None if nvtx is None else nvtx_choice(nvtx)
     previous = _current()
     if choice is not None:
@@ -206,4 +236,6 @@ def configure(
         g["backward"] = bool(backward)
     if backward_every is not None:
         g["backward_every"] = backward_every
+    if timeline is not None and timeline != g["timeline"]:
+        _set_timeline(timeline)
     return previous

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import _page
 from ._table import BACKWARD_MARK, UNITS, choose_unit
 
 __all__ = ["DiffRow", "SummaryDiff", "diff"]
@@ -68,9 +69,23 @@ def _verdict(a: Any, b: Any, min_change: float) -> Tuple[Optional[float], ...]:
 class SummaryDiff:
     """The rows of two summaries paired in tree order; ``str()`` is the table."""
 
-    def __init__(self, rows: List[DiffRow], min_change: float, unit: Optional[str] = None):
-        """Wrap paired ``rows``; ``min_change`` is the share of a change that counts."""
+    def __init__(
+        self,
+        rows: List[DiffRow],
+        min_change: float,
+        unit: Optional[str] = None,
+        a: Any = None,
+        b: Any = None,
+    ):
+        """Wrap paired ``rows``; ``min_change`` is the share of a change that counts; ``a``
+        and ``b``: the two summaries."""
         self.rows, self.min_change, self.unit = rows, min_change, unit
+        self.a, self.b = a, b
+
+    def to_html(self, labels: Tuple[str, str] = ("A", "B"), **kwargs: Any) -> str:
+        """A self-contained HTML page: both runs' icicles on one scale, the change per step
+        and both tables (``_page.diff_page``)."""
+        return _page.diff_page(self, self.a, self.b, labels, **kwargs)
 
     def __iter__(self) -> Any:
         """The paired rows, in tree order."""
@@ -171,4 +186,4 @@ def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
                 verdict,  # fmt: skip
             )
         )
-    return SummaryDiff(rows, min_change, a.unit or b.unit)
+    return SummaryDiff(rows, min_change, a.unit or b.unit, a, b)

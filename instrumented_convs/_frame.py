@@ -19,11 +19,11 @@ in sight); :func:`use_nvtx` is how :mod:`._config` switches.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
-from . import _clock, _config, _ranges
+from . import _clock, _config, _ranges, _timeline
 from ._native import speedups
 from ._registry import registry
 from ._stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
@@ -108,6 +108,11 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     start = None
     if not torch.cuda.is_current_stream_capturing():  # read at call time: tests replace it
         try:
+            slot = None
+            if _timeline.events is not None:  # the CPU start too, and the device's reference
+                frame.cpu0 = _clock.cpu_now()
+                slot = _timeline.gpu_ref(torch.cuda.current_device() if dev is None else dev)
+            frame.gpu = slot
             start = _record_event(dev)
         except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
             start = None
@@ -115,12 +120,14 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     frame.start = start
 
 
-def close_frame(frame: Frame, t1: int, error: bool) -> None:
+def close_frame(frame: Frame, t1: int, error: bool, link: Any = None) -> None:
     """Stop ``frame``'s clock, close its label and range, and record its time.
 
     ``t1`` is the CPU clock, read by the caller before anything else. ``error``: the frame
-    ended with an exception (counted; the time is recorded all the same). The frame may be
-    reused as soon as this returns: it lets go of its profiler handle.
+    ended with an exception (counted; the time is recorded all the same). ``link``: what
+    pairs the call with its forward on the timeline (a backward's; a forward's is its
+    ``seq0``). The frame may be reused as soon as this returns: it lets go of its profiler
+    handle.
     """
     mode = frame.mode
     end = None
@@ -133,34 +140,38 @@ def close_frame(frame: Frame, t1: int, error: bool) -> None:
     try:
         _close_label_and_range(frame, flags)
     finally:
-        if mode == CPU:
-            if flags & SAMPLED:
-                _record_sampled(frame.entry, t1 - frame.start)
-            else:
-                _record(frame.entry, t1 - frame.start, error)
-        elif mode == CUDA:
-            _record_pending(frame.entry, frame.start, end, error, bool(flags & SAMPLED))
-        else:
-            _record_untimed(frame.entry, error)
+        _record_frame(frame, mode, t1, end, error, frame.seq0 if link is None else link)
 
 
-def close_elsewhere(frame: Frame, t1: int) -> None:
+def close_elsewhere(frame: Frame, t1: int, link: Any = None) -> None:
     """Record ``frame``'s time without closing its label or range: it was opened on another
     thread (a backward on two devices), whose stacks only that thread may touch."""
-    mode, sampled = frame.mode, bool(frame.flags & SAMPLED)
+    mode, end = frame.mode, None
     if mode == CUDA:
         try:
-            _record_pending(frame.entry, frame.start, _record_event(None), False, sampled)
-            return
+            end = _record_event(None)
         except RuntimeError:
             mode = UNTIMED
+    _record_frame(frame, mode, t1, end, False, link)
+
+
+def _record_frame(frame: Frame, mode: int, t1: int, end: Any, error: bool, link: Any) -> None:
+    """Record a closed frame's time in the registry, and on the timeline when it records."""
+    sampled = bool(frame.flags & SAMPLED)
     if mode == CPU:
         if sampled:
             _record_sampled(frame.entry, t1 - frame.start)
         else:
-            _record(frame.entry, t1 - frame.start)
+            _record(frame.entry, t1 - frame.start, error)
+        if _timeline.events is not None:
+            _timeline.add(frame.entry, frame.start, t1, link)
+    elif mode == CUDA:
+        slot, frame.gpu = frame.gpu, None  # see open_frame
+        _record_pending(frame.entry, frame.start, end, error, sampled, slot)
+        if slot is not None and _timeline.events is not None:
+            _timeline.add(frame.entry, frame.cpu0, t1, link, slot)
     else:
-        _record_untimed(frame.entry)
+        _record_untimed(frame.entry, error)
 
 
 def abandon_frame(frame: Frame, error: bool, count: bool = True) -> None:

@@ -13,12 +13,9 @@ the duration to its entry's buffer without a lock (a list append is atomic); eve
 :data:`~._entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
 into the statistics under the lock (:func:`~._entry.fold_buffer`).
 
-The registry is storage only: it knows nothing of PyG or DGL, nothing of rendering, and no
-arithmetic beyond sums. :meth:`Registry.snapshot` gives every entry as plain data; reading
-is done by functions of that snapshot above it (:mod:`._stats` builds a summary,
-:mod:`.distributed` merges the snapshots of many processes), which the reading side
-registers with :func:`on_read` at import. :meth:`Registry.summary`, the user's call, hands
-its snapshot to them and imports none of them.
+Storage only (no PyG, DGL, rendering, or arithmetic beyond sums): :meth:`Registry.snapshot`
+gives every entry as plain data, which :meth:`Registry.summary` hands to the reader
+registered with :func:`on_read` (:mod:`.distributed`; :mod:`._stats` builds summaries).
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
+from . import _timeline
 from ._clock import PendingTimes
 from ._entry import FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
@@ -174,19 +172,23 @@ class Registry:
                 entry.errors += 1
 
     def record_pending(
-        self, entry: Entry, start: Any, end: Any, error: bool = False, sampled: bool = False
+        self,
+        entry: Entry,
+        start: Any,
+        end: Any,
+        error: bool = False,
+        sampled: bool = False,
+        slot: Any = None,
     ) -> None:
-        """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``.
-
-        The pair is folded in when resolved (see :class:`~instrumented_convs._clock.PendingTimes`);
-        ``sampled``: the call was chosen at random for timing (as :meth:`record_sampled`).
-        """
+        """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``, folded in
+        when resolved (:class:`~._clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
+        ``slot``: the call's GPU times on the timeline, filled then (:mod:`._timeline`)."""
         with self._lock:
             if entry.retired:
                 entry = self._relocate_locked(entry)
             if error:
                 entry.errors += 1
-            self.pending.add(entry, start, end, sampled)
+            self.pending.add(entry, start, end, sampled, slot)
 
     def _fold_locked(self, entry: Entry, ns: Optional[int], sampled: bool = False) -> None:
         """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``."""
@@ -211,7 +213,7 @@ class Registry:
         self.record(entry, int(round(seconds * 1e9)))
 
     def reset(self) -> None:
-        """Forget every recorded time and start a new tree.
+        """Forget every recorded time (the timeline too) and start a new tree.
 
         Steps open during the reset are recorded, whole, into the new tree when they close,
         and steps opened inside them later nest under them there as usual.
@@ -219,6 +221,7 @@ class Registry:
         with self._lock:
             self.pending.clear()
             self._skips.clear()
+            _timeline.clear()
             old = self.root
             old.retired = True
             for e in old.walk():
@@ -282,6 +285,12 @@ class Registry:
         if _read is None:
             raise RuntimeError("no reader of snapshots is registered (import instrumented_convs)")
         return _read(self.snapshot(), by, unit, all_ranks, group)
+
+    def timeline(self) -> Any:
+        """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
+        ``configure(timeline=N)`` was on (pending CUDA times resolved first)."""
+        self.resolve()
+        return _timeline.read()
 
 
 _read: Optional[Callable[..., Any]] = None

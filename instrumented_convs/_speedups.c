@@ -25,6 +25,9 @@ PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 Py_ssize_t g_fold_at = 64;
 int g_nvtx_live = 1;
+PyObject *g_timeline = NULL;
+static PyObject *g_timeline_full = NULL;
+static Py_ssize_t g_timeline_limit = 0;
 Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
 
@@ -259,6 +262,40 @@ static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* set_timeline(events, limit, full): append (entry, t0, t1, thread, link) to the list events
+ * at each fast exit while it holds fewer than limit; at the limit call full() instead (which
+ * stops it). events None: off. See instrumented_convs/_timeline.py. */
+static PyObject *set_timeline(PyObject *mod, PyObject *args) {
+    PyObject *events, *full;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OnO", &events, &limit, &full)) return NULL;
+    if (events != Py_None && !PyList_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "set_timeline: a list or None");
+        return NULL;
+    }
+    Py_XSETREF(g_timeline_full, Py_NewRef(full));
+    g_timeline_limit = limit;
+    Py_XSETREF(g_timeline, events == Py_None ? NULL : Py_NewRef(events));
+    Py_RETURN_NONE;
+}
+
+/* One call on the timeline (g_timeline not NULL): 0, or -1 with an exception. */
+int timeline_add(PyObject *entry, long long t0, long long t1, long long link) {
+    PyObject *events = Py_NewRef(g_timeline);
+    int rc;
+    if (PyList_GET_SIZE(events) >= g_timeline_limit) {
+        PyObject *r = PyObject_CallObject(g_timeline_full, NULL);
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    } else {
+        PyObject *item = Py_BuildValue("(OLLkL)", entry, t0, t1, PyThread_get_thread_ident(), link);
+        rc = item == NULL ? -1 : PyList_Append(events, item);
+        Py_XDECREF(item);
+    }
+    Py_DECREF(events);
+    return rc;
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see _stepbase)."},
     {"bind_count", bind_count, METH_VARARGS, "Hand over what CountHook reads (see _speedups_count.c)."},
@@ -269,6 +306,7 @@ static PyMethodDef module_methods[] = {
     {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
     {"set_clock", set_clock, METH_O, "The CPU clock _clock.set_cpu_clock() set (see _clock.on_set)."},
     {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
+    {"set_timeline", set_timeline, METH_VARARGS, "Record each fast exit on the timeline (see _timeline)."},
     {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see _generic.install)."},
     {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see _generic.install)."},
     {"restore", restore, METH_O, "Undo time_methods/time_children (see _generic.uninstall)."},

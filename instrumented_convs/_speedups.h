@@ -23,9 +23,10 @@ enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
 typedef struct {
     PyObject_HEAD
     PyObject *entry, *start, *rf, *owner, *dev, *spare, *log, *outputs, *task;
+    PyObject *gpu;  /* a CUDA frame's GPU slot on the timeline (see _timeline), else NULL */
     int mode, flags;
     char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
-    long long seq0, t0;
+    long long seq0, t0, cpu0;  /* cpu0: a CUDA frame's CPU start, kept for the timeline */
 } Frame;
 
 typedef struct {
@@ -41,6 +42,7 @@ extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 extern Py_ssize_t g_fold_at;
 extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
+extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
 /* Offsets of the slots of _entry.Entry and _anchor.Log read here (see slot_offset). */
 extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
@@ -53,6 +55,7 @@ long long now_ns(void);
 long long seq_nr(void);
 Py_ssize_t slot_offset(PyObject *cls, const char *name);
 PyObject *thread_stack(void);
+int timeline_add(PyObject *entry, long long t0, long long t1, long long link);
 /* _speedups_step.c */
 PyObject *StepBase_enter(StepBase *self, PyObject *unused);
 PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs);

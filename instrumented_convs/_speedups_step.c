@@ -17,14 +17,14 @@ static int Frame_init(Frame *self, PyObject *args, PyObject *kw) {
 static int Frame_traverse(Frame *self, visitproc visit, void *arg) {
     Py_VISIT(self->entry); Py_VISIT(self->start); Py_VISIT(self->rf); Py_VISIT(self->owner);
     Py_VISIT(self->dev); Py_VISIT(self->spare); Py_VISIT(self->log); Py_VISIT(self->outputs);
-    Py_VISIT(self->task);
+    Py_VISIT(self->task); Py_VISIT(self->gpu);
     return 0;
 }
 
 static int Frame_clear(Frame *self) {
     Py_CLEAR(self->entry); Py_CLEAR(self->start); Py_CLEAR(self->rf); Py_CLEAR(self->owner);
     Py_CLEAR(self->dev); Py_CLEAR(self->spare); Py_CLEAR(self->log); Py_CLEAR(self->outputs);
-    Py_CLEAR(self->task);
+    Py_CLEAR(self->task); Py_CLEAR(self->gpu);
     return 0;
 }
 
@@ -64,11 +64,13 @@ static PyGetSetDef Frame_getset[] = {
 #define OBJ(n) {#n, T_OBJECT, offsetof(Frame, n), 0, NULL}
 static PyMemberDef Frame_members[] = {
     OBJ(entry), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
+    OBJ(gpu),
     {"mode", T_INT, offsetof(Frame, mode), 0, NULL},
     {"flags", T_INT, offsetof(Frame, flags), 0, NULL},
     {"cuda", T_BOOL, offsetof(Frame, cuda), 0, NULL},
     {"anchor", T_BOOL, offsetof(Frame, anchor), 0, NULL},
     {"seq0", T_LONGLONG, offsetof(Frame, seq0), 0, NULL},
+    {"cpu0", T_LONGLONG, offsetof(Frame, cpu0), 0, NULL},
     {NULL},
 };
 #undef OBJ
@@ -240,6 +242,8 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_XDECREF(ns);
     Py_DECREF(buf);
+    if (ok && g_timeline != NULL)
+        ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
     if (ok && frame->seq0 >= 0) {
         if (frame->anchor) {  /* counted here, else Python walks or counts it (_anchor.log_exit) */
             if (!anchor_exit(frame, stack, entry)) {

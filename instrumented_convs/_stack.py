@@ -49,6 +49,8 @@ class Frame:
         "anchor",
         "outputs",
         "task",
+        "cpu0",
+        "gpu",
     )
 
     def __init__(self) -> None:
@@ -70,6 +72,9 @@ class Frame:
         self.anchor: bool = False  #: this step's exit walks the autograd graph it built
         self.outputs: Any = None  #: the step's output tensors, when its code says them
         self.task: Optional[int] = None  #: for a backward step: its autograd graph task id
+        # The timeline (see _timeline), while it records: a CUDA frame's CPU start and GPU slot.
+        self.cpu0: int = 0
+        self.gpu: Optional[list] = None
 
     def __repr__(self) -> str:
         """``Frame('path', mode=...)``."""

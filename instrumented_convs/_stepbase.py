@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import _anchor, _clock, _config, _frame, _ranges, _sampling
+from . import _anchor, _clock, _config, _frame, _ranges, _sampling, _timeline
 from ._entry import FOLD_AT, Entry
 from ._native import IMPLEMENTATION, seq_counter_address, speedups
 from ._registry import SKIPS_FOLD_AT, registry
@@ -115,6 +115,8 @@ class PyStepBase:
         if len(buf) >= FOLD_AT:
             registry.fold(entry)
         seq0 = frame.seq0
+        if _timeline.events is not None:
+            _timeline.add(entry, frame.start, t1, seq0)
         if seq0 >= 0 and frame.anchor:  # walk the anchor's graph or count it
             _anchor.log_exit(frame, stack, True)
         elif seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)

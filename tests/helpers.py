@@ -188,3 +188,23 @@ def gradients(module: torch.nn.Module, leaves: Any) -> Dict[str, torch.Tensor]:
         if leaf.grad is not None:
             out[f"grad.input.{i}"] = leaf.grad.detach().clone()
     return out
+
+
+def spans(trace: Dict[str, Any], ph: str = "X") -> List[Dict[str, Any]]:
+    """The events of a Chrome trace of one phase type (``X``: complete events)."""
+    return [e for e in trace["traceEvents"] if e["ph"] == ph]
+
+
+def assert_nested(trace: Dict[str, Any]) -> None:
+    """Every track's complete events nest strictly (the trace format's rule for a track)."""
+    tracks: Dict[Tuple[Any, Any], List[Dict[str, Any]]] = {}
+    for e in spans(trace):
+        tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    for evs in tracks.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        ends: List[float] = []
+        for e in evs:
+            while ends and ends[-1] <= e["ts"]:
+                ends.pop()
+            assert not ends or e["ts"] + e["dur"] <= ends[-1] + 1e-6, e
+            ends.append(e["ts"] + e["dur"])

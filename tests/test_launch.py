@@ -11,18 +11,20 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import re
 import sys
 
 import pytest
 import torch
 
 import instrumented_convs as ic
+from instrumented_convs._trace import read_trace
 from instrumented_convs.cli import main as cli_main
 from instrumented_convs.launch.hooks import Hooks
 from instrumented_convs.report import Summary
 from instrumented_convs.testing import open_steps
 
-from .helpers import ROOT, run_script, run_torchrun
+from .helpers import ROOT, assert_nested, run_script, run_torchrun, spans
 
 SCRIPTS = ROOT / "tests" / "scripts"
 
@@ -83,11 +85,62 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     assert run["settings"]["enabled"] is True and run["settings"]["backward_every"] == 16
     assert (tmp_path / "out" / "summary.txt").read_text().startswith("--- Timer summary")
 
+    # The timeline: every call, nested per thread, arrows from forwards to their backward.
+    trace = read_trace(tmp_path / "out" / "trace.json.gz")
+    assert_nested(trace)
+    x = spans(trace)
+    on_timeline = {}
+    for e in x:
+        key = (e["args"]["path"], e["args"]["phase"])
+        on_timeline[key] = on_timeline.get(key, 0) + 1
+    assert on_timeline[("forward", "forward")] == 9 and on_timeline[("data", "forward")] == 3
+    assert on_timeline[("forward/GCNConv", "forward")] == 3
+    assert on_timeline[("backward/GCNConv", "backward")] == 3  # timed: the first 16 calls
+    assert on_timeline[("backward", "forward")] == 6
+    assert len(spans(trace, "s")) == len(spans(trace, "f")) >= 3 * 7
+    # What each model and layer call was given, in its args (the graph: 144 nodes, 8 features).
+    given = {}
+    for e in x:
+        if "inputs" in e["args"]:
+            given.setdefault((e["name"], e["args"]["scope"]), e["args"]["inputs"])
+    edges = given[("forward", None)][1]
+    assert re.fullmatch(r"int64\[2, \d+\]", edges)
+    assert given[("forward", None)] == ["float32[144, 8]", edges]
+    assert given[("GCNConv", "conv1")] == ["float32[144, 8]", edges]
+    assert given[("SAGEConv", "conv2")] == ["float32[144, 16]", edges]
+    assert given[("GATConv", "convs.0")] == ["float32[144, 8]", edges, "edge_attr=None"]
+    assert re.fullmatch(r"float32\[\d+, 8\]", given[("GINConv", "GINConv#0")][0])
+    # regions (9 forward, 3 no grad), layers (4 a training step, 2 an evaluation, 3 GIN)
+    assert sum("inputs" in e["args"] for e in x) == 9 + 3 + 3 * 4 + 3 * 2 + 3
+    names = {e["args"].get("name") for e in spans(trace, "M")}
+    assert "main thread" in names and any(n.startswith("plain_pyg.py (") for n in names)
+    assert run["trace"] == {"file": "trace.json.gz", "calls": len(x), "limit": 200_000,
+                            "truncated": False}  # fmt: skip
+    view = run_cli(tmp_path, "view", "out", "--trace", "copy.json")
+    assert read_trace(tmp_path / "copy.json") == trace and "copy.json" in view.stdout
+
     # view: summarised again from the saved statistics, per layer instance.
     view = run_cli(tmp_path, "view", "out", "--by", "layer", "--depth", "1")
     for scope in ("conv1", "conv2", "convs.0", "convs.1"):
         assert f"| {scope} " in view.stdout
     assert "gcn_norm" not in view.stdout  # depth 1
+
+
+def test_the_timeline_limit_cuts_it_and_zero_records_none(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(SCRIPTS / "plain_pyg.py")
+    proc = run_cli(tmp_path, "run", "--quiet", "--trace-limit", "5", "-o", "cut", script,
+                   "--epochs", "1")  # fmt: skip
+    assert "kept its first 5 calls" in proc.stderr
+    trace = read_trace(tmp_path / "cut" / "trace.json.gz")
+    assert len(spans(trace)) == 5
+    assert any("limit of 5 calls" in e["name"] for e in spans(trace, "i"))
+    run_cli(tmp_path, "run", "--quiet", "--trace-limit", "0", "-o", "none", script,
+            "--epochs", "1")  # fmt: skip
+    assert not (tmp_path / "none" / "trace.json.gz").exists()
+    assert "trace" not in json.loads((tmp_path / "none" / "run.json").read_text())
+    view = run_cli(tmp_path, "view", "none", "--trace", "t.json", expect=1)
+    assert "recorded no timeline" in view.stderr
 
 
 @pytest.mark.parametrize(
@@ -200,6 +253,14 @@ def test_torchrun_ranks_save_apart_and_rank_0_merges(tmp_path):
     assert [counts(part)[("forward", "forward")] for part in merged.by_rank()] == [3, 3]
     one = run_cli(tmp_path, "view", str(folder), "--rank", "1", "--json")
     assert Summary.from_json(one.stdout)["forward"].count == 3
+    # One timeline of both ranks, a process each, on one time base.
+    assert {"rank0.trace.json.gz", "rank1.trace.json.gz"} <= {p.name for p in folder.iterdir()}
+    trace = read_trace(folder / "trace.json.gz")
+    assert_nested(trace)
+    procs = {e["pid"]: e["args"]["name"] for e in spans(trace, "M") if e["name"] == "process_name"}
+    assert procs == {0: "rank 0", 1: "rank 1"}
+    forwards = [e for e in spans(trace) if e["name"] == "forward"]
+    assert sorted(e["pid"] for e in forwards) == [0, 0, 0, 1, 1, 1]
 
 
 def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_path):

@@ -30,13 +30,16 @@ ALLOWED: Dict[str, Set[str]] = {
     "_table": set(),
     "_row": set(),
     "_saved": set(),
-    "_diff": {"_table"},
+    "_page": {"_table"},
+    "_diff": {"_page", "_table"},
     "_entry": {"_native"},
-    "report": {"_diff", "_row", "_saved", "_table"},
+    "_timeline": {"_clock", "_config", "_native"},
+    "_trace": {"_table"},
+    "report": {"_diff", "_page", "_row", "_saved", "_table", "_trace"},
     "_stats": {"_entry", "report"},
-    "_registry": {"_clock", "_entry"},
-    "distributed": {"_entry", "_registry", "_stats", "report"},
-    "_frame": {"_clock", "_config", "_native", "_ranges", "_registry", "_stack"},
+    "_registry": {"_clock", "_entry", "_timeline"},
+    "distributed": {"_entry", "_registry", "_stats", "_timeline", "report"},
+    "_frame": {"_clock", "_config", "_native", "_ranges", "_registry", "_stack", "_timeline"},
     "_backward": {"_clock", "_config", "_frame", "_registry", "_stack", "report"},
     "_sampling": {"_backward", "_config", "_native", "_registry", "_stack"},
     "_anchor": {"_backward", "_sampling", "_stack"},
@@ -51,6 +54,7 @@ ALLOWED: Dict[str, Set[str]] = {
         "_registry",
         "_sampling",
         "_stack",
+        "_timeline",
     },
     "_step": {
         "_anchor",
@@ -137,10 +141,12 @@ def test_the_bottom_knows_nothing_of_the_package():
         assert package_imports(module) == {"_native"}, module
     assert package_imports("report") == {
         "_diff",
+        "_page",
         "_row",
         "_saved",
         "_table",
-    }  # its row type, renderer, saved-run reader and diff, nothing else
+        "_trace",
+    }  # its row type, renderers (table, page), saved-run reader, diff, timeline: nothing else
 
 
 def test_the_parser_sees_lazy_and_absolute_imports(tmp_path, monkeypatch):

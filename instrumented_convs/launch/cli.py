@@ -12,8 +12,20 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .._config import configure
 from .._registry import registry
+from .._trace import write_trace
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
-from .runs import default_folder, environment, job_rank, load, merge_folder, summary_of, write_run
+from .runs import (
+    default_folder,
+    environment,
+    job_rank,
+    load,
+    merge_folder,
+    page_of,
+    summary_of,
+    trace_of,
+    write_run,
+    write_timeline,
+)
 from .script import run_target
 
 __all__ = ["add_commands", "run_main", "view_main", "merge_main", "diff_main"]
@@ -28,7 +40,10 @@ dgl.nn, PyG's own models), and the loop's phases timed without user code: {FORWA
 outermost module call with grad enabled), {NO_GRAD!r} (evaluation), {BACKWARD!r},
 {OPTIMIZER!r} and {DATA!r} (a data loader's next batch). At exit (normal, exception, Ctrl-C,
 sys.exit) prints the table and saves the run in a folder (-o, or ic-runs/<script>-<time>):
-run.json (summary, raw statistics, command, versions, device, settings) and summary.txt.
+run.json (summary, raw statistics, command, versions, device, settings), summary.txt,
+page.html (the run as a page: icicle, table, per-rank totals; works offline), and
+trace.json.gz, the timeline of every call (up to --trace-limit calls), a Chrome trace for
+ui.perfetto.dev or chrome://tracing.
 
 Under torchrun (torchrun --nproc-per-node 2 -m instrumented_convs run train.py) every rank
 saves rank<N>.json and rank 0 writes the merged run.json; `{PROG} merge DIR` merges whatever
@@ -37,6 +52,10 @@ ranks saved when one did not reach the end. Example:
   {PROG} run --warmup 5 train.py --epochs 50
   {PROG} view ic-runs/train-20261125-101500 --by layer
 """
+
+
+#: The calls ``run`` keeps on its timeline by default (about 190 bytes each in memory).
+TRACE_LIMIT = 200_000
 
 
 def _names(text: Optional[str]) -> Optional[List[str]]:
@@ -64,6 +83,14 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     run.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="the table's time unit")
     run.add_argument("--no-backward", action="store_true", help="do not time backward steps")
     run.add_argument("--backward-every", type=int, metavar="N", help="time one layer backward in N")
+    run.add_argument(
+        "--trace-limit",
+        type=int,
+        default=TRACE_LIMIT,
+        metavar="N",
+        help="the timeline keeps the first N calls after the warm-up (0: no timeline; "
+        "default %(default)s, about 40 MB of memory)",
+    )
     run.add_argument("--quiet", action="store_true", help="save the run, print no table")
     run.add_argument(
         "--merge-timeout",
@@ -86,6 +113,10 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     view.add_argument("--depth", type=int, help="only rows down to this depth (0: top level)")
     view.add_argument("--phase", choices=("forward", "backward"))
     view.add_argument("--json", action="store_true", help="the summary as JSON")
+    view.add_argument(
+        "--trace", metavar="FILE", help="write the run's timeline to FILE (Chrome trace; .gz)"
+    )
+    view.add_argument("--html", metavar="FILE", help="write the run's page to FILE")
 
     merge = sub.add_parser(
         "merge",
@@ -118,6 +149,7 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     cmp.add_argument(
         "--fail-above", type=float, metavar="P", help="exit 1 if a step is slower by over P%%"
     )
+    cmp.add_argument("--html", metavar="FILE", help="write both runs side by side to FILE")
     return {"run": run_main, "view": view_main, "merge": merge_main, "diff": diff_main}
 
 
@@ -126,7 +158,13 @@ def run_main(args: argparse.Namespace) -> int:
     started = time.time()
     if args.backward_every is not None and args.backward_every < 1:
         raise SystemExit("run: --backward-every takes a positive number")
-    configure(backward=False if args.no_backward else None, backward_every=args.backward_every)
+    if args.trace_limit < 0:
+        raise SystemExit("run: --trace-limit takes a number >= 0")
+    configure(
+        backward=False if args.no_backward else None,
+        backward_every=args.backward_every,
+        timeline=args.trace_limit,
+    )
     hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup).install()
     try:
         outcome = run_target(args.target, list(args.args), module=args.module)
@@ -166,8 +204,18 @@ def run_main(args: argparse.Namespace) -> int:
         **environment(),
     }
     folder = Path(args.output) if args.output else default_folder(args.target, started)
-    write_run(folder, registry.snapshot(), meta, by=args.by, unit=args.unit)
     rank, world = job_rank()
+    if args.trace_limit:
+        name = f"rank {rank}" if world is not None else f"{Path(args.target).name} ({os.getpid()})"
+        timeline = registry.timeline()
+        meta["trace"] = write_timeline(folder, timeline, name)
+        if timeline.truncated:
+            logger.warning(
+                "run: the timeline kept its first %d calls (--trace-limit); later calls are "
+                "in the table but not on the timeline",
+                args.trace_limit,
+            )
+    write_run(folder, registry.snapshot(), meta, by=args.by, unit=args.unit)
     if world is None:
         summary = summary_of(load(folder), by=args.by, unit=args.unit)
     elif rank == 0:
@@ -188,9 +236,22 @@ def run_main(args: argparse.Namespace) -> int:
 
 def view_main(args: argparse.Namespace) -> int:
     """``view``: a saved run's table, summarised again as asked."""
-    summary = summary_of(load(args.run), by=args.by, unit=args.unit, rank=args.rank)
+    if args.trace:
+        try:
+            trace = trace_of(args.run)
+        except FileNotFoundError as exc:
+            logger.error("view: %s", exc)
+            return 1
+        print(f"timeline written to {write_trace(args.trace, trace)}")
+        return 0
+    run = load(args.run)
+    summary = summary_of(run, by=args.by, unit=args.unit, rank=args.rank)
     if args.prefix or args.depth is not None or args.phase:
         summary = summary.select(args.prefix, args.depth, args.phase)
+    if args.html:
+        Path(args.html).write_text(page_of(run, summary))
+        print(f"page written to {args.html}")
+        return 0
     print(summary.to_json() if args.json else summary)
     return 0
 
@@ -203,6 +264,9 @@ def diff_main(args: argparse.Namespace) -> int:
     )
     result = a.diff(b, min_change=args.min_change / 100)
     print(result.table(title=f"{args.a} -> {args.b}"))
+    if args.html:
+        Path(args.html).write_text(result.to_html(labels=(args.a, args.b)))
+        print(f"page written to {args.html}")
     if args.fail_above is not None:
         worse = result.worse_than(args.fail_above / 100)
         if worse:

@@ -13,6 +13,8 @@ taken off by :meth:`Hooks.remove`:
 - torch's global optimizer step hooks open and close ``optimizer.step``.
 - A data loader's ``__next__`` runs inside ``data`` (:mod:`.loaders`).
 - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
+- While the timeline records, what each model call and conv layer call is given (shapes,
+  graph sizes) is noted for the trace's ``args`` (:func:`inputs`).
 
 Regions nest like the user's own: a ``region("epoch")`` in the script contains them.
 """
@@ -28,6 +30,7 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Set
 
 import torch
 
+from .. import _timeline
 from .._instrument import instrument
 from .._layers import InstrumentedLayer
 from .._registry import registry
@@ -51,6 +54,42 @@ class _Local(threading.local):
         self.backward = 0  # inside torch.autograd.backward
         self.data = 0  # inside a loader's __next__
         self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
+
+
+def describe(value: Any, nested: bool = False) -> str:
+    """A short text for one input of a call, for the timeline: ``float32[2708, 1433]``, a
+    graph's size, a number; the type's name for anything else."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
+    kind = type(value).__name__
+    try:
+        if kind == "SparseTensor":
+            return f"SparseTensor[{', '.join(map(str, value.sizes()))}], nnz {value.nnz()}"
+        if kind in ("DGLGraph", "DGLBlock", "DGLHeteroGraph"):
+            nodes = (
+                f"{value.num_src_nodes()} -> {value.num_dst_nodes()}"
+                if value.is_block
+                else (value.num_nodes())
+            )
+            return f"{kind}(nodes {nodes}, edges {value.num_edges()})"
+    except Exception:  # a graph type of another version: its name is enough
+        return kind
+    if isinstance(value, (tuple, list)) and not nested:
+        return (
+            "("
+            + ", ".join(describe(v, True) for v in value[:4])
+            + (", ...)" if len(value) > 4 else ")")
+        )
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    return kind
+
+
+def inputs(args: tuple, kwargs: Dict[str, Any]) -> List[str]:
+    """What a module call was given, described (positional first, then ``name=...``)."""
+    out = [describe(a) for a in args[:8]]
+    out += [f"{k}={describe(v)}" for k, v in list(kwargs.items())[:8]]
+    return out
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -129,12 +168,20 @@ class Hooks:
         @functools.wraps(call)
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if tls.depth or not recording():
+                if _timeline.events is not None and isinstance(module, InstrumentedLayer):
+                    _timeline.note(module.scope, inputs(args, kwargs))  # for the trace
                 return call(module, *args, **kwargs)
             if id(module) not in seen:
                 adopt(module)
             tls.depth = 1
             try:
-                with (forward if grad() else no_grad)[cuda()]:
+                training = grad()
+                if _timeline.events is not None:
+                    given = inputs(args, kwargs)
+                    _timeline.note(("region", FORWARD if training else NO_GRAD), given)
+                    if isinstance(module, InstrumentedLayer):  # a conv layer called alone
+                        _timeline.note(module.scope, given)
+                with (forward if training else no_grad)[cuda()]:
                     return call(module, *args, **kwargs)
             finally:
                 tls.depth = 0

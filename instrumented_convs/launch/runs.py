@@ -29,7 +29,8 @@ import torch
 from .. import _saved
 from .._entry import EntryStats
 from .._stats import merge_ranks, summarize
-from ..report import Summary
+from .._trace import merge_traces, read_trace, write_trace
+from ..report import Summary, Timeline
 
 __all__ = [
     "FORMAT",
@@ -41,10 +42,15 @@ __all__ = [
     "merge_folder",
     "summary_of",
     "write_run",
+    "write_timeline",
+    "trace_of",
+    "page_of",
 ]
 
 FORMAT, VERSION, RUN_FILE = _saved.FORMAT, _saved.VERSION, _saved.RUN_FILE
 TABLE_FILE = "summary.txt"
+TRACE_FILE = "trace.json.gz"  #: the timeline, a Chrome trace (all ranks under torchrun)
+PAGE_FILE = "page.html"  #: the page: icicle, table, per-rank totals (see _page)
 
 
 def job_rank() -> tuple:
@@ -156,7 +162,61 @@ def write_run(
     _write(path, data)
     if world is None:
         (folder / TABLE_FILE).write_text(str(summary) + "\n")
+        (folder / PAGE_FILE).write_text(page_of(data, summary))
     return path
+
+
+def write_timeline(folder: Path, timeline: Timeline, name: str) -> Dict[str, Any]:
+    """Write this process's timeline (``trace.json.gz``, or ``rank<N>.trace.json.gz`` under
+    torchrun, one process per rank in the viewer); returns what ``run.json`` says of it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rank, world = job_rank()
+    path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
+    pid = os.getpid() if rank is None else rank
+    write_trace(path, timeline.to_chrome(pid=pid, name=name))
+    return {"file": TRACE_FILE, "calls": len(timeline), "limit": timeline.limit,
+            "truncated": timeline.truncated}  # fmt: skip
+
+
+def trace_of(path: "str | os.PathLike[str]") -> Dict[str, Any]:
+    """The Chrome trace of a saved run (its folder, or a file in it)."""
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    if not (folder / TRACE_FILE).exists():
+        raise FileNotFoundError(
+            f"{folder} has no {TRACE_FILE}: the run recorded no timeline (--trace-limit 0?)"
+        )
+    return read_trace(folder / TRACE_FILE)
+
+
+def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> str:
+    """The HTML page of a loaded run (``summary``: how it is summarised), with its command,
+    ending, time, versions, device and settings under the title."""
+    target = run.get("target") or "run"
+    meta = []
+    if run.get("command"):
+        meta.append(("command", " ".join(map(str, run["command"]))))
+    if "exit_code" in run:
+        meta.append(("ended", f"{run.get('ended_by', '?')}, exit code {run['exit_code']}"))
+    if run.get("started"):
+        meta.append(("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["started"]))))
+    versions = run.get("versions") or {}
+    meta.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
+    device = run.get("device") or {}
+    meta.append(("device", f"{device.get('cuda') or device.get('cpu')} on {run.get('host')}"))
+    settings = run.get("settings") or {}
+    meta.append(("settings", ", ".join(f"{k}={v}" for k, v in settings.items())))
+    if run.get("world_size"):
+        missing = run.get("ranks_missing") or []
+        meta.append(("ranks", f"{run['world_size']}" + (f", missing {missing}" if missing else "")))
+    note = ""
+    if settings.get("backward") and settings.get("backward_every", 1) > 1:
+        every = settings["backward_every"]
+        note = (
+            "Rows counted with * include backward calls whose time is estimated "
+            f"(one layer call in {every} is timed step by step)."
+        )
+    return summary.to_html(title=title or str(target), meta=meta, note=note)
 
 
 def load(path: "str | os.PathLike[str]") -> Dict[str, Any]:
@@ -211,6 +271,10 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
     merged["snapshots"] = [runs[r]["snapshots"][0] if r in runs else empty for r in range(world)]
     summary = summary_of(merged, by=first.get("by", "step"), unit=first.get("unit"))
     merged["summary"] = summary.to_dict()
+    traces = sorted(folder.glob(f"rank*.{TRACE_FILE}"))
+    if traces:  # the ranks' timelines, one process each, on one time base
+        write_trace(folder / TRACE_FILE, merge_traces(read_trace(t) for t in traces))
     _write(folder / RUN_FILE, merged)
     (folder / TABLE_FILE).write_text(str(summary) + "\n")
+    (folder / PAGE_FILE).write_text(page_of(merged, summary))
     return merged

@@ -1,0 +1,138 @@
+"""The page: rendered by headless Chromium, with no script error, its chart drawn to scale."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs import region, registry
+from instrumented_convs._page import embed
+from instrumented_convs._stats import merge_ranks
+from instrumented_convs.layers import mark_outputs, step
+from instrumented_convs.report import Summary
+from instrumented_convs.testing import FakeClock, cpu_clock
+
+from .browser import body_data, count_colour, open_page, read_png, screenshot
+from .helpers import ROOT, run_script
+
+BLUE, ORANGE, GREY = "#4e79a7", "#e07b1a", "#7f7f7f"  # page.js: depth-1 steps, regions
+NASTY = "x</script><img src=q onerror=alert(1)>&amp;"
+
+
+def _recorded(forward_ns=3_000_000, backward_ns=1_000_000, name="layer"):
+    """A summary with exact times: a region holding a forward step and its backward."""
+    ic.configure(backward_every=1)
+    lin = torch.nn.Linear(3, 2)
+    clock = FakeClock()
+    with cpu_clock(clock):
+        with region("epoch"):
+            with step(name):
+                out = mark_outputs(lin(torch.randn(4, 3)).sum())
+                clock.advance(forward_ns)
+
+            def slow(grad):
+                clock.advance(backward_ns)
+
+            out.grad_fn.register_prehook(lambda g: slow(g))
+            out.backward()
+    summary = registry.summary()
+    registry.reset()
+    return summary
+
+
+def test_embedded_data_cannot_close_its_element_or_open_markup():
+    text = embed({"k": NASTY})
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert __import__("json").loads(text) == {"k": NASTY}
+
+
+def test_a_page_draws_every_step_with_no_script_error_and_escapes_names(tmp_path):
+    summary = _recorded(name=NASTY.replace("/", "|"))
+    page = tmp_path / "page.html"
+    page.write_text(summary.to_html(title="a <b>run</b>", meta=[("command", NASTY)]))
+    text = page.read_text()
+    # Self-contained: no linked script, style or font, nothing fetched from a network.
+    assert "<script src" not in text and "<link" not in text and "@import" not in text
+    assert not re.search(r"https?://", text.replace("http://www.w3.org/2000/svg", ""))
+    dom, console = open_page(page)
+    assert console == []
+    data = body_data(dom)
+    assert data["ready"] == "1" and data["errors"] == "0"
+    # One rectangle per row and one for "all": every step was drawn.
+    assert re.search(r'data-rects="(\d+)"', dom).group(1) == str(len(summary.rows) + 1)
+    assert "<img" not in dom and "alert(1)" in dom  # the name shown as text, never markup
+    assert "a &lt;b&gt;run&lt;/b&gt;" in dom
+
+
+def test_the_screenshot_shows_the_chart_to_scale(tmp_path):
+    summary = _recorded(forward_ns=3_000_000, backward_ns=1_000_000)
+    fwd = summary["epoch/layer"].total
+    bwd = next(r for r in summary.rows if r.phase == "backward").total
+    page = tmp_path / "page.html"
+    page.write_text(summary.to_html(title="scale"))
+    width, height, rows = read_png(screenshot(page, tmp_path / "shot.png", (1000, 500)))
+    assert (width, height) == (1000, 500)
+    assert count_colour(rows, GREY) > 5_000  # the region's band
+    # The forward and backward bars side by side: on a pixel row of the band clear of text,
+    # their widths are as their totals, and together as wide as the region above them.
+    blue, orange = max(
+        ((count_colour([r], BLUE), count_colour([r], ORANGE)) for r in rows), key=sum
+    )
+    assert blue / orange == pytest.approx(fwd / bwd, rel=0.02)
+    region = max(count_colour([r], GREY) for r in rows)
+    assert (blue + orange) / region == pytest.approx(1.0, rel=0.02)
+    assert region > 0.9 * (width - 48)  # the chart spans the page (24 px margins)
+
+
+def test_a_diff_page_puts_both_runs_on_one_scale_with_the_verdicts(tmp_path):
+    a = _recorded(forward_ns=1_000_000)
+    b = _recorded(forward_ns=2_000_000)
+    page = tmp_path / "diff.html"
+    page.write_text(a.diff(b).to_html(labels=("before", "after")))
+    dom, console = open_page(page)
+    assert console == [] and body_data(dom)["errors"] == "0"
+    assert dom.count('class="icicle"') == 2
+    assert "before mean" in dom and "after mean" in dom
+    assert re.search(r'<span class="slower">slower</span>|<span class="">too noisy</span>', dom)
+    png = read_png(screenshot(page, tmp_path / "diff.png", (1000, 400)))[2]
+    assert count_colour(png, BLUE) > 400
+
+
+def test_a_page_merged_over_ranks_shows_each_ranks_totals(tmp_path):
+    snaps = []
+    for ns in (1_000_000, 3_000_000):
+        clock = FakeClock()
+        with cpu_clock(clock):
+            with region("epoch"):
+                with step("layer"):
+                    clock.advance(ns)
+        snaps.append(registry.snapshot())
+        registry.reset()
+    merged = merge_ranks(snaps)
+    page = tmp_path / "ranks.html"
+    page.write_text(merged.to_html(title="two ranks"))
+    dom, console = open_page(page)
+    assert console == [] and body_data(dom)["errors"] == "0"
+    assert "rank 0 ms" in dom and "rank 1 ms" in dom and "3.00x" in dom
+
+
+def test_run_view_and_diff_write_pages_that_open(tmp_path):
+    pytest.importorskip("torch_geometric")
+    script = str(ROOT / "tests" / "scripts" / "plain_pyg.py")
+    for out in ("a", "b"):
+        run_script("-m", "instrumented_convs", "run", "--quiet", "-o", out, script,
+                   "--epochs", "1", cwd=tmp_path)  # fmt: skip
+    dom, console = open_page(tmp_path / "a" / "page.html")
+    assert console == [] and body_data(dom) == {"ready": "1", "errors": "0"}
+    assert "plain_pyg.py" in dom and "torch " + torch.__version__ in dom
+    assert Summary.load(tmp_path / "a").rows  # the page sits beside the run it shows
+    run_script("-m", "instrumented_convs", "view", "a", "--by", "layer", "--html", "v.html",
+               cwd=tmp_path)  # fmt: skip
+    run_script("-m", "instrumented_convs", "diff", "a", "b", "--html", "d.html", cwd=tmp_path)
+    for name in ("v.html", "d.html"):
+        dom, console = open_page(tmp_path / name)
+        assert console == [] and body_data(dom)["errors"] == "0", name
+    assert "conv1" in open_page(tmp_path / "v.html")[0]  # by layer: the layers' names
