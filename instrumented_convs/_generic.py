@@ -97,17 +97,19 @@ def _timed_method(d: Dict[str, Any], owner: Any, name: str, st: Step, undo: Undo
     undo.append((d, name, cur))
 
 
-def install(layer: Any, children: bool = True) -> Undo:
-    """Time ``layer``'s methods that its class names (``_ic_methods``: (name, step) pairs) and,
-    with ``children``, its direct children, until :func:`uninstall` gets the returned list."""
+def install(layer: Any, children: bool = True, methods: Any = None) -> Undo:
+    """Time ``layer``'s methods that its class names (``_ic_methods``: (name, step) pairs, or
+    ``methods``) and, with ``children``, its direct children, until :func:`uninstall` gets
+    the returned list."""
     undo: Undo = []
+    methods = type(layer)._ic_methods if methods is None else methods
     if speedups is not None:  # the same, in C
-        speedups.time_methods(layer, type(layer)._ic_methods, undo)
+        speedups.time_methods(layer, methods, undo)
         if children:
             speedups.time_children(_timed_children(layer), undo)
         return undo
     d = layer.__dict__
-    for name, st in type(layer)._ic_methods:
+    for name, st in methods:
         _timed_method(d, layer, name, st, undo)
     if children:
         for child, st in _timed_children(layer):

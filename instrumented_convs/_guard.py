@@ -14,8 +14,9 @@ the functions' syntax trees:
   upstream function and checks the fingerprint against the ones the copy is known to match,
   and that every global name the function reads is the very same object in our module as in
   upstream's. On any mismatch the copy is not used: the layer logs one warning naming the
-  layer and the installed version, and runs upstream's own code inside its single
-  top-level step (coarse timing, exact results). Never different numbers.
+  layer and the installed version, and runs upstream's own code inside its top-level
+  step, timed from outside where the layer can (coarser timing, exact results). Never
+  different numbers.
 """
 
 from __future__ import annotations
@@ -164,19 +165,26 @@ _MISSING = object()
 
 
 def warn_fallback(
-    logger: logging.Logger, layer: str, package: str, version: str, guards: List[Guard]
+    logger: logging.Logger,
+    layer: str,
+    package: str,
+    version: str,
+    guards: List[Guard],
+    timed: Optional[str] = None,
 ) -> None:
-    """Log the one warning of a layer whose copies do not match the installed upstream."""
+    """Log the one warning of a layer whose copies do not match the installed upstream;
+    ``timed`` says what is still timed (default: only the layer's own step)."""
     failed = [g for g in guards if not g.ok]
     if not failed:
         return
     details = "; ".join(f"{g.name}: {g.reason}" for g in failed)
+    timed = timed or f"its internal steps are not recorded, only the {layer} step"
     logger.warning(
-        "instrumented_convs: %s runs upstream's own code under %s %s (%s): its internal steps "
-        "are not recorded, only the %s step (coarse timing, exact results).",
+        "instrumented_convs: %s runs upstream's own code under %s %s (%s): %s (coarser "
+        "timing, exact results).",
         layer,
         package,
         version,
         details,
-        layer,
+        timed,
     )

@@ -96,6 +96,10 @@ class InstrumentedLayer:
     #: Methods of the layer timed as steps during its instrumented forward: (name, Step)
     #: pairs (see ``_generic.install``); none by default.
     _ic_methods: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
+    #: The kind of the layer's own step: ``step``, or ``upstream`` where a detailed layer runs
+    #: upstream's own forward because the installed release differs from its copy (the table
+    #: marks such rows: their parts are timed from outside).
+    _ic_kind: ClassVar[str] = "step"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor, arguments passed through unchanged; then a default scope
@@ -143,7 +147,8 @@ class InstrumentedLayer:
         key = (self._ic_scope, device)
         s = cache.get(key)
         if s is None:
-            s = cache[key] = Step(self._ic_stock.__name__, scope=self._ic_scope, device=device)
+            name, scope = self._ic_stock.__name__, self._ic_scope
+            s = cache[key] = Step(name, scope, device, self._ic_kind)
         return s
 
     def to_stock(self) -> Any:

@@ -169,6 +169,9 @@ class DetailedPyG(InstrumentedLayer):
     """Mixin of the detailed PyG layers (``GCNConv``): PyG's message-passing methods timed
     during their copied forward, which has its own ``propagate`` step."""
 
+    #: Children its fallback does not time (the aggregation runs inside ``aggregate``).
+    _ic_skip = frozenset({"aggr_module"})
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Name the methods to time, and give the subclass the written ``propagate`` for PyG
         to generate from (see :func:`original_methods`)."""
@@ -177,6 +180,9 @@ class DetailedPyG(InstrumentedLayer):
         if stock is None:  # a user's subclass of ours: it inherits all of this
             return
         cls._ic_methods = method_steps(stock, detailed=True)
+        #: What its fallback (upstream's own forward) times: every message-passing method,
+        #: ``propagate`` included, as a generic layer does.
+        cls._ic_fallback_methods = method_steps(stock)
         for name, fn in original_methods(stock).items():
             setattr(cls, name, fn)
 

@@ -17,6 +17,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 UNITS: Tuple[Tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 #: The label suffix of backward rows in the table (and of their NVTX ranges).
 BACKWARD_MARK = " [backward]"
+#: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
+UPSTREAM_MARK = " (upstream code)"
 
 
 def choose_unit(seconds: Sequence[float]) -> Tuple[str, float]:
@@ -72,8 +74,9 @@ class TableRenderer:
         spread = self.spread and world is not None
         labels = [
             ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
+            + (UPSTREAM_MARK if r.kind == "upstream" else "")
             for r in rows
-        ]
+        ]  # fmt: skip
         event_w = max([30] + [len(label) for label in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
 
@@ -139,6 +142,12 @@ class TableRenderer:
                 "(the first calls of each layer, then one in N at random; "
                 "configure(backward_every=N)); Count is exact, the time of the others is the "
                 "mean of those timed at random. Min, Max, Std: timed calls."
+            )
+        if any(r.kind == "upstream" for r in rows):
+            lines.append(
+                f"{UPSTREAM_MARK.strip()}: the installed release differs from our copy of the "
+                "layer's forward, so its own code runs, its parts timed from outside; what "
+                "they leave out (GCNConv: the bias) is in the row's Self."
             )
         notes = [f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors] + [
             f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "

@@ -31,7 +31,9 @@
     if (text !== undefined) n.textContent = text;
     return n;
   }
-  function label(r) { return r.step + (r.phase === "backward" ? " [backward]" : ""); }
+  function label(r) {
+    return r.step + (r.phase === "backward" ? " [backward]" : "") + (r.kind === "upstream" ? " (upstream code)" : "");
+  }
 
   /* The tree of a summary's rows: a backward row nests under the row of its parent path in
    * its own phase and scope when there is one, else in the forward phase, else unscoped. */
