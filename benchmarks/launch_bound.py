@@ -45,7 +45,7 @@ import statistics
 import sys
 import time
 import timeit
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -201,8 +201,12 @@ def _interleave(
     return times
 
 
-def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict[str, Any]:
-    """Interleaved epochs of every variant of one layer; then the profiler phase."""
+def variant_models(
+    label: str, variants: Sequence[str], ours: Callable[[str], bool]
+) -> Tuple[Dict[str, torch.nn.Module], Dict[str, Callable[[], None]], Tuple[Any, ...]]:
+    """One model per variant of layer ``label``, all with the same weights (ours where
+    ``ours(variant)``, else stock), their epochs, and ``(make_stock, x, graph, y, call,
+    reference state)`` for models made later (the benchmarks of this folder share it)."""
     make_stock, make_ours, (graph, call) = LAYERS[label]()
     torch.manual_seed(0)
     x = torch.randn(NODES, FEATURES)
@@ -210,11 +214,19 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     torch.manual_seed(1)
     ref = Net(make_stock, call)
     models = {}
-    for v in VARIANTS:
-        m = Net(make_stock if v.startswith("stock") else make_ours, call)
+    for v in variants:
+        m = Net(make_ours if ours(v) else make_stock, call)
         m.load_state_dict(ref.state_dict())
         models[v] = m
     epochs = {v: _epoch(m, x, graph, y) for v, m in models.items()}
+    return models, epochs, (make_stock, x, graph, y, call, ref.state_dict())
+
+
+def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict[str, Any]:
+    """Interleaved epochs of every variant of one layer; then the profiler phase."""
+    _, epochs, (make_stock, x, graph, y, call, state) = variant_models(
+        label, VARIANTS, lambda v: not v.startswith("stock")
+    )
 
     def no_backward() -> float:
         saved = ic.configure()
@@ -257,7 +269,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         from torch.profiler import ProfilerActivity, profile
 
         prof_model = Net(make_stock, call)
-        prof_model.load_state_dict(ref.state_dict())
+        prof_model.load_state_dict(state)
         prof_epoch = _epoch(prof_model, x, graph, y)
 
         def profiled() -> float:

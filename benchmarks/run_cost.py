@@ -59,19 +59,8 @@ def _module_calls(model: torch.nn.Module, epoch: Any) -> int:
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, Any]:
     """Interleaved epochs of the four variants for one layer."""
-    make_stock, make_ours, (graph, call) = lb.LAYERS[label]()
-    torch.manual_seed(0)
-    x = torch.randn(lb.NODES, lb.FEATURES)
-    y = torch.randint(0, lb.CLASSES, (lb.NODES,))
-    torch.manual_seed(1)
-    ref = lb.Net(make_stock, call)
-    epochs = {}
-    for v in VARIANTS:
-        m = lb.Net(make_ours if v == "ours" else make_stock, call)
-        m.load_state_dict(ref.state_dict())
-        epochs[v] = lb._epoch(m, x, graph, y)
-        if v == "under run":
-            calls = _module_calls(m, epochs[v])
+    models, epochs, _ = lb.variant_models(label, VARIANTS, lambda v: v == "ours")
+    calls = _module_calls(models["under run"], epochs["under run"])
     hooks = Hooks()
 
     def under_run() -> float:

@@ -26,7 +26,7 @@ backends live above it (:mod:`._frame`), which registers the function that picks
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, NamedTuple, Optional, Union
 
 _FALSE = ("", "0", "false", "no", "off")
 _TRUE = ("1", "true", "yes", "on")
@@ -114,6 +114,7 @@ class Settings(NamedTuple):
     backward: bool  #: steps time their backward too (autograd hooks)
     backward_every: int  #: how often a layer call's backward is timed
     timeline: int = 0  #: the most calls the timeline records (0: off)
+    counters: bool = False  #: steps count the FLOPs and bytes of their ops
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -121,7 +122,8 @@ class Settings(NamedTuple):
         _set_nvtx(self.nvtx)
         enabled, record_function = self.enabled, self.record_function
         backward, backward_every = self.backward, self.backward_every
-        _set_timeline(self.timeline)
+        _apply("timeline", self.timeline)
+        _apply("counters", self.counters)
 
     def __enter__(self) -> "Settings":
         """The block runs with the switches :func:`configure` set; this is what they were."""
@@ -133,26 +135,28 @@ class Settings(NamedTuple):
 
 
 def _current() -> Settings:
-    return Settings(enabled, nvtx, record_function, backward, backward_every, timeline)
+    return Settings(enabled, nvtx, record_function, backward, backward_every, timeline, counters)
 
 
-#: The most calls the timeline records (0: off); set through :func:`on_timeline`'s setter.
+#: The most calls the timeline records (0: off), and whether steps count the FLOPs and bytes
+#: of their ops: applied by the functions registered with :func:`on_switch`.
 timeline: int = 0
-_timeline_setter: Optional[Callable[[int], int]] = None
+counters: bool = False
+_setters: Dict[str, Callable[[Any], Any]] = {}
 
 
-def on_timeline(setter: Callable[[int], int]) -> None:
-    """Register the function that starts and stops the timeline (``_timeline.set_limit``)."""
-    global _timeline_setter
-    _timeline_setter = setter
+def on_switch(name: str, setter: Callable[[Any], Any]) -> None:
+    """Register the function that applies switch ``name``: ``timeline``
+    (``_timeline.set_limit``) or ``counters`` (``_counters.set_on``), at their import."""
+    _setters[name] = setter
 
 
-def _set_timeline(limit: int) -> None:
-    global timeline
-    if _timeline_setter is None:
-        raise RuntimeError("no timeline is registered (import instrumented_convs)")
-    _timeline_setter(limit)
-    timeline = limit
+def _apply(name: str, value: Any) -> None:
+    setter = _setters.get(name)
+    if setter is None:
+        raise RuntimeError(f"nothing applies {name} (import instrumented_convs)")
+    setter(value)
+    globals()[name] = value
 
 
 _nvtx_setter: Optional[Callable[[str], str]] = None
@@ -182,6 +186,7 @@ def configure(
     backward: Optional[bool] = None,
     backward_every: Optional[int] = None,
     timeline: Optional[int] = None,
+    counters: Optional[bool] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -210,6 +215,11 @@ def configure(
       stops it. ``registry.timeline()`` reads it, a Chrome trace for Perfetto. Turning it on
       starts an empty timeline; ``registry.reset()`` empties it. Each call costs a tuple
       (about 0.5 µs and 190 bytes: docs/performance.md).
+    - ``counters=True``: also count, per step call, the FLOPs and bytes read and written of
+      the ops it runs (a ``TorchDispatchMode``, on this thread and autograd's; a debugging
+      mode: docs/performance.md says what it costs), for the table's roofline columns
+      (``summary.table(counters=True)``). It times every backward call while on
+      (``backward_every=1``, unless given), so that each op lands in its own step.
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     """
@@ -237,5 +247,9 @@ def configure(
     if backward_every is not None:
         g["backward_every"] = backward_every
     if timeline is not None and timeline != g["timeline"]:
-        _set_timeline(timeline)
+        _apply("timeline", timeline)
+    if counters is not None and bool(counters) != g["counters"]:
+        if counters and backward_every is None:
+            g["backward_every"] = 1
+        _apply("counters", bool(counters))
     return previous

@@ -28,6 +28,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+from . import _counters, _formulas
 from ._generic import GenericLayer, framework_steps
 from ._step import Step, recording
 
@@ -54,19 +55,43 @@ WRAPPED = (
 )
 
 
+#: Kernels the counters have a formula for (``_formulas.dgl_cost``).
+FORMULA_KERNELS = ("gspmm", "gsddmm")
+
+
 def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
     """``fn`` inside the step ``name`` while a generic layer runs on this thread."""
     st = Step(name)
 
+    op = f"dgl.{name}"
+
+    def counted(args: Any, kwargs: Any) -> Any:  # a kernel the dispatcher cannot see
+        out = fn(*args, **kwargs)
+        _counters.mark(op, _formulas.dgl_cost(name, args, out))
+        return out
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        count = _counters._mode is not None and not method
         if not framework_steps.n or not recording():
-            return fn(*args, **kwargs)
+            return counted(args, kwargs) if count else fn(*args, **kwargs)
         with st:
-            return fn(*args, **kwargs)
+            return counted(args, kwargs) if count else fn(*args, **kwargs)
 
     wrapper._ic_wrapped = name  # type: ignore[attr-defined]
     return wrapper if method else staticmethod(wrapper)
+
+
+def _marked(fn: Any, op: str) -> Any:
+    """A kernel's backward that marks its call for the counters (see ``_counters.mark``)."""
+
+    @functools.wraps(fn)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        _counters.mark(op)
+        return fn(*args, **kwargs)
+
+    backward._ic_wrapped = op  # type: ignore[attr-defined]
+    return staticmethod(backward)
 
 
 def install() -> None:
@@ -87,6 +112,12 @@ def install() -> None:
             method = attr != "apply"  # a graph method, or an autograd Function's classmethod
             setattr(owner, attr, _wrap(fn, name, method))
             _installed.append((owner, attr, original))
+            # Its backward, marked for the counters where its kernels may run unseen (those
+            # of gspmm and gsddmm call the two kernels again, through apply: counted).
+            if attr == "apply" and "backward" in owner.__dict__ and name not in FORMULA_KERNELS:
+                original = owner.__dict__["backward"]
+                setattr(owner, "backward", _marked(owner.backward, f"dgl.{name}.backward"))
+                _installed.append((owner, "backward", original))
 
 
 def uninstall() -> None:
@@ -108,6 +139,10 @@ class GenericDGL(GenericLayer):
         super()._ic_after_init()
         install()
 
+
+_counters.on_start.append(install)  # the counters mark DGL's kernels, whatever layer runs
+if _counters.is_on():
+    install()
 
 #: Classes of ``dgl.nn.pytorch.conv.__all__`` that get no instrumented version, and why.
 NOT_INSTRUMENTED: Dict[str, str] = {}

@@ -51,6 +51,12 @@ class EntryStats(NamedTuple):
     skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
     rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
     rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
+    # The counters (configure(counters=True), see _counters): this entry's own ops.
+    flops: int = 0  #: floating-point operations of its own ops (not its children's)
+    bytes_read: int = 0  #: bytes its own ops read
+    bytes_written: int = 0  #: bytes its own ops wrote
+    ops: int = 0  #: how many ops it ran itself
+    unknown: str = ""  #: ops no formula knows: ``"aten.foo:3;aten.bar:1"``
 
 
 class Entry:

@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, List, Optional
 
-from . import _timeline
+from . import _counters, _timeline
 from ._clock import PendingTimes
 from ._entry import FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
@@ -222,6 +222,7 @@ class Registry:
             self.pending.clear()
             self._skips.clear()
             _timeline.clear()
+            _counters.clear()
             old = self.root
             old.retired = True
             for e in old.walk():
@@ -249,19 +250,19 @@ class Registry:
             return self._fold_all_locked()
 
     def snapshot(self) -> List[EntryStats]:
-        """Every entry as plain data, depth first (after resolving pending CUDA times).
-
-        Each record is a named tuple of the raw statistics (``name``, ``path``, ``scope``,
-        ``kind``, ``depth``, ``count``, ``total``, ``sumsq``, ``min``, ``max``, ``errors``,
-        ``untimed``, ``phase``, ``skipped``, ``rcount``, ``rtotal``; times in integer
-        nanoseconds) and the index of its parent record (``parent``, -1 at the top level):
-        all a summary is made of (:func:`instrumented_convs.distributed.read`).
-        """
+        """Every entry as plain data, depth first (after resolving pending CUDA times): an
+        :class:`~._entry.EntryStats` each (raw statistics, integer ns, its counters, and the
+        index of its parent record, -1 at the top level), all a summary is made of."""
         self.resolve()
         with self._lock:
             entries = self._fold_all_locked()
             index = {id(e): i for i, e in enumerate(entries)}
-            return [e.stats(index.get(id(e.parent), -1)) for e in entries]
+            out = [e.stats(index.get(id(e.parent), -1)) for e in entries]
+        for i, e in enumerate(entries):  # the counters' own, when they counted anything
+            counted = _counters.of(e)
+            if counted is not None:
+                out[i] = out[i]._replace(**counted)
+        return out
 
     def summary(
         self,

@@ -45,6 +45,12 @@ class Row:
     slowest: Optional[float] = None  #: the largest total of one rank,
     slowest_rank: Optional[int] = None  #: the rank with that total (the lowest, on a tie),
     fastest: Optional[float] = None  #: the smallest total of a rank that recorded the step.
+    # The counters (configure(counters=True)); like ``total``, a step's include its children's.
+    flops: int = 0  #: floating-point operations of its ops, all calls
+    bytes_read: int = 0  #: bytes its ops read, all calls
+    bytes_written: int = 0  #: bytes its ops wrote, all calls
+    ops: int = 0  #: ops it ran, all calls (0: the counters were off)
+    unknown: str = ""  #: ops no formula knows, with their counts (``"aten.foo:3;..."``)
 
     @property
     def parent(self) -> Optional[str]:
@@ -62,8 +68,11 @@ class Row:
 
 
 _FIELDS = [f.name for f in dataclasses.fields(Row)]
-_INT_FIELDS = {"depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank", "estimated"}
-_STR_FIELDS = {"name", "step", "scope", "kind", "phase"}
+_INT_FIELDS = {
+    "depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank", "estimated",
+    "flops", "bytes_read", "bytes_written", "ops",
+}  # fmt: skip
+_STR_FIELDS = {"name", "step", "scope", "kind", "phase", "unknown"}
 #: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).
 _OPTIONAL = {"scope", "rank", "ranks", "slowest", "slowest_rank", "fastest"}
 

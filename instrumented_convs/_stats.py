@@ -46,6 +46,33 @@ def estimated_total(s: EntryStats) -> float:
     return s.total + (s.skipped * s.total / s.count if s.count else 0)
 
 
+def _inclusive_counters(stats: Sequence[EntryStats]) -> List[Optional[tuple]]:
+    """Per record, its counters with its descendants' added (as a total includes its
+    children's): ``(flops, bytes read, bytes written, ops, {unknown op: n})``, or None where
+    nothing in its subtree was counted."""
+    out: List[Optional[tuple]] = [None] * len(stats)
+    for i in range(len(stats) - 1, -1, -1):  # depth first: children come after their parent
+        s = stats[i]
+        if not s.ops and out[i] is None:
+            continue
+        own = out[i] or (0, 0, 0, 0, {})
+        unknown = dict(own[4])
+        for item in filter(None, s.unknown.split(";")):
+            op, n = item.rsplit(":", 1)
+            unknown[op] = unknown.get(op, 0) + int(n)
+        mine = (own[0] + s.flops, own[1] + s.bytes_read, own[2] + s.bytes_written,
+                own[3] + s.ops, unknown)  # fmt: skip
+        out[i] = mine
+        if s.parent >= 0:
+            up = out[s.parent] or (0, 0, 0, 0, {})
+            merged = dict(up[4])
+            for op, n in unknown.items():
+                merged[op] = merged.get(op, 0) + n
+            out[s.parent] = (up[0] + mine[0], up[1] + mine[1], up[2] + mine[2],
+                             up[3] + mine[3], merged)  # fmt: skip
+    return out
+
+
 def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None) -> Summary:
     """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
 
@@ -63,6 +90,7 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     for s, t in zip(stats, totals):
         if s.parent >= 0:
             child_total[s.parent] += t
+    counted = _inclusive_counters(stats)
 
     groups: Dict[_GroupKey, Dict[str, Any]] = {}
     children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
@@ -87,6 +115,11 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 errors=0,
                 untimed=0,
                 skipped=0,
+                flops=0,
+                bytes_read=0,
+                bytes_written=0,
+                ops=0,
+                unknown={},
             )
             if s.parent < 0:
                 pkey = _TOP
@@ -106,6 +139,14 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         g["errors"] += s.errors
         g["untimed"] += s.untimed
         g["skipped"] += s.skipped
+        if counted[i] is not None:
+            flops, read, written, ops, unknown = counted[i]
+            g["flops"] += flops
+            g["bytes_read"] += read
+            g["bytes_written"] += written
+            g["ops"] += ops
+            for op, n in unknown.items():
+                g["unknown"][op] = g["unknown"].get(op, 0) + n
 
     order: List[_GroupKey] = []
     todo = list(reversed(children_of[_TOP]))
@@ -142,6 +183,11 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 untimed=g["untimed"],
                 phase=g["phase"],
                 estimated=g["skipped"],
+                flops=g["flops"],
+                bytes_read=g["bytes_read"],
+                bytes_written=g["bytes_written"],
+                ops=g["ops"],
+                unknown=";".join(f"{k}:{n}" for k, n in sorted(g["unknown"].items())),
             )
         )
     return Summary(rows, unit=unit, by=by, total=grand * 1e-9)

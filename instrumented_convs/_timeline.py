@@ -172,4 +172,4 @@ def read() -> Any:
     return _reader(snapshot())
 
 
-_config.on_timeline(set_limit)  # configure(timeline=N) starts and stops it
+_config.on_switch("timeline", set_limit)  # configure(timeline=N) starts and stops it

@@ -24,7 +24,7 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from . import _diff, _page, _saved
+from . import _diff, _page, _roof, _saved
 from ._diff import DiffRow, SummaryDiff
 from ._row import _FIELDS, _INT_FIELDS, _OPTIONAL, _STR_FIELDS, Row, _parse
 from ._table import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
@@ -159,12 +159,19 @@ class Summary:
 
     # -- rendering --------------------------------------------------------------------------
     def table(
-        self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True
+        self,
+        unit: Optional[str] = None,
+        title: str = "Timer summary",
+        spread: bool = True,
+        counters: bool = False,
+        peak: Any = None,
+        times: Optional["Summary"] = None,
     ) -> str:
-        """The rendered table (see :class:`TableRenderer`).
-
-        A summary merged over ranks gets the Slowest and Spread columns unless ``spread=False``.
-        """
+        """The table (:class:`TableRenderer`; merged over ranks, Slowest and Spread unless
+        ``spread=False``); ``counters=True``: the counters' table (``_roof.render``: the
+        machine's ``peak``, ``times`` of a run without counters)."""
+        if counters:
+            return _roof.render(self, peak, unit or self.unit, times=times)
         return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)
 
     def __str__(self) -> str:

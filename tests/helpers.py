@@ -204,7 +204,7 @@ def assert_nested(trace: Dict[str, Any]) -> None:
         evs.sort(key=lambda e: (e["ts"], -e["dur"]))
         ends: List[float] = []
         for e in evs:
-            while ends and ends[-1] <= e["ts"]:
+            while ends and ends[-1] <= e["ts"] + 1e-6:  # ended (float sums: 1e-6 us slack)
                 ends.pop()
             assert not ends or e["ts"] + e["dur"] <= ends[-1] + 1e-6, e
             ends.append(e["ts"] + e["dur"])

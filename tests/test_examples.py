@@ -374,3 +374,15 @@ def test_bench_command_reports_ratios_and_the_noise_floor(tmp_path, sparse):
     assert ("skipped: needs torch-sparse" in out) != sparse
     for r in results:
         assert set(r["median_s"]) == {"stock", "enabled", "no backward", "disabled", "stock again"}
+
+
+def test_roofline_example_counts_every_setup_and_lists_dgls_kernels():
+    out = run_script("examples/roofline.py", "--dataset", "synthetic-quick", "--epochs", "1").stdout
+    assert "--- PyG, edge_index: counters, times from a run without them" in out
+    assert "--- DGL: counters, times from a run without them" in out
+    for row in ("- lin ", "- aggregate ", "- GraphConv "):
+        assert row in out
+    assert "x roof" in out and "Roof: the time at the machine's limit" in out
+    # DGL's fused kernel runs outside torch's dispatcher: counted from its arguments, so
+    # every op of the three setups has a formula (an op without one would be listed)
+    assert "- update_all " in out and "no formula" not in out

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from .._config import configure
+from .._probe import probe
 from .._registry import registry
+from .._roof import Peak
 from .._trace import write_trace
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .runs import (
@@ -91,6 +93,11 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         help="the timeline keeps the first N calls after the warm-up (0: no timeline; "
         "default %(default)s, about 40 MB of memory)",
     )
+    run.add_argument(
+        "--counters",
+        action="store_true",
+        help="count each step's FLOPs and bytes; print the roofline table (a debugging mode)",
+    )
     run.add_argument("--quiet", action="store_true", help="save the run, print no table")
     run.add_argument(
         "--merge-timeout",
@@ -117,6 +124,10 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         "--trace", metavar="FILE", help="write the run's timeline to FILE (Chrome trace; .gz)"
     )
     view.add_argument("--html", metavar="FILE", help="write the run's page to FILE")
+    view.add_argument("--counters", action="store_true", help="the counters' roofline table")
+    view.add_argument(
+        "--times", metavar="RUN", help="with --counters: times from RUN, a run without them"
+    )
 
     merge = sub.add_parser(
         "merge",
@@ -164,6 +175,7 @@ def run_main(args: argparse.Namespace) -> int:
         backward=False if args.no_backward else None,
         backward_every=args.backward_every,
         timeline=args.trace_limit,
+        counters=True if args.counters else None,
     )
     hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup).install()
     try:
@@ -203,6 +215,9 @@ def run_main(args: argparse.Namespace) -> int:
         "exclude": _names(args.exclude),
         **environment(),
     }
+    if args.counters:
+        configure(counters=False)
+        meta["peak"] = probe()._asdict()  # the machine's limits for the roofline (cached)
     folder = Path(args.output) if args.output else default_folder(args.target, started)
     rank, world = job_rank()
     if args.trace_limit:
@@ -230,6 +245,8 @@ def run_main(args: argparse.Namespace) -> int:
     if not args.quiet:
         ended = "" if outcome.how == "returned" else f", exit code {outcome.code}"
         print(summary.table(title=f"instrumented_convs run: {args.target}{ended}"))
+        if args.counters:
+            print(summary.table(counters=True, peak=Peak(**meta["peak"])))
     logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
     return outcome.code
 
@@ -251,6 +268,11 @@ def view_main(args: argparse.Namespace) -> int:
     if args.html:
         Path(args.html).write_text(page_of(run, summary))
         print(f"page written to {args.html}")
+        return 0
+    if args.counters:
+        peak = Peak(**run["peak"]) if run.get("peak") else None
+        times = summary_of(load(args.times), by=args.by) if args.times else None
+        print(summary.table(counters=True, peak=peak, times=times))
         return 0
     print(summary.to_json() if args.json else summary)
     return 0
