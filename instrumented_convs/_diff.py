@@ -78,7 +78,8 @@ class SummaryDiff:
         b: Any = None,
     ):
         """Wrap paired ``rows``; ``min_change`` is the share of a change that counts; ``a``
-        and ``b``: the two summaries."""
+        and ``b``: the two summaries (optional: without them, :meth:`to_html` takes each
+        run's rows from the pairs)."""
         self.rows, self.min_change, self.unit = rows, min_change, unit
         self.a, self.b = a, b
 

@@ -41,9 +41,9 @@ def _unit(summary: Any) -> str:
     return summary.unit or choose_unit([r.total for r in summary.rows])[0]
 
 
-def _rows(summary: Any) -> List[Dict[str, Any]]:
+def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
     out = []
-    for row in summary.rows:
+    for row in rows:
         d = dataclasses.asdict(row)
         out.append({k: _finite(d[k]) for k in _ROW_FIELDS})
     return out
@@ -99,7 +99,7 @@ def summary_page(
         "title": title,
         "subtitle": subtitle,
         "meta": [[str(k), str(v)] for k, v in meta],
-        "runs": [{"label": title, "unit": _unit(summary), "rows": _rows(summary)}],
+        "runs": [{"label": title, "unit": _unit(summary), "rows": _rows(summary.rows)}],
         "ranks": _ranks(summary),
         "diff": None,
         "note": note,
@@ -117,9 +117,12 @@ def diff_page(
 ) -> str:
     """The page of a diff: both runs' icicles on one scale, the change per step, both tables.
 
-    ``result`` is ``a.diff(b)`` (a :class:`~instrumented_convs.report.SummaryDiff`).
+    ``result`` is ``a.diff(b)`` (a :class:`~instrumented_convs.report.SummaryDiff`); ``a``
+    or ``b`` None (a diff made from its rows alone): that run's rows as the pairs hold them.
     """
-    unit = result.unit or choose_unit([r.total for r in (*a.rows, *b.rows)])[0]
+    rows_a = a.rows if a is not None else [d.a for d in result.rows if d.a is not None]
+    rows_b = b.rows if b is not None else [d.b for d in result.rows if d.b is not None]
+    unit = result.unit or choose_unit([r.total for r in (*rows_a, *rows_b)])[0]
     rows = []
     for d in result.rows:
         rows.append({"name": d.name, "step": d.step, "depth": d.depth, "phase": d.phase,
@@ -132,8 +135,8 @@ def diff_page(
         "subtitle": f"min change {100 * result.min_change:g}%: smaller changes are unchanged",
         "meta": [[str(k), str(v)] for k, v in meta],
         "runs": [
-            {"label": labels[0], "unit": unit, "rows": _rows(a)},
-            {"label": labels[1], "unit": unit, "rows": _rows(b)},
+            {"label": labels[0], "unit": unit, "rows": _rows(rows_a)},
+            {"label": labels[1], "unit": unit, "rows": _rows(rows_b)},
         ],
         "ranks": None,
         "diff": {"unit": unit, "labels": list(labels), "rows": rows},

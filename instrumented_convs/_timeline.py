@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
+
 from . import _clock, _config
 from ._native import speedups
 
@@ -36,6 +38,7 @@ __all__ = [
     "snapshot",
     "read",
     "on_read",
+    "noted",
     "note",
 ]
 
@@ -47,6 +50,7 @@ events: Optional[List[tuple]] = None
 limit = 0
 _kept: List[tuple] = []  # what was recorded (the same list as ``events`` while recording)
 _notes: List[tuple] = []  # (thread, CPU ns, scope, inputs): what a call was given (note())
+_last: Dict[Tuple[int, Any], tuple] = {}  # (thread, key) -> (signature, kept): its last note
 _truncated: Optional[int] = None  # the CPU clock when ``limit`` was reached
 _refs: Dict[Any, Tuple[Any, int]] = {}  # device key -> (reference event, CPU ns)
 
@@ -64,10 +68,12 @@ def set_limit(n: int) -> int:
     previous = limit
     if n <= 0:
         events, limit = None, 0
+        _last.clear()
     else:
         if limit == 0:  # off -> on: a new timeline (once cut by the limit, it stays cut)
             _kept, _notes, _truncated = [], [], None
             _refs.clear()
+            _last.clear()
             events = _kept
         limit = n
     _tell_c()
@@ -80,6 +86,7 @@ def full() -> None:
     if events is not None:
         _truncated = _clock.cpu_now()
         events = None
+        _last.clear()
         _tell_c()
 
 
@@ -98,22 +105,40 @@ def add(entry: Any, t0: int, t1: int, link: Any, slot: Optional[list] = None) ->
 
 
 def gpu_ref(key: Any) -> list:
-    """The GPU slot of one CUDA-timed call on device ``key``: its reference event (recorded on
-    first use, before any timed pair on that device) and the CPU clock read with it."""
+    """The GPU slot of one CUDA-timed call on device ``key`` (an index): its reference event
+    (recorded on first use, before any timed pair on that device, on that device's current
+    stream, where the pairs are recorded: the current device may be another) and the CPU
+    clock read with it."""
     ref = _refs.get(key)
     if ref is None:
         event = _clock.events._factory()  # its own event: never back to the pool
-        event.record()
+        event.record(torch.cuda.current_stream(key))
         ref = _refs[key] = (event, _clock.cpu_now())
     return [ref[0], None, None, ref[1]]
 
 
-def note(key: Any, inputs: Any) -> None:
+def noted(key: Any, signature: Any) -> bool:
+    """Whether the call about to start on this thread needs no note (:func:`note`): the last
+    note for ``key`` on this thread had this ``signature`` (the trace gives the call that
+    note's inputs), or the timeline does not record."""
+    if events is None:
+        return True
+    last = _last.get((_get_ident(), key))
+    return last is not None and last[0] == signature
+
+
+def note(key: Any, inputs: Any, signature: Any = None, keep: Any = ()) -> None:
     """Note what the call about to start on this thread is given (its inputs' shapes, as
     plain data) for the trace's ``args``: the next forward call on this thread of the layer
-    ``key`` (its scope) or of the region ``("region", name)`` gets it. Bounded like calls."""
+    ``key`` (its scope) or of the region ``("region", name)`` gets it, and so does every
+    later one until the next note for ``key`` on this thread (note only what changed:
+    :func:`noted`). ``signature``: what :func:`noted` compares (default: ``inputs``);
+    ``keep``: objects whose ids it holds, kept until the next note for ``key`` replaces it
+    (no other object takes their ids meanwhile). Bounded like calls."""
     if events is not None and len(_notes) < limit:
-        _notes.append((_get_ident(), _clock.cpu_now(), key, inputs))
+        tid = _get_ident()
+        _last[(tid, key)] = (inputs if signature is None else signature, keep)
+        _notes.append((tid, _clock.cpu_now(), key, inputs))
 
 
 def clear() -> None:
@@ -123,6 +148,7 @@ def clear() -> None:
     del _notes[:]
     _truncated = None
     _refs.clear()
+    _last.clear()
     if limit > 0:
         events = _kept
     _tell_c()

@@ -4,11 +4,12 @@ The Chrome Trace Event format (JSON, gzip-compressed when the name ends in ``.gz
 Perfetto (ui.perfetto.dev) and chrome://tracing open. Each recorded call becomes a complete
 event (``"ph": "X"``) named like its NVTX range and profiler label (``<step> [backward]``
 for a backward), with its path, scope and phase in ``args`` (and ``inputs``, what the call
-was given, where the ``run`` launcher noted it: ``_timeline.note``); one process per rank;
+was given, where the ``run`` launcher noted it: ``_timeline.note``, made when it changed and
+standing for the calls after it); one process per rank;
 one track per thread (the main thread, autograd's backward thread on CUDA, named) in which
 events nest strictly (a call that overlaps its neighbours without nesting, which steps
 closed out of order can produce, goes to a track of its own beside it); a flow arrow from
-each forward call to its backward; and on CUDA a track per device with the GPU's times of
+each forward call to its backward; and on CUDA one GPU track with the GPU's times of
 the same calls, from the events already recorded (its clock is aligned with the CPU's at
 one reference event: the offset is the GPU's queue at that moment, so read the GPU track
 for durations and order, and its distance from the CPU track as approximate).
@@ -16,6 +17,7 @@ for durations and order, and its distance from the CPU track as approximate).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import os
@@ -148,9 +150,11 @@ Span = Tuple[int, int, Dict[str, Any]]
 
 
 def _attach_inputs(notes: List[tuple], calls: List[tuple], events: List[Dict[str, Any]]) -> None:
-    """Put each note's inputs in the ``args`` of the call it was made for: on its thread, the
+    """Put each note's inputs in the ``args`` of the calls it stands for, on its thread: the
     first forward call starting at or after it of its layer (``scope``, a string) or of the
-    region it names (``("region", name)``)."""
+    region it names (``("region", name)``), and the later calls of that step until the next
+    note for the same key: a call is noted only when what it is given changed
+    (``_timeline.note``), so a call without a note of its own was given the last one's."""
     if not notes:
         return
     starts: Dict[Tuple[Any, Any], List[Tuple[int, int]]] = {}
@@ -161,21 +165,28 @@ def _attach_inputs(notes: List[tuple], calls: List[tuple], events: List[Dict[str
             starts.setdefault((c[7], c[2]), []).append((c[5], i))
         if c[3] == "region":
             starts.setdefault((c[7], ("region", c[0])), []).append((c[5], i))
-    for group in starts.values():
-        group.sort()
+    noted: Dict[Tuple[Any, Any], List[Tuple[int, Any]]] = {}
     for thread, at, key, inputs in notes:
-        group = starts.get((thread, key if isinstance(key, str) else tuple(key)))
+        noted.setdefault((thread, key if isinstance(key, str) else tuple(key)), []).append(
+            (at, inputs)
+        )
+    for k, marks in noted.items():
+        group = sorted(starts.get(k, ()))
         if not group:
             continue
-        lo, hi = 0, len(group)
-        while lo < hi:  # the first call starting at or after the note
-            mid = (lo + hi) // 2
-            if group[mid][0] < at:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(group):
-            events[group[lo][1]]["args"].setdefault("inputs", inputs)
+        marks.sort(key=lambda m: m[0])  # stable: notes made at one time keep their order
+        times, begins = [m[0] for m in marks], [g[0] for g in group]
+        # The step a note is for: the first call after it (a layer's own step, not the steps
+        # inside it, which carry its scope too); then each of its calls gets the last note.
+        names = set()
+        for at in times:
+            j = bisect.bisect_left(begins, at)
+            if j < len(group):
+                names.add(calls[group[j][1]][0])
+        for t0, i in group:
+            m = bisect.bisect_right(times, t0) - 1
+            if m >= 0 and calls[i][0] in names:
+                events[i]["args"].setdefault("inputs", marks[m][1])
 
 
 def _nest(spans: List[Span], names: Dict[int, str]) -> List[Span]:
@@ -200,9 +211,11 @@ def _nest(spans: List[Span], names: Dict[int, str]) -> List[Span]:
                 continue
             ends.append(sp[1])
             out.append(sp)
-        if moved:
+        if moved:  # the events themselves move: arrows hold them and read their track
             names[spare] = f"{names.get(tid, f'track {tid}')} (overlapping calls)"
-            todo.append((spare, [(a, b, dict(ev, tid=spare)) for a, b, ev in moved]))
+            for _, _, ev in moved:
+                ev["tid"] = spare
+            todo.append((spare, moved))
             spare += 1
     return out
 
@@ -233,10 +246,17 @@ def merge_traces(traces: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
     base = min(bases, default=0)
     events: List[Dict[str, Any]] = []
     other: Dict[str, Any] = {}
+    flows = 0  # arrow ids are per trace: viewers pair ends by id alone, so renumber
     for t, b in zip(traces, bases):
         shift = (b - base) / 1e3
+        top = 0
         for ev in t.get("traceEvents", []):
-            events.append(dict(ev, ts=ev["ts"] + shift) if shift and "ts" in ev else ev)
+            ev = dict(ev, ts=ev["ts"] + shift) if shift and "ts" in ev else dict(ev)
+            if ev.get("cat") == "flow" and isinstance(ev.get("id"), int):
+                top = max(top, ev["id"])
+                ev["id"] += flows
+            events.append(ev)
+        flows += top
         other.update(t.get("otherData", {}).get("instrumented_convs", {}))
     return {
         "traceEvents": events,

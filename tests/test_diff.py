@@ -13,7 +13,7 @@ import pytest
 import instrumented_convs as ic
 from instrumented_convs.cli import main as cli_main
 from instrumented_convs.launch.runs import write_run
-from instrumented_convs.report import Row, Summary
+from instrumented_convs.report import Row, Summary, SummaryDiff
 
 
 def row(name, mean, std=0.0, count=100, phase="forward", estimated=0, scope=None):
@@ -96,3 +96,12 @@ def test_the_command_line_and_its_exit_code_for_ci(tmp_path, capsys):
     assert cli_main(["diff", a, b, "--fail-above", "5"]) == 1
     assert cli_main(["diff", a, b, "--fail-above", "25"]) == 0
     assert cli_main(["diff", b, a, "--fail-above", "5"]) == 0  # faster never fails
+
+
+def test_a_diff_made_from_its_rows_alone_renders_the_same_page():
+    a = [row("f", 1.0, 0.01), row("f/g", 0.5, 0.01), row("f/gone", 0.1, 0.01)]
+    b = [row("f", 1.2, 0.01), row("f/g", 0.4, 0.01), row("f/h", 0.2, 0.01)]
+    full = Summary(a).diff(Summary(b))
+    bare = SummaryDiff(full.rows, full.min_change)  # no summaries: both runs from the pairs
+    assert bare.a is None and bare.b is None
+    assert bare.to_html(labels=("x", "y")) == full.to_html(labels=("x", "y"))

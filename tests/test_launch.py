@@ -13,6 +13,7 @@ import gzip
 import json
 import re
 import sys
+import time
 
 import pytest
 import torch
@@ -112,7 +113,7 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     assert re.fullmatch(r"float32\[\d+, 8\]", given[("GINConv", "GINConv#0")][0])
     # regions (9 forward, 3 no grad), layers (4 a training step, 2 an evaluation, 3 GIN)
     assert sum("inputs" in e["args"] for e in x) == 9 + 3 + 3 * 4 + 3 * 2 + 3
-    names = {e["args"].get("name") for e in spans(trace, "M")}
+    names = {e["args"]["name"] for e in spans(trace, "M") if "name" in e["args"]}  # not sort
     assert "main thread" in names and any(n.startswith("plain_pyg.py (") for n in names)
     assert run["trace"] == {"file": "trace.json.gz", "calls": len(x), "limit": 200_000,
                             "truncated": False}  # fmt: skip
@@ -263,6 +264,58 @@ def test_torchrun_ranks_save_apart_and_rank_0_merges(tmp_path):
     assert sorted(e["pid"] for e in forwards) == [0, 0, 0, 1, 1, 1]
 
 
+def _rank_lines(text: str) -> list:
+    """A DDP script's per-rank lines, sorted (two ranks print into one stream, interleaved)."""
+    return sorted(re.findall(r"rank \d (?:step \d loss|acc|batch loss) [-+\d.e]+(?=\D|$)", text))
+
+
+def test_torchrun_an_unmodified_dgl_ddp_script_in_the_default_folder(tmp_path):
+    pytest.importorskip("dgl")
+    script = str(SCRIPTS / "plain_dgl_ddp.py")
+    plain = run_torchrun(script, cwd=tmp_path)
+    proc = run_torchrun("-m", "instrumented_convs", "run", script, cwd=tmp_path)
+    # Each rank trained exactly as without us: its losses to the last digit.
+    assert len(_rank_lines(plain.stdout)) == 2 * (3 + 1 + 2)
+    assert _rank_lines(proc.stdout) == _rank_lines(plain.stdout)
+    (folder,) = (tmp_path / "ic-runs").iterdir()  # both ranks found the same default folder
+    assert folder.name.startswith("plain_dgl_ddp-")
+    files = {p.name for p in folder.iterdir()}
+    assert files >= {"rank0.json", "rank1.json", "run.json", "summary.txt", "page.html",
+                     "rank0.trace.json.gz", "rank1.trace.json.gz", "trace.json.gz"}  # fmt: skip
+    for rank in (0, 1):
+        saved = json.loads((folder / f"rank{rank}.json").read_text())
+        assert (saved["rank"], saved["world_size"], saved["exit_code"]) == (rank, 2, 0)
+        assert saved["trace"]["file"] == f"rank{rank}.trace.json.gz"
+    run = json.loads((folder / "run.json").read_text())
+    assert run["trace"]["file"] == "trace.json.gz" and run["ranks_missing"] == []
+    merged = Summary.load(folder)
+    assert merged.world_size == 2
+    c = counts(merged)
+    # Per rank: 3 full-graph steps and 2 sampled batches (DDP around the model), an evaluation.
+    assert c[("forward", "forward")] == 2 * 5 and c[("forward (no grad)", "forward")] == 2
+    assert c[("backward", "forward")] == c[("optimizer.step", "forward")] == 2 * 5
+    assert c[("data", "forward")] == 2 * 2  # DGL's loader with use_ddp: 2 batches a rank
+    assert c[("forward/GraphConv", "forward")] == 2 * 5 * 2
+    assert c[("forward (no grad)/GraphConv", "forward")] == 2 * 2
+    assert c[("backward/GraphConv", "backward")] == 2 * 5 * 2
+    assert ("forward/GraphConv/norm_src/degrees", "forward") in c
+    assert ("forward/GraphConv/update_all", "forward") in c
+    assert [counts(part)[("forward", "forward")] for part in merged.by_rank()] == [5, 5]
+    # One timeline of both ranks, a process each; what each call was given in its args.
+    trace = read_trace(folder / "trace.json.gz")
+    assert_nested(trace)
+    procs = {e["pid"]: e["args"]["name"] for e in spans(trace, "M") if e["name"] == "process_name"}
+    assert procs == {0: "rank 0", 1: "rank 1"}
+    forwards = [e for e in spans(trace) if e["name"] == "forward"]
+    assert sorted(e["pid"] for e in forwards) == [0] * 5 + [1] * 5
+    graph = "DGLGraph(nodes 100, edges 500)"  # 400 edges and a self-loop per node
+    assert all(e["args"]["inputs"][0] == graph for e in forwards[:3] + forwards[5:8])
+    layers = [e for e in spans(trace) if e["name"] == "GraphConv" and e["cat"] == "forward"]
+    assert all("inputs" in e["args"] for e in layers)
+    assert {e["args"]["scope"] for e in layers} == {"conv1", "conv2"}
+    assert any(e["args"]["inputs"][0].startswith("DGLBlock(nodes ") for e in layers)
+
+
 def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_path):
     pytest.importorskip("torch_geometric")
     script = str(SCRIPTS / "plain_ddp.py")
@@ -289,6 +342,71 @@ def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_p
         Summary.load(folder)
     merged = run_cli(tmp_path, "merge", str(folder))
     assert "forward" in merged.stdout and (folder / "run.json").exists()
+
+
+# -- the files a run leaves, in this process ---------------------------------------------------
+
+
+def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
+    from instrumented_convs.launch.runs import load, merge_folder, write_run, write_timeline
+
+    ic.configure(timeline=100)
+    with ic.region("epoch"):
+        pass
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    folder = tmp_path / "job"
+    meta = {"exit_code": 0, "trace": write_timeline(folder, ic.registry.timeline(), "rank 1")}
+    write_run(folder, ic.registry.snapshot(), meta)
+    saved = load(folder / "rank1.json")["trace"]
+    assert saved["file"] == "rank1.trace.json.gz" and (folder / saved["file"]).is_file()
+    merged = merge_folder(folder)  # rank 0 never wrote: merged without it
+    assert merged["ranks_missing"] == [0]
+    assert merged["trace"] == {"file": "trace.json.gz", "calls": 1, "limit": 100,
+                               "truncated": False}  # fmt: skip
+    assert len(spans(read_trace(folder / merged["trace"]["file"]))) == 1
+    assert [r["trace"] for r in merged["per_rank"]] == [saved]
+
+
+def _job(monkeypatch, rank, agent):
+    """Pretend to be ``rank`` of a 2-rank torchrun job whose agent is ``(pid, start)``."""
+    from instrumented_convs.launch import folders
+
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(folders, "_agent", lambda: agent)
+
+
+def test_default_folders_of_runs_started_in_the_same_second_are_distinct(tmp_path, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from instrumented_convs.launch.runs import default_folder
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    started = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
+    root = str(tmp_path / "ic-runs")
+    with ThreadPoolExecutor(6) as pool:  # runs that end at once, too
+        made = list(pool.map(lambda _: default_folder("train.py", started, root=root), range(6)))
+    assert sorted(f.name for f in made) == [f"train-{stamp}"] + [
+        f"train-{stamp}-{n}" for n in range(2, 7)
+    ]
+    for f in made:  # what a run writes in its folder at once
+        (f / "run.json").write_text("{}")
+    # torchrun: the ranks of one job share a folder, another job started in the same second
+    # gets its own, and neither takes the plain runs' folders.
+    agent_start = started
+    folders = {}
+    for job, rank in (("a", 0), ("b", 0), ("a", 1), ("b", 1)):
+        _job(monkeypatch, rank, (1000 + ord(job), agent_start))
+        folders.setdefault(job, set()).add(default_folder("train.py", started, root=root))
+    (a,), (b,) = folders["a"], folders["b"]
+    assert a != b and not {a, b} & set(made)
+    assert {a.name, b.name} == {f"train-{stamp}-7", f"train-{stamp}-8"}
+    (a / "rank0.json").write_text("{}")  # a job's folder once its ranks wrote: still theirs
+    _job(monkeypatch, 1, (1000 + ord("a"), agent_start))
+    assert default_folder("train.py", started, root=root) == a
 
 
 # -- reading runs ----------------------------------------------------------------------------
@@ -493,3 +611,24 @@ def test_the_users_own_regions_still_nest(hooks):
     c = counts(ic.registry.summary())
     assert c[("epoch/forward", "forward")] == 1 and c[("epoch/backward", "forward")] == 1
     assert ("epoch/forward/GCNConv/gcn_norm", "forward") in c
+
+
+def test_inputs_are_noted_when_they_change_and_every_call_shows_its_own(hooks):
+    ic.configure(timeline=1000)
+    model = torch.nn.Linear(2, 1)
+    h = hooks()
+    rows = [3, 3, 5, 5, 5, 3]
+    for n in rows:
+        model(torch.zeros(n, 2))
+    tl = ic.registry.timeline()
+    assert len(tl.notes) == 3  # 3 rows, 5 rows, 3 rows again: only where it changed
+    forwards = sorted((e for e in spans(tl.to_chrome()) if e["name"] == "forward"),
+                      key=lambda e: e["ts"])  # fmt: skip
+    assert [e["args"]["inputs"] for e in forwards] == [[f"float32[{n}, 2]"] for n in rows]
+    # After a reset (the warm-up's end) the next call is noted again, though nothing changed.
+    h.warmup, h.steps = 1, 0
+    h._stepped()
+    model(torch.zeros(3, 2))
+    tl = ic.registry.timeline()
+    assert len(tl.notes) == 1
+    assert spans(tl.to_chrome())[0]["args"]["inputs"] == ["float32[3, 2]"]

@@ -22,22 +22,24 @@ BLUE, ORANGE, GREY = "#4e79a7", "#e07b1a", "#7f7f7f"  # page.js: depth-1 steps, 
 NASTY = "x</script><img src=q onerror=alert(1)>&amp;"
 
 
-def _recorded(forward_ns=3_000_000, backward_ns=1_000_000, name="layer"):
-    """A summary with exact times: a region holding a forward step and its backward."""
+def _recorded(forward_ns=3_000_000, backward_ns=1_000_000, name="layer", calls=1):
+    """A summary with exact times: a region holding a forward step and its backward, ``calls``
+    times (every call alike: no spread)."""
     ic.configure(backward_every=1)
     lin = torch.nn.Linear(3, 2)
     clock = FakeClock()
+
+    def slow(grad):
+        clock.advance(backward_ns)
+
     with cpu_clock(clock):
-        with region("epoch"):
-            with step(name):
-                out = mark_outputs(lin(torch.randn(4, 3)).sum())
-                clock.advance(forward_ns)
-
-            def slow(grad):
-                clock.advance(backward_ns)
-
-            out.grad_fn.register_prehook(lambda g: slow(g))
-            out.backward()
+        for _ in range(calls):
+            with region("epoch"):
+                with step(name):
+                    out = mark_outputs(lin(torch.randn(4, 3)).sum())
+                    clock.advance(forward_ns)
+                out.grad_fn.register_prehook(lambda g: slow(g))
+                out.backward()
     summary = registry.summary()
     registry.reset()
     return summary
@@ -88,17 +90,46 @@ def test_the_screenshot_shows_the_chart_to_scale(tmp_path):
 
 
 def test_a_diff_page_puts_both_runs_on_one_scale_with_the_verdicts(tmp_path):
-    a = _recorded(forward_ns=1_000_000)
-    b = _recorded(forward_ns=2_000_000)
+    # Three calls alike in each run (no spread): the layer's forward twice as long in b is
+    # slower, the same backward unchanged, and the region holding both slower.
+    a = _recorded(forward_ns=1_000_000, backward_ns=1_000_000, calls=3)
+    b = _recorded(forward_ns=2_000_000, backward_ns=1_000_000, calls=3)
+    result = a.diff(b)
+    assert [(d.name, d.phase, d.verdict) for d in result] == [
+        ("epoch", "forward", "slower"),
+        ("epoch/layer", "forward", "slower"),
+        ("epoch/layer", "backward", "unchanged"),
+    ]
     page = tmp_path / "diff.html"
-    page.write_text(a.diff(b).to_html(labels=("before", "after")))
+    page.write_text(result.to_html(labels=("before", "after")))
     dom, console = open_page(page)
     assert console == [] and body_data(dom)["errors"] == "0"
     assert dom.count('class="icicle"') == 2
     assert "before mean" in dom and "after mean" in dom
-    assert re.search(r'<span class="slower">slower</span>|<span class="">too noisy</span>', dom)
-    png = read_png(screenshot(page, tmp_path / "diff.png", (1000, 400)))[2]
-    assert count_colour(png, BLUE) > 400
+    shown = re.findall(r'<span class="(?:slower|faster|)">([a-z ]+)</span>', dom)
+    assert shown == ["slower", "slower", "unchanged"]  # the table's verdicts, in its order
+    # The screenshot: the two icicles side by side (a left, b right), one scale. On a pixel
+    # row of each band clear of text, each bar is as wide as its run's total on that scale:
+    # b's region spans its chart, a's is 2/3 of it, and the layer's bars are as their totals.
+    width, _, rows = read_png(screenshot(page, tmp_path / "diff.png", (1000, 600)))
+    half = 4 * (width // 2)  # bytes: the charts split the page in two (flex, 16 px gap)
+    left, right = [r[:half] for r in rows], [r[half:] for r in rows]
+    grey_a, grey_b = (max(count_colour([r], GREY) for r in side) for side in (left, right))
+    (blue_a, orange_a), (blue_b, orange_b) = (
+        max(((count_colour([r], BLUE), count_colour([r], ORANGE)) for r in side), key=sum)
+        for side in (left, right)
+    )
+    total = {(r.name, r.phase): (r.total, q.total) for r, q in zip(a.rows, b.rows)}
+    region_a, region_b = total[("epoch", "forward")]
+    fwd_a, fwd_b = total[("epoch/layer", "forward")]
+    bwd_a, bwd_b = total[("epoch/layer", "backward")]
+    assert (region_a, region_b) == pytest.approx((6e-3, 9e-3))
+    chart = (width - 48 - 16) / 2  # 24 px margins, the gap between the charts
+    assert grey_b == pytest.approx(chart, rel=0.02)  # the longer run spans its chart
+    assert grey_a / grey_b == pytest.approx(region_a / region_b, rel=0.02)
+    scale = grey_b / region_b  # pixels per second, the same on both sides
+    for got, want in ((blue_a, fwd_a), (blue_b, fwd_b), (orange_a, bwd_a), (orange_b, bwd_b)):
+        assert got == pytest.approx(want * scale, rel=0.03)
 
 
 def test_a_page_merged_over_ranks_shows_each_ranks_totals(tmp_path):

@@ -14,7 +14,7 @@ from instrumented_convs._native import IMPLEMENTATION
 from instrumented_convs._trace import merge_traces, read_trace
 from instrumented_convs.layers import mark_outputs, step
 from instrumented_convs.report import Timeline
-from instrumented_convs.testing import FakeClock, cpu_clock, depth
+from instrumented_convs.testing import FakeClock, cpu_clock, cuda_event_factory, depth
 
 from .helpers import assert_nested, spans
 from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (the fixture)
@@ -159,14 +159,11 @@ def test_threads_get_tracks_of_their_own_and_a_backward_thread_is_named():
     assert len(spans(trace, "f")) == 1  # the arrow crosses the threads
 
 
-def test_overlapping_calls_move_to_a_track_of_their_own():
-    tl = Timeline(
+def _timeline(*calls: tuple) -> Timeline:
+    """A finished timeline of these calls, the main thread's id 9, no wall-clock offset."""
+    return Timeline(
         {
-            "calls": [
-                ("a", "a", None, "step", "forward", 0, 100, 9, -1, None),
-                ("b", "b", None, "step", "forward", 50, 150, 9, -1, None),  # overlaps a
-                ("c", "a/c", None, "step", "forward", 10, 20, 9, -1, None),
-            ],
+            "calls": list(calls),
             "limit": 10,
             "recording": False,
             "truncated": None,
@@ -174,12 +171,50 @@ def test_overlapping_calls_move_to_a_track_of_their_own():
             "wall_offset_ns": 0,
         }  # fmt: skip
     )
+
+
+def test_overlapping_calls_move_to_a_track_of_their_own():
+    tl = _timeline(
+        ("a", "a", None, "step", "forward", 0, 100, 9, -1, None),
+        ("b", "b", None, "step", "forward", 50, 150, 9, -1, None),  # overlaps a
+        ("c", "a/c", None, "step", "forward", 10, 20, 9, -1, None),
+    )
     trace = tl.to_chrome(pid=1)
     assert_nested(trace)
     tids = {e["name"]: e["tid"] for e in spans(trace)}
     assert tids["a"] == tids["c"] == 1 and tids["b"] != 1
     names = {e["tid"]: e["args"]["name"] for e in spans(trace, "M") if e["name"] == "thread_name"}
     assert names[tids["b"]] == "main thread (overlapping calls)"
+
+
+def test_an_overlapping_call_with_an_arrow_keeps_its_arrow_on_its_own_track():
+    # b overlaps a without nesting; its forward links to the backward on thread 8
+    tl = _timeline(
+        ("a", "a", None, "step", "forward", 0, 100, 9, -1, None),
+        ("b", "b", "b#0", "step", "forward", 50, 150, 9, 4, None),
+        ("b", "b", "b#0", "step", "backward", 200, 260, 8, (9, 4), None),
+    )
+    trace = tl.to_chrome(pid=1)
+    assert_nested(trace)
+    b = next(e for e in spans(trace) if e["name"] == "b")
+    (s,), (f,) = spans(trace, "s"), spans(trace, "f")
+    assert (s["tid"], s["ts"]) == (b["tid"], b["ts"]) and b["tid"] not in (1, f["tid"])
+
+
+def test_merged_ranks_keep_their_arrows_apart():
+    configure(timeline=100, backward_every=1)
+    lin = torch.nn.Linear(4, 3)
+    with step("layer"):
+        out = mark_outputs(lin(torch.randn(2, 4)).sum())
+    out.backward()
+    tl = registry.timeline()
+    merged = merge_traces([tl.to_chrome(pid=0), tl.to_chrome(pid=1)])
+    starts, ends = spans(merged, "s"), spans(merged, "f")
+    assert len(starts) == len(ends) == 2
+    assert len({e["id"] for e in starts}) == 2  # one id per arrow, ranks apart
+    for s in starts:
+        (f,) = [e for e in ends if e["id"] == s["id"]]
+        assert f["pid"] == s["pid"]
 
 
 def test_cuda_calls_have_a_gpu_track_from_their_own_events(fake_cuda):  # noqa: F811
@@ -207,6 +242,31 @@ def test_cuda_calls_have_a_gpu_track_from_their_own_events(fake_cuda):  # noqa: 
     names = {e["tid"]: e["args"]["name"] for e in spans(trace, "M") if e["name"] == "thread_name"}
     assert "GPU" in names[on_gpu[0]["tid"]]
     assert len(fake_cuda) == 5  # one pair per step and one reference event, nothing else
+
+
+class StreamEvent(FakeEvent):
+    """A fake CUDA event that remembers the stream it was recorded on."""
+
+    def record(self, stream=None):
+        super().record(stream)
+        self.stream = stream
+
+
+def test_the_gpu_reference_is_recorded_on_the_steps_own_device(fake_cuda):  # noqa: F811
+    made = []
+
+    def factory():
+        made.append(StreamEvent())
+        return made[-1]
+
+    configure(timeline=100)
+    with cuda_event_factory(factory):
+        with step("GCNConv", device="cuda:1"):  # not the current device (0, fake_cuda's)
+            FakeEvent.timeline += 1.0
+        tl = registry.timeline()
+    ref, start, end = made  # the reference event first, then the step's pair
+    assert [e.stream for e in made] == ["stream-1"] * 3  # one device, one clock
+    assert tl.calls[0][9] is not None
 
 
 def test_saved_gzip_is_a_chrome_trace_and_ranks_merge_on_one_time_base(tmp_path):
@@ -261,3 +321,43 @@ def test_noted_inputs_go_to_the_call_they_were_given_to():
     configure(timeline=0)
     _timeline.note("conv1", ["ignored"])  # off: nothing noted
     assert len(registry.timeline().notes) == 2 * 2
+
+
+class SparseTensor:
+    """Stands for torch_sparse's (what the launcher's description reads: sizes and nnz)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def sizes(self):
+        return [self.n, self.n]
+
+    def nnz(self):
+        return 2 * self.n
+
+
+def test_a_graph_is_noted_by_identity_and_kept_while_compared():
+    from instrumented_convs.launch.inputs import note_inputs
+
+    configure(timeline=100)
+    graph = SparseTensor(4)
+
+    def call(*args, **kwargs):
+        note_inputs(("conv1",), args, kwargs)
+        with step("GCNConv", scope="conv1"):
+            pass
+
+    for _ in range(3):
+        call(graph, flag=True)  # the same graph, the same flag: one note
+    call(graph, flag=1)  # 1 == True, but shown apart
+    for n in (6, 7):  # new graphs, each dropped at once: never taken for the one before
+        call(SparseTensor(n))
+    tl = registry.timeline()
+    assert [n[3] for n in tl.notes] == [
+        ["SparseTensor[4, 4], nnz 8", "flag=True"],
+        ["SparseTensor[4, 4], nnz 8", "flag=1"],
+        ["SparseTensor[6, 6], nnz 12"],
+        ["SparseTensor[7, 7], nnz 14"],
+    ]
+    shown = [e["args"]["inputs"] for e in sorted(spans(tl.to_chrome()), key=lambda e: e["ts"])]
+    assert shown == [[n[3] for n in tl.notes][i] for i in (0, 0, 0, 1, 2, 3)]

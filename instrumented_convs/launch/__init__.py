@@ -9,6 +9,8 @@
 - :mod:`.runs`: the run folder left behind (the summary and the raw statistics as
   versioned JSON, the command line, versions, device, settings), one file per rank under
   torchrun and the merged summary, and reading runs back (``view``, ``merge``).
+- :mod:`.folders`: the rank of this process, and the default run folder, never another
+  run's (runs that start in the same second, torchrun jobs too, get folders of their own).
 - :mod:`.loaders`: the ``data`` region (torch's, PyG's and DGL's loader iterators).
 - :mod:`.cli`: the ``run``, ``view``, ``merge`` and ``diff`` command lines.
 """

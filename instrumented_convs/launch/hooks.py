@@ -14,7 +14,7 @@ taken off by :meth:`Hooks.remove`:
 - A data loader's ``__next__`` runs inside ``data`` (:mod:`.loaders`).
 - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
 - While the timeline records, what each model call and conv layer call is given (shapes,
-  graph sizes) is noted for the trace's ``args`` (:func:`inputs`).
+  graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
 
 Regions nest like the user's own: a ``region("epoch")`` in the script contains them.
 """
@@ -36,6 +36,7 @@ from .._layers import InstrumentedLayer
 from .._registry import registry
 from ..layers import Step, recording
 from . import loaders
+from .inputs import note_inputs
 
 __all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA"]
 
@@ -54,42 +55,6 @@ class _Local(threading.local):
         self.backward = 0  # inside torch.autograd.backward
         self.data = 0  # inside a loader's __next__
         self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
-
-
-def describe(value: Any, nested: bool = False) -> str:
-    """A short text for one input of a call, for the timeline: ``float32[2708, 1433]``, a
-    graph's size, a number; the type's name for anything else."""
-    if isinstance(value, torch.Tensor):
-        return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
-    kind = type(value).__name__
-    try:
-        if kind == "SparseTensor":
-            return f"SparseTensor[{', '.join(map(str, value.sizes()))}], nnz {value.nnz()}"
-        if kind in ("DGLGraph", "DGLBlock", "DGLHeteroGraph"):
-            nodes = (
-                f"{value.num_src_nodes()} -> {value.num_dst_nodes()}"
-                if value.is_block
-                else (value.num_nodes())
-            )
-            return f"{kind}(nodes {nodes}, edges {value.num_edges()})"
-    except Exception:  # a graph type of another version: its name is enough
-        return kind
-    if isinstance(value, (tuple, list)) and not nested:
-        return (
-            "("
-            + ", ".join(describe(v, True) for v in value[:4])
-            + (", ...)" if len(value) > 4 else ")")
-        )
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
-    return kind
-
-
-def inputs(args: tuple, kwargs: Dict[str, Any]) -> List[str]:
-    """What a module call was given, described (positional first, then ``name=...``)."""
-    out = [describe(a) for a in args[:8]]
-    out += [f"{k}={describe(v)}" for k, v in list(kwargs.items())[:8]]
-    return out
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -111,12 +76,15 @@ class Hooks:
         only: Optional[Collection[str]] = None,
         exclude: Collection[str] = (),
         warmup: int = 0,
+        inputs: bool = True,
     ) -> None:
         """``only``/``exclude``: class names to instrument or leave stock (``instrument``'s);
-        ``warmup``: optimizer steps whose records are dropped."""
+        ``warmup``: optimizer steps whose records are dropped; ``inputs``: note what model
+        and conv layer calls are given while the timeline records (read at :meth:`install`)."""
         self.only = None if only is None else frozenset(only)
         self.exclude = frozenset(exclude)
         self.warmup = warmup
+        self.inputs = inputs
         self.steps = 0  #: optimizer steps taken
         self.built: Set[str] = set()  #: class names of the conv layers seen in models
         self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
@@ -164,23 +132,29 @@ class Hooks:
         tls, seen, adopt = self._tls, self._seen, self._adopt
         forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
         grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
+        noting = self.inputs
 
         @functools.wraps(call)
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if tls.depth or not recording():
-                if _timeline.events is not None and isinstance(module, InstrumentedLayer):
-                    _timeline.note(module.scope, inputs(args, kwargs))  # for the trace
+                if (
+                    noting
+                    and _timeline.events is not None
+                    and isinstance(module, InstrumentedLayer)
+                ):
+                    note_inputs((module.scope,), args, kwargs)  # for the trace
                 return call(module, *args, **kwargs)
             if id(module) not in seen:
                 adopt(module)
             tls.depth = 1
             try:
                 training = grad()
-                if _timeline.events is not None:
-                    given = inputs(args, kwargs)
-                    _timeline.note(("region", FORWARD if training else NO_GRAD), given)
+                if noting and _timeline.events is not None:
+                    region = ("region", FORWARD if training else NO_GRAD)
                     if isinstance(module, InstrumentedLayer):  # a conv layer called alone
-                        _timeline.note(module.scope, given)
+                        note_inputs((region, module.scope), args, kwargs)
+                    else:
+                        note_inputs((region,), args, kwargs)
                 with (forward if training else no_grad)[cuda()]:
                     return call(module, *args, **kwargs)
             finally:

@@ -10,8 +10,8 @@ Under torchrun every rank writes ``rank<N>.json`` (the same fields, its own snap
 atomically; rank 0 then waits for the others' files (``merge_timeout`` seconds) and writes
 the merged ``run.json``. A rank that never reached the end leaves no file; its rank files
 are still there and ``python -m instrumented_convs merge DIR`` merges whatever ranks wrote.
-The ranks of one job agree on the default folder without talking to each other: its name
-comes from the start time of their parent, the torchrun agent (Linux; elsewhere pass ``-o``).
+The ranks of one job agree on the default folder without talking to each other (see
+:mod:`.folders`: a default folder is never another run's).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .._entry import EntryStats
 from .._stats import merge_ranks, summarize
 from .._trace import merge_traces, read_trace, write_trace
 from ..report import Summary, Timeline
+from .folders import default_folder, job_rank
 
 __all__ = [
     "FORMAT",
@@ -51,45 +52,6 @@ FORMAT, VERSION, RUN_FILE = _saved.FORMAT, _saved.VERSION, _saved.RUN_FILE
 TABLE_FILE = "summary.txt"
 TRACE_FILE = "trace.json.gz"  #: the timeline, a Chrome trace (all ranks under torchrun)
 PAGE_FILE = "page.html"  #: the page: icicle, table, per-rank totals (see _page)
-
-
-def job_rank() -> tuple:
-    """``(rank, world_size)`` from torchrun's environment; ``(None, None)`` outside one."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None, None
-
-
-def _agent_start() -> Optional[float]:
-    """When this process's parent (the torchrun agent) started, from ``/proc`` (Linux)."""
-    try:
-        stat = Path(f"/proc/{os.getppid()}/stat").read_text()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def default_folder(target: str, started: float, root: str = "ic-runs") -> Path:
-    """``ic-runs/<script>-<YYYYmmdd-HHMMSS>``, never an existing run's folder.
-
-    Ranks of one torchrun job name it after the agent's start, so they share it.
-    """
-    stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
-    rank, world = job_rank()
-    if world is not None:
-        agent = _agent_start()
-        if agent is not None:
-            return Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(agent))}"
-    base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}"
-    folder, n = base, 1
-    while folder.exists():
-        n += 1
-        folder = base.with_name(f"{base.name}-{n}")
-    return folder
 
 
 def _version(module: str) -> Optional[str]:
@@ -174,7 +136,7 @@ def write_timeline(folder: Path, timeline: Timeline, name: str) -> Dict[str, Any
     path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
     pid = os.getpid() if rank is None else rank
     write_trace(path, timeline.to_chrome(pid=pid, name=name))
-    return {"file": TRACE_FILE, "calls": len(timeline), "limit": timeline.limit,
+    return {"file": path.name, "calls": len(timeline), "limit": timeline.limit,
             "truncated": timeline.truncated}  # fmt: skip
 
 
@@ -264,16 +226,24 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
     merged.update(kind="merged", world_size=world)
     merged["ranks_missing"] = [r for r in range(world) if r not in runs]
     merged["per_rank"] = [
-        {k: runs[r].get(k) for k in ("rank", "exit_code", "ended_by", "host", "device")}
+        {k: runs[r].get(k) for k in ("rank", "exit_code", "ended_by", "host", "device", "trace")}
         for r in sorted(runs)
     ]
     empty = {"fields": list(EntryStats._fields), "entries": []}  # a missing rank: nothing
     merged["snapshots"] = [runs[r]["snapshots"][0] if r in runs else empty for r in range(world)]
     summary = summary_of(merged, by=first.get("by", "step"), unit=first.get("unit"))
     merged["summary"] = summary.to_dict()
+    merged.pop("trace", None)  # rank 0's own: the merged run's is the merged timeline
     traces = sorted(folder.glob(f"rank*.{TRACE_FILE}"))
     if traces:  # the ranks' timelines, one process each, on one time base
         write_trace(folder / TRACE_FILE, merge_traces(read_trace(t) for t in traces))
+        told = [runs[r]["trace"] for r in sorted(runs) if runs[r].get("trace")]
+        merged["trace"] = {
+            "file": TRACE_FILE,
+            "calls": sum(t["calls"] for t in told),
+            "limit": max((t["limit"] for t in told), default=None),
+            "truncated": any(t["truncated"] for t in told),
+        }
     _write(folder / RUN_FILE, merged)
     (folder / TABLE_FILE).write_text(str(summary) + "\n")
     (folder / PAGE_FILE).write_text(page_of(merged, summary))
