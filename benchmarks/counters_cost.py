@@ -4,9 +4,11 @@ At the launch-bound proxy of ``launch_bound.py`` (a 3-layer model on a 256-node 
 training steps, one thread) and on a bigger graph (``--nodes``): stock, the instrumented
 layers with the defaults, the same with the counters on, and a second stock copy (A/A),
 interleaved (the order reversed every other round), medians of per-round ratios. The
-counters are a dispatch mode for their own timed block only (it is per thread: nothing else
-runs under it). Reported: each variant / stock, and the counters' cost per op the mode sees
-(every op of the epoch: the layers', the loss's and the optimizer's).
+counters are a dispatch mode and a function mode (for torch-sparse's and torch-scatter's
+ops) for their own timed block only (they are per thread: nothing else runs under them).
+Reported: each variant / stock, and the counters' cost per op they count (every op of the
+epoch: the layers', the loss's and the optimizer's), the function mode's pass-through of
+every other torch call included.
 
     python benchmarks/counters_cost.py                         # GCNConv, both sizes
     python benchmarks/counters_cost.py --quick                 # a smoke run (CI)

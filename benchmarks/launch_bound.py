@@ -14,6 +14,8 @@ so that every timing includes its share of the calls whose backward is timed ste
 
 - ``stock``: the framework's own layers;
 - ``defaults``: ours, as a user gets them (forward and backward rows, NVTX on);
+- ``no statements``: the defaults with ``configure(statements=False)``: a generic layer's
+  own statements and the functions its forward calls are not steps (what they cost);
 - ``timeline``: the defaults with ``configure(timeline=...)`` on, as ``run`` has it (a new
   timeline each timing, so it never reaches its limit);
 - ``no backward``: ours with ``configure(backward=False)``;
@@ -55,7 +57,15 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 import instrumented_convs as ic  # noqa: E402
 
 NODES, EDGES, FEATURES, CLASSES, HIDDEN = 256, 1024, 32, 7, 32
-VARIANTS = ("stock", "defaults", "timeline", "no backward", "disabled", "stock again")
+VARIANTS = (
+    "stock",
+    "defaults",
+    "no statements",
+    "timeline",
+    "no backward",
+    "disabled",
+    "stock again",
+)
 
 
 class Net(torch.nn.Module):
@@ -240,6 +250,10 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         with ic.configure(enabled=False):
             return _timed(epochs["disabled"])
 
+    def no_statements() -> float:
+        with ic.configure(statements=False):
+            return _timed(epochs["no statements"])
+
     def timeline() -> float:
         with ic.configure(timeline=10_000_000):  # on: a new, empty timeline; off at the end
             return _timed(epochs["timeline"])
@@ -247,6 +261,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     variants = {
         "stock": lambda: _timed(epochs["stock"]),
         "defaults": lambda: _timed(epochs["defaults"]),
+        "no statements": no_statements,
         "timeline": timeline,
         "no backward": no_backward,
         "disabled": disabled,
@@ -254,6 +269,8 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     }
     times = _interleave(variants, rounds, warmup)
     fwd, bwd = _rows_per_epoch(epochs["defaults"])
+    with ic.configure(statements=False):
+        fwd_ns, bwd_ns = _rows_per_epoch(epochs["no statements"])
     saved = ic.configure()
     ic.configure(backward=False)
     try:
@@ -263,7 +280,13 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     ic.registry.reset()
     out: Dict[str, Any] = {
         "rounds": rounds,
-        "rows": {"defaults": fwd + bwd, "forward": fwd, "backward": bwd, "no backward": fwd_only},
+        "rows": {
+            "defaults": fwd + bwd,
+            "forward": fwd,
+            "backward": bwd,
+            "no backward": fwd_only,
+            "no statements": fwd_ns + bwd_ns,
+        },
     }
     if profiler:
         from torch.profiler import ProfilerActivity, profile
@@ -294,6 +317,8 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     out["us_per_row"] = {
         "defaults": out["extra_us"]["defaults"] / max(fwd + bwd, 1),
         "timeline": diff("timeline", "defaults") / max(fwd + bwd, 1),
+        # what the rows of statements and routed functions cost, each
+        "statements": diff("defaults", "no statements") / max(fwd + bwd - fwd_ns - bwd_ns, 1),
         "no backward": out["extra_us"]["no backward"] / max(fwd_only, 1),
     }
     return out
@@ -359,7 +384,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     print("  bare-Python floor, ns: " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items()))
     print(
-        f"  {'layer':27s} {'stock us':>9s} {'defaults':>9s} {'timeline':>9s} {'no bw':>7s} "
+        f"  {'layer':27s} {'stock us':>9s} {'defaults':>9s} {'no stmts':>8s} "
+        f"{'timeline':>9s} {'no bw':>7s} "
         f"{'disabled':>9s} {'profiler':>9s} "
         f"{'A/A':>6s} {'rows':>5s} {'us/row':>7s} {'tl us/row':>9s} {'rows nb':>7s} "
         f"{'us/row nb':>9s}"
@@ -375,7 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         q = r["ratio"]
         print(
             f"  {label:27s} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
-            f"{q['timeline']:9.3f} {q['no backward']:7.3f} "
+            f"{q['no statements']:8.3f} {q['timeline']:9.3f} {q['no backward']:7.3f} "
             f"{q['disabled']:9.3f} {q.get('torch.profiler', float('nan')):9.3f} "
             f"{q['stock again']:6.3f} "
             f"{r['rows']['defaults']:5d} {r['us_per_row']['defaults']:7.2f} "

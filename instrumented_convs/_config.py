@@ -17,6 +17,8 @@ The environment variables are read once, at import:
 - ``INSTRUMENTED_CONVS_BACKWARD=0``: never time the backward of steps (see :mod:`._backward`).
 - ``INSTRUMENTED_CONVS_BACKWARD_EVERY=N``: how often the backward of a layer call is timed
   (see :func:`configure`; ``1``: every call).
+- ``INSTRUMENTED_CONVS_STATEMENTS=0``: a generic layer's own statements and the functions
+  its forward calls are not steps (see :func:`configure`).
 
 This module imports nothing from the package: it is the bottom of the house. The NVTX
 backends live above it (:mod:`._frame`), which registers the function that picks one
@@ -99,6 +101,7 @@ def _env_every(name: str, default: int) -> int:
 
 
 backward_every: int = _env_every("INSTRUMENTED_CONVS_BACKWARD_EVERY", BACKWARD_EVERY)
+statements: bool = _env_flag("INSTRUMENTED_CONVS_STATEMENTS", True)
 
 
 class Settings(NamedTuple):
@@ -115,13 +118,16 @@ class Settings(NamedTuple):
     backward_every: int  #: how often a layer call's backward is timed
     timeline: int = 0  #: the most calls the timeline records (0: off)
     counters: bool = False  #: steps count the FLOPs and bytes of their ops
+    statements: bool = True  #: a generic layer's own statements and calls are steps
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
-        global enabled, record_function, backward, backward_every
+        global enabled, record_function, backward, backward_every, _every_before_counters
+        global statements
         _set_nvtx(self.nvtx)
-        enabled, record_function = self.enabled, self.record_function
+        enabled, record_function, statements = self.enabled, self.record_function, self.statements
         backward, backward_every = self.backward, self.backward_every
+        _every_before_counters = None
         _apply("timeline", self.timeline)
         _apply("counters", self.counters)
 
@@ -135,13 +141,17 @@ class Settings(NamedTuple):
 
 
 def _current() -> Settings:
-    return Settings(enabled, nvtx, record_function, backward, backward_every, timeline, counters)
+    return Settings(
+        enabled, nvtx, record_function, backward, backward_every, timeline, counters, statements
+    )
 
 
 #: The most calls the timeline records (0: off), and whether steps count the FLOPs and bytes
 #: of their ops: applied by the functions registered with :func:`on_switch`.
 timeline: int = 0
 counters: bool = False
+#: ``backward_every`` as it was before the counters set it to 1 (put back when they stop).
+_every_before_counters: Optional[int] = None
 _setters: Dict[str, Callable[[Any], Any]] = {}
 
 
@@ -187,6 +197,7 @@ def configure(
     backward_every: Optional[int] = None,
     timeline: Optional[int] = None,
     counters: Optional[bool] = None,
+    statements: Optional[bool] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -216,10 +227,18 @@ def configure(
       starts an empty timeline; ``registry.reset()`` empties it. Each call costs a tuple
       (about 0.5 µs and 190 bytes: docs/performance.md).
     - ``counters=True``: also count, per step call, the FLOPs and bytes read and written of
-      the ops it runs (a ``TorchDispatchMode``, on this thread and autograd's; a debugging
+      the ops it runs, and the bytes of the tensors they allocate (a ``TorchDispatchMode``
+      on this thread and autograd's, a ``TorchFunctionMode`` for torch-sparse's and
+      torch-scatter's ops; on CUDA also the allocator's bytes left and peak; a debugging
       mode: docs/performance.md says what it costs), for the table's roofline columns
       (``summary.table(counters=True)``). It times every backward call while on
-      (``backward_every=1``, unless given), so that each op lands in its own step.
+      (``backward_every=1``, unless given), so that each op lands in its own step, and
+      puts the previous ``backward_every`` back when they are turned off (unless one was
+      given meanwhile).
+
+    - ``statements=False``: a generic layer's own statements (``alpha_src = ...``) and the
+      functions its forward calls (``add_self_loops``, ``F.dropout``) are not steps; their
+      time stays in the layer's own (default ``True``: docs/layers.md, docs/performance.md).
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     """
@@ -246,10 +265,18 @@ def configure(
         g["backward"] = bool(backward)
     if backward_every is not None:
         g["backward_every"] = backward_every
+    if statements is not None:
+        g["statements"] = bool(statements)
     if timeline is not None and timeline != g["timeline"]:
         _apply("timeline", timeline)
+    if backward_every is not None:
+        g["_every_before_counters"] = None  # the user's value: kept when the counters stop
     if counters is not None and bool(counters) != g["counters"]:
         if counters and backward_every is None:
+            g["_every_before_counters"] = g["backward_every"]
             g["backward_every"] = 1
+        elif not counters and g["_every_before_counters"] is not None:
+            g["backward_every"] = g["_every_before_counters"]
+            g["_every_before_counters"] = None
         _apply("counters", bool(counters))
     return previous

@@ -12,6 +12,7 @@ generic DGL layer is built) sees every call without copying any DGL code. Steps:
       gspmm           the fused message-and-reduce kernel (builtin message functions)
     apply_edges       graph.apply_edges
       gsddmm          the fused edge kernel
+    in_degrees, out_degrees   graph.in_degrees / out_degrees (degree normalisations, checks)
     edge_softmax      the fused edge softmax (dgl.ops.edge_softmax)
     segment_mm, gather_mm
 
@@ -30,6 +31,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 from . import _counters, _formulas
 from ._generic import GenericLayer, framework_steps
+from ._route import any_function, torch_function
 from ._step import Step, recording
 
 __all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
@@ -44,6 +46,8 @@ WRAPPED = (
     ("dgl.heterograph", "DGLGraph", "update_all", "update_all"),
     ("dgl.heterograph", "DGLGraph", "multi_update_all", "update_all"),
     ("dgl.heterograph", "DGLGraph", "apply_edges", "apply_edges"),
+    ("dgl.heterograph", "DGLGraph", "in_degrees", "in_degrees"),
+    ("dgl.heterograph", "DGLGraph", "out_degrees", "out_degrees"),
     ("dgl.backend.pytorch.sparse", "GSpMM", "apply", "gspmm"),
     ("dgl.backend.pytorch.sparse", "GSpMM_hetero", "apply", "gspmm"),
     ("dgl.backend.pytorch.sparse", "GSDDMM", "apply", "gsddmm"),
@@ -57,6 +61,8 @@ WRAPPED = (
 
 #: Kernels the counters have a formula for (``_formulas.dgl_cost``).
 FORMULA_KERNELS = ("gspmm", "gsddmm")
+#: Graph methods computed in DGL's C library, unseen by the dispatcher: listed by name.
+_DEGREES = ("in_degrees", "out_degrees")
 
 
 def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
@@ -65,14 +71,18 @@ def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
 
     op = f"dgl.{name}"
 
+    formula = name in FORMULA_KERNELS
+
     def counted(args: Any, kwargs: Any) -> Any:  # a kernel the dispatcher cannot see
         out = fn(*args, **kwargs)
-        _counters.mark(op, _formulas.dgl_cost(name, args, out))
+        _counters.mark(op, _formulas.dgl_cost(name, args, out) if formula else None)
         return out
+
+    counts = not method or name in _DEGREES  # what runs in DGL's own library, unseen
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        count = _counters._mode is not None and not method
+        count = counts and _counters._mode is not None
         if not framework_steps.n or not recording():
             return counted(args, kwargs) if count else fn(*args, **kwargs)
         with st:
@@ -155,4 +165,20 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
 
     from ._generic import make_all as make
 
-    return make(conv, module, GenericDGL, detailed, NOT_INSTRUMENTED)
+    return make(conv, module, GenericDGL, detailed, NOT_INSTRUMENTED, vocabulary=VOCABULARY)
+
+
+#: What a DGL layer's forward calls that is timed as a step during its calls (:mod:`._route`):
+#: DGL's own functions (``dgl.add_self_loop``, ``reverse``...; not the kernels' own steps),
+#: ``F.<function>`` and most ``torch.<function>`` (``th.pow`` of the degree normalisation;
+#: not views, predicates or grad modes).
+VOCABULARY = (
+    ("dgl",),
+    {
+        "torch.nn.functional": any_function,
+        "torch": torch_function,
+        "dgl": any_function,
+    },
+    frozenset(name for *_, name in WRAPPED),
+    frozenset(attr for _, _, attr, _ in WRAPPED if attr != "apply"),
+)

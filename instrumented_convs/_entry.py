@@ -57,6 +57,10 @@ class EntryStats(NamedTuple):
     bytes_written: int = 0  #: bytes its own ops wrote
     ops: int = 0  #: how many ops it ran itself
     unknown: str = ""  #: ops no formula knows: ``"aten.foo:3;aten.bar:1"``
+    alloc_bytes: int = 0  #: bytes of the tensors its own ops allocated
+    cuda_calls: int = 0  #: calls whose CUDA memory was read (0: not on CUDA, or off)
+    cuda_left: int = 0  #: CUDA allocator bytes its calls left allocated (children in)
+    cuda_peak: int = 0  #: the most CUDA bytes allocated above a call's start (children in)
 
 
 class Entry:

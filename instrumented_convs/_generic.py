@@ -18,15 +18,20 @@ framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import threading
 from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from . import _config
 from ._layers import InstrumentedLayer, Timed
 from ._native import speedups
+from ._own import Own
+from ._route import Routes, routes_of, scan
 from ._step import Step, mark_outputs, recording
 
 __all__ = [
@@ -161,18 +166,32 @@ class GenericLayer(InstrumentedLayer):
     _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
 
 
-def _forward(stock: type) -> Callable[..., Any]:
+_NOTHING = contextlib.nullcontext()
+
+
+def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
+    """The generic layer's ``forward``: the stock one (or the same code with its own
+    statements in steps, :class:`._own.Own`) in the layer's step, with ``routes`` in place
+    (both unless ``configure(statements=False)``)."""
     stock_forward = stock.forward
+    if own is None:
+        own = Own(stock, frozenset(), frozenset())
+        own.fn = stock_forward
+    calls = routes or _NOTHING
 
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recording():
             return stock_forward(self, *args, **kwargs)
+        if _config.statements:
+            run, ctx = own.fn or own.resolve(), calls
+        else:
+            run, ctx = stock_forward, _NOTHING
         undo = install(self)
         framework_steps.n += 1
         try:
-            with self._ic_step(device_of(args, kwargs)):
-                return mark_outputs(stock_forward(self, *args, **kwargs))
+            with self._ic_step(device_of(args, kwargs)), ctx:
+                return mark_outputs(run(self, *args, **kwargs))
         finally:
             framework_steps.n -= 1
             uninstall(undo)
@@ -187,6 +206,28 @@ def with_note(stock: type, note: str) -> str:
     return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
 
 
+#: What a framework routes (see :func:`._route.scan`): its packages, per module name which of
+#: its attributes, the names of functions timed otherwise (DGL's kernels), and the method
+#: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`).
+Vocabulary = Tuple[
+    Tuple[str, ...], Dict[str, Callable[[str], bool]], FrozenSet[str], FrozenSet[str]
+]
+
+
+def route_forward(stock: type, vocabulary: Vocabulary) -> Optional[Routes]:
+    """The routes of ``stock.forward``'s module with what it calls added; None if none."""
+    fn = inspect.unwrap(stock.forward)
+    namespace = getattr(fn, "__globals__", None)
+    if namespace is None:
+        return None
+    functions, attributes = scan(fn, namespace, *vocabulary[:3])
+    if not functions and not attributes:
+        return None
+    routes = routes_of(namespace)
+    routes.add(functions, attributes)
+    return routes
+
+
 def make_all(
     conv: Any,
     module: str,
@@ -194,6 +235,7 @@ def make_all(
     detailed: frozenset,
     not_instrumented: Dict[str, str],
     namespace: Callable[[type], Dict[str, Any]] = lambda stock: {},
+    vocabulary: Optional[Vocabulary] = None,
 ) -> Dict[str, type]:
     """A generic class (:func:`make_class`) for every class of ``conv.__all__`` (a framework's
     conv module) not in ``detailed`` or ``not_instrumented``; non-modules are added there."""
@@ -205,14 +247,24 @@ def make_all(
         if not (isinstance(stock, type) and issubclass(stock, torch.nn.Module)):
             not_instrumented[name] = "not a torch.nn.Module class"
             continue
-        made[name] = make_class(stock, module, mixin, namespace(stock))
+        made[name] = make_class(stock, module, mixin, namespace(stock), vocabulary)
     return made
 
 
 def make_class(
-    stock: type, module: str, mixin: type, namespace: Optional[Dict[str, Any]] = None
+    stock: type,
+    module: str,
+    mixin: type,
+    namespace: Optional[Dict[str, Any]] = None,
+    vocabulary: Optional[Vocabulary] = None,
 ) -> type:
-    """The generic instrumented subclass of ``stock``, living in ``module`` under its name."""
+    """The generic instrumented subclass of ``stock``, living in ``module`` under its name;
+    the functions its ``forward`` calls that ``vocabulary`` names are routed through steps
+    during its calls (:mod:`._route`)."""
+    routes = route_forward(stock, vocabulary) if vocabulary is not None else None
+    own = None
+    if vocabulary is not None:
+        own = Own(stock, (routes.timed if routes else frozenset()) | vocabulary[2], vocabulary[3])
     ns: Dict[str, Any] = {
         "__module__": module,
         "__qualname__": stock.__name__,
@@ -220,7 +272,9 @@ def make_class(
             stock, "a generic instrumented layer: its steps are timed, no upstream code is copied"
         ),
         "_ic_stock": stock,
-        "forward": _forward(stock),
+        "_ic_routes": routes,
+        "_ic_own": own,
+        "forward": _forward(stock, routes, own),
     }
     ns.update(namespace or {})
     return type(stock.__name__, (mixin, stock), ns)

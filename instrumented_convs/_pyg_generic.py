@@ -42,6 +42,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from ._generic import GenericLayer
 from ._layers import InstrumentedLayer
+from ._route import any_function, torch_function
 from ._step import Step
 
 __all__ = [
@@ -241,9 +242,11 @@ NOT_INSTRUMENTED: Dict[str, str] = {
 }
 
 
-def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
+def make_all(module: str, detailed: frozenset, through: Dict[str, Any]) -> Dict[str, type]:
     """A generic instrumented class for every class of ``torch_geometric.nn.conv.__all__``
-    not in ``detailed`` or :data:`NOT_INSTRUMENTED`, named as upstream, living in ``module``."""
+    not in ``detailed`` or :data:`NOT_INSTRUMENTED`, named as upstream, living in ``module``;
+    a routed function named in ``through`` runs the function given there (the detailed
+    ``gcn_norm``, whose parts are steps, where SGConv, APPNP, TAGConv... call upstream's)."""
     import torch_geometric.nn.conv as conv
 
     from ._generic import make_all as make
@@ -253,4 +256,18 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
             return {}
         return {"_ic_methods": method_steps(stock), **original_methods(stock)}
 
-    return make(conv, module, GenericPyG, detailed, NOT_INSTRUMENTED, namespace)
+    made = make(conv, module, GenericPyG, detailed, NOT_INSTRUMENTED, namespace, VOCABULARY)
+    for routes in {id(k._ic_routes): k._ic_routes for k in made.values() if k._ic_routes}.values():
+        routes.add(through=through)
+    return made
+
+
+#: What a PyG layer's forward calls that is timed as a step during its calls (:mod:`._route`):
+#: PyG's own functions (``add_self_loops``, ``softmax``, ``gcn_norm``...) and torch-sparse's,
+#: ``F.<function>`` and most ``torch.<function>`` (not views, predicates or grad modes).
+VOCABULARY = (
+    ("torch_geometric", "torch_sparse", "torch_scatter"),
+    {"torch.nn.functional": any_function, "torch": torch_function, "torch_sparse": any_function},
+    frozenset(),
+    frozenset(),
+)

@@ -51,6 +51,12 @@ class Row:
     bytes_written: int = 0  #: bytes its ops wrote, all calls
     ops: int = 0  #: ops it ran, all calls (0: the counters were off)
     unknown: str = ""  #: ops no formula knows, with their counts (``"aten.foo:3;..."``)
+    alloc_bytes: int = 0  #: bytes of the tensors its ops allocated, all calls
+    #: On CUDA: calls whose memory was read, the allocator's bytes they left allocated (all
+    #: calls), and the most bytes allocated above a call's start (the largest of any call).
+    cuda_calls: int = 0
+    cuda_left: int = 0
+    cuda_peak: int = 0
 
     @property
     def parent(self) -> Optional[str]:
@@ -70,7 +76,8 @@ class Row:
 _FIELDS = [f.name for f in dataclasses.fields(Row)]
 _INT_FIELDS = {
     "depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank", "estimated",
-    "flops", "bytes_read", "bytes_written", "ops",
+    "flops", "bytes_read", "bytes_written", "ops", "alloc_bytes", "cuda_calls", "cuda_left",
+    "cuda_peak",
 }  # fmt: skip
 _STR_FIELDS = {"name", "step", "scope", "kind", "phase", "unknown"}
 #: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).

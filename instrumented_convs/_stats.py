@@ -48,28 +48,28 @@ def estimated_total(s: EntryStats) -> float:
 
 def _inclusive_counters(stats: Sequence[EntryStats]) -> List[Optional[tuple]]:
     """Per record, its counters with its descendants' added (as a total includes its
-    children's): ``(flops, bytes read, bytes written, ops, {unknown op: n})``, or None where
-    nothing in its subtree was counted."""
+    children's): ``(flops, bytes read, bytes written, ops, {unknown op: n}, allocated)``, or
+    None where nothing in its subtree was counted."""
     out: List[Optional[tuple]] = [None] * len(stats)
     for i in range(len(stats) - 1, -1, -1):  # depth first: children come after their parent
         s = stats[i]
         if not s.ops and out[i] is None:
             continue
-        own = out[i] or (0, 0, 0, 0, {})
+        own = out[i] or (0, 0, 0, 0, {}, 0)
         unknown = dict(own[4])
         for item in filter(None, s.unknown.split(";")):
             op, n = item.rsplit(":", 1)
             unknown[op] = unknown.get(op, 0) + int(n)
         mine = (own[0] + s.flops, own[1] + s.bytes_read, own[2] + s.bytes_written,
-                own[3] + s.ops, unknown)  # fmt: skip
+                own[3] + s.ops, unknown, own[5] + s.alloc_bytes)  # fmt: skip
         out[i] = mine
         if s.parent >= 0:
-            up = out[s.parent] or (0, 0, 0, 0, {})
+            up = out[s.parent] or (0, 0, 0, 0, {}, 0)
             merged = dict(up[4])
             for op, n in unknown.items():
                 merged[op] = merged.get(op, 0) + n
             out[s.parent] = (up[0] + mine[0], up[1] + mine[1], up[2] + mine[2],
-                             up[3] + mine[3], merged)  # fmt: skip
+                             up[3] + mine[3], merged, up[5] + mine[5])  # fmt: skip
     return out
 
 
@@ -120,6 +120,10 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 bytes_written=0,
                 ops=0,
                 unknown={},
+                alloc_bytes=0,
+                cuda_calls=0,
+                cuda_left=0,
+                cuda_peak=0,
             )
             if s.parent < 0:
                 pkey = _TOP
@@ -139,8 +143,12 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         g["errors"] += s.errors
         g["untimed"] += s.untimed
         g["skipped"] += s.skipped
+        g["cuda_calls"] += s.cuda_calls  # a call's CUDA memory is read with its children in
+        g["cuda_left"] += s.cuda_left
+        g["cuda_peak"] = max(g["cuda_peak"], s.cuda_peak)
         if counted[i] is not None:
-            flops, read, written, ops, unknown = counted[i]
+            flops, read, written, ops, unknown, allocated = counted[i]
+            g["alloc_bytes"] += allocated
             g["flops"] += flops
             g["bytes_read"] += read
             g["bytes_written"] += written
@@ -188,6 +196,10 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 bytes_written=g["bytes_written"],
                 ops=g["ops"],
                 unknown=";".join(f"{k}:{n}" for k, n in sorted(g["unknown"].items())),
+                alloc_bytes=g["alloc_bytes"],
+                cuda_calls=g["cuda_calls"],
+                cuda_left=g["cuda_left"],
+                cuda_peak=g["cuda_peak"],
             )
         )
     return Summary(rows, unit=unit, by=by, total=grand * 1e-9)

@@ -302,7 +302,7 @@ class GCNConv(DetailedPyG, _StockGCNConv):
 
 
 # -- every other conv class of torch_geometric.nn.conv: generic layers (no copied code; _generic.py)
-_GENERIC = _pyg_generic.make_all(__name__, detailed=frozenset(__all__))
+_GENERIC = _pyg_generic.make_all(__name__, frozenset(__all__), through={"gcn_norm": gcn_norm})
 globals().update(_GENERIC)
 __all__ += sorted(_GENERIC)
 #: Conv classes of PyG with no instrumented version here, and why.

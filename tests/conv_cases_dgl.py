@@ -61,8 +61,17 @@ class Case:
 
 
 # --------------------------------------------------------------------------- graphs and inputs
-N, E = 10, 40  # the homogeneous graph: 30 random edges plus a self-loop on every node
-N_SRC, N_DST = 9, 6  # the bipartite graph: 24 random edges plus one edge into every dst node
+#: ``INSTRUMENTED_CONVS_CASES=cora`` (read at import) puts every graph at Cora's size (2,708
+#: nodes, 10,556 edges, self-loops included; bipartite: 2,708 sources, 1,354 targets), for
+#: measurements (benchmarks/self_share.py); the features keep their widths. The default:
+#: N, E = 10, 40 (30 random edges plus a self-loop on every node), N_SRC, N_DST = 9, 6
+#: (24 random edges plus one into every target).
+SCALE = os.environ.get("INSTRUMENTED_CONVS_CASES", "small")
+if SCALE == "cora":
+    N, E, N_SRC, N_DST, BR = 2708, 10556, 2708, 1354, 3924
+else:
+    N, E, N_SRC, N_DST, BR = 10, 40, 9, 6, 24
+R = E - N  # the random edges of graph() and loopless(); bigraph() has BR, plus N_DST
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -71,7 +80,7 @@ def _gen(seed: int) -> torch.Generator:
 
 def _edges() -> Tuple[torch.Tensor, torch.Tensor]:
     g = _gen(0)
-    src, dst = torch.randint(0, N, (30,), generator=g), torch.randint(0, N, (30,), generator=g)
+    src, dst = torch.randint(0, N, (R,), generator=g), torch.randint(0, N, (R,), generator=g)
     return torch.cat([src, torch.arange(N)]), torch.cat([dst, torch.arange(N)])
 
 
@@ -81,10 +90,10 @@ def graph() -> dgl.DGLGraph:
 
 
 def loopless() -> dgl.DGLGraph:
-    """N nodes, E edges, no self-loop: 30 random edges plus the ring i -> i+1."""
+    """N nodes, E edges, no self-loop: R random edges plus the ring i -> i+1."""
     g = _gen(0)
-    src = torch.cat([torch.randint(0, N, (30,), generator=g), torch.arange(N)])
-    step = torch.cat([torch.randint(1, N, (30,), generator=g), torch.ones(N, dtype=torch.long)])
+    src = torch.cat([torch.randint(0, N, (R,), generator=g), torch.arange(N)])
+    step = torch.cat([torch.randint(1, N, (R,), generator=g), torch.ones(N, dtype=torch.long)])
     dst = (src + step) % N
     return dgl.graph((src, dst), num_nodes=N)
 
@@ -92,8 +101,8 @@ def loopless() -> dgl.DGLGraph:
 def bigraph() -> dgl.DGLGraph:
     """A uni-bipartite heterograph user -> game; every game has an in-edge."""
     g = _gen(0)
-    src = torch.cat([torch.randint(0, N_SRC, (24,), generator=g), torch.arange(N_DST)])
-    dst = torch.cat([torch.randint(0, N_DST, (24,), generator=g), torch.arange(N_DST)])
+    src = torch.cat([torch.randint(0, N_SRC, (BR,), generator=g), torch.arange(N_DST)])
+    dst = torch.cat([torch.randint(0, N_DST, (BR,), generator=g), torch.arange(N_DST)])
     return dgl.heterograph(
         {("user", "plays", "game"): (src, dst)}, num_nodes_dict={"user": N_SRC, "game": N_DST}
     )
@@ -106,7 +115,7 @@ def block() -> dgl.DGLGraph:
 
 
 B_SRC = block().num_src_nodes()  # source nodes of block()
-BI_E = N_DST + 24  # edges of bigraph()
+BI_E = N_DST + BR  # edges of bigraph()
 
 
 def adjacency() -> torch.Tensor:

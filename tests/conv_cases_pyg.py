@@ -19,6 +19,7 @@ call of ``case.inputs()`` returns equal tensors.
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ class Case:
 
 N, F_IN, E, OUT, D = 10, 8, 30, 16, 4  # nodes, features, edges, output channels, edge_attr dim
 NS, FS = 12, 6  # bipartite: source nodes and their features (the targets are the N nodes)
+#: ``INSTRUMENTED_CONVS_CASES=cora`` (read at import): the graphs at Cora's size (2,708 nodes,
+#: 10,556 edges; bipartite: 2,708 sources), for measurements (benchmarks/self_share.py); the
+#: features keep their widths, the small extra graphs (hyperedges, meshes, types) their sizes.
+SCALE = os.environ.get("INSTRUMENTED_CONVS_CASES", "small")
+if SCALE == "cora":
+    N, E, NS = 2708, 10556, 2708
 
 
 def _edges(g: torch.Generator, n_src: int, n_dst: int, e: int, loops: bool = False) -> torch.Tensor:
@@ -122,13 +129,26 @@ class _Data:
         return adj if layout == torch.sparse_coo else adj.to_sparse_csr()
 
 
-METADATA = (["paper", "author"], list(_Data().edge_index_dict))
+_CACHED: List[_Data] = []
+
+
+def _data() -> _Data:
+    """Fresh data; at Cora's size the same data every time (drawing it takes ~1 s; the float
+    tensors are new leaves anyway, :func:`run` detaches them)."""
+    if SCALE != "cora":
+        return _Data()
+    if not _CACHED:
+        _CACHED.append(_Data())
+    return _CACHED[0]
+
+
+METADATA = (["paper", "author"], list(_data().edge_index_dict))
 HETERO_IN = {"paper": F_IN, "author": 4}
 
 
 def _deg_hist() -> torch.Tensor:
     """PNAConv's in-degree histogram of the graph."""
-    deg = torch.bincount(_Data().edge_index[1], minlength=N)
+    deg = torch.bincount(_data().edge_index[1], minlength=N)
     return torch.bincount(deg)
 
 
@@ -160,7 +180,7 @@ def _case(
         return
 
     def inputs() -> Tuple[tuple, dict]:
-        d = _Data()
+        d = _data()
         return tuple(args(d)), (kwargs(d) if kwargs else {})
 
     _ALL.append(Case(name, f"{name}-{tag}" if tag else name, make, inputs, grad_inputs, sparse))

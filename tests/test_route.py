@@ -1,13 +1,17 @@
-"""Routing an upstream module global during a fallback call: this thread only, put back."""
+"""Routing upstream module globals through steps during a call: this thread only, put back."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
 
 import pytest
+import torch
 
-from instrumented_convs._route import Route
+from instrumented_convs import registry
+from instrumented_convs._route import Route, any_function, routes_of, scan, torch_function
+from instrumented_convs.layers import step
 
 
 def _module():
@@ -80,3 +84,106 @@ def test_an_exception_in_the_block_puts_the_original_back():
         with route.active():
             raise KeyError("x")
     assert mod.f is original and mod.f(1) == 2
+
+
+# -- Routes: a module's functions and F.<function> as steps while a layer of it runs ----------
+
+MODULE = """
+import torch
+import torch.nn.functional as F
+
+
+def helper(x):
+    return x * 2
+
+
+def is_ready(x):
+    return True
+
+
+class Layer(torch.nn.Module):
+    def forward(self, x):
+        h = helper(x)
+        return F.relu(F.dropout(h, p=0.0)) + torch.cat([h, h]).sum()
+"""
+
+
+@pytest.fixture
+def upstream(tmp_path, monkeypatch):
+    """A module of our own standing for an upstream one (imported from a file)."""
+    import importlib
+
+    (tmp_path / "ic_fake_upstream.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("ic_fake_upstream")
+    yield mod
+    sys.modules.pop("ic_fake_upstream", None)
+
+
+def _vocabulary():
+    return (("ic_fake_upstream",), {"torch.nn.functional": any_function, "torch": torch_function})
+
+
+def test_scan_finds_module_functions_and_module_attributes_but_not_cheap_ones(upstream):
+    ns = upstream.__dict__
+    functions, attributes = scan(upstream.Layer.forward, ns, *_vocabulary())
+    assert functions == ("helper",)
+    assert attributes == {"F": ("relu", "dropout"), "torch": ("cat",)}
+    assert "is_ready" not in functions  # a predicate: never worth a step
+
+
+def test_routes_time_on_this_thread_inside_blocks_only_and_put_everything_back(upstream):
+    ns = upstream.__dict__
+    originals = dict(ns)
+    routes = routes_of(ns)
+    assert routes is routes_of(ns)  # one per namespace
+    routes.add(*scan(upstream.Layer.forward, ns, *_vocabulary()))
+    assert routes.timed == {"helper", "F.relu", "F.dropout", "torch.cat"}
+    layer, x = upstream.Layer(), torch.randn(3)
+    expected = layer(x)
+    with step("Layer"):
+        with routes:
+            assert ns["F"] is not originals["F"] and ns["F"].linear is torch.nn.functional.linear
+            got = layer(x)
+    assert torch.equal(got, expected)
+    assert {k: v for k, v in ns.items() if k in originals} == originals
+    names = [r.name for r in registry.summary().rows if r.phase == "forward"]
+    assert names == ["Layer", "Layer/helper", "Layer/dropout", "Layer/relu", "Layer/cat"]
+    registry.reset()
+    layer(x)  # outside a block: the module's own functions, nothing recorded
+    assert registry.summary().rows == []
+
+
+def test_another_thread_runs_the_originals_untimed_while_routed(upstream):
+    ns = upstream.__dict__
+    routes = routes_of(ns)
+    routes.add(*scan(upstream.Layer.forward, ns, *_vocabulary()))
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait(10)
+        upstream.Layer()(torch.randn(2))  # sees the wrappers, runs them untimed
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with step("Layer"), routes:
+        inside.set()
+        assert done.wait(10)
+    t.join()
+    assert [r.name for r in registry.summary().rows] == ["Layer"]
+
+
+def test_an_exception_inside_puts_the_originals_back_and_through_replaces_a_function(upstream):
+    ns = upstream.__dict__
+    helper = ns["helper"]
+    routes = routes_of(ns)
+    routes.add(("helper",), through={"helper": lambda x: x * 3})
+    with pytest.raises(RuntimeError, match="boom"):
+        with routes:
+            assert ns["helper"](torch.ones(1)).item() == 3.0
+            raise RuntimeError("boom")
+    assert ns["helper"] is helper
+    with routes:
+        with pytest.raises(RuntimeError, match="cannot change"):
+            routes.add(("is_ready",))

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from .._config import configure
-from .._probe import probe
 from .._registry import registry
 from .._roof import Peak
 from .._trace import write_trace
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
+from .peaks import add_peak_options, run_peak, view_peak
 from .runs import (
     default_folder,
     environment,
@@ -98,6 +98,7 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         action="store_true",
         help="count each step's FLOPs and bytes; print the roofline table (a debugging mode)",
     )
+    add_peak_options(run)
     run.add_argument("--quiet", action="store_true", help="save the run, print no table")
     run.add_argument(
         "--merge-timeout",
@@ -128,6 +129,7 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     view.add_argument(
         "--times", metavar="RUN", help="with --counters: times from RUN, a run without them"
     )
+    add_peak_options(view)
 
     merge = sub.add_parser(
         "merge",
@@ -217,7 +219,7 @@ def run_main(args: argparse.Namespace) -> int:
     }
     if args.counters:
         configure(counters=False)
-        meta["peak"] = probe()._asdict()  # the machine's limits for the roofline (cached)
+        meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)
     folder = Path(args.output) if args.output else default_folder(args.target, started)
     rank, world = job_rank()
     if args.trace_limit:
@@ -270,7 +272,7 @@ def view_main(args: argparse.Namespace) -> int:
         print(f"page written to {args.html}")
         return 0
     if args.counters:
-        peak = Peak(**run["peak"]) if run.get("peak") else None
+        peak = view_peak(args, run)
         times = summary_of(load(args.times), by=args.by) if args.times else None
         print(summary.table(counters=True, peak=peak, times=times))
         return 0
