@@ -29,6 +29,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+import torch
+
 from . import _counters, _formulas
 from ._generic import GenericLayer, framework_steps
 from ._route import any_function, torch_function
@@ -181,4 +183,5 @@ VOCABULARY = (
     },
     frozenset(name for *_, name in WRAPPED),
     frozenset(attr for _, _, attr, _ in WRAPPED if attr != "apply"),
+    (torch.nn.Module,),
 )

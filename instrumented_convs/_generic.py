@@ -31,7 +31,7 @@ from . import _config
 from ._layers import InstrumentedLayer, Timed
 from ._native import speedups
 from ._own import Own
-from ._route import Routes, routes_of, scan
+from ._route import Routes, helpers, routes_of, scan
 from ._step import Step, mark_outputs, recording
 
 __all__ = [
@@ -208,9 +208,14 @@ def with_note(stock: type, note: str) -> str:
 
 #: What a framework routes (see :func:`._route.scan`): its packages, per module name which of
 #: its attributes, the names of functions timed otherwise (DGL's kernels), and the method
-#: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`).
+#: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`),
+#: and the base classes whose methods are never a layer's own helpers (``_route.helpers``).
 Vocabulary = Tuple[
-    Tuple[str, ...], Dict[str, Callable[[str], bool]], FrozenSet[str], FrozenSet[str]
+    Tuple[str, ...],
+    Dict[str, Callable[[str], bool]],
+    FrozenSet[str],
+    FrozenSet[str],
+    Tuple[type, ...],
 ]
 
 
@@ -277,4 +282,9 @@ def make_class(
         "forward": _forward(stock, routes, own),
     }
     ns.update(namespace or {})
+    if vocabulary is not None:  # the stock class's own helper methods, timed as steps too
+        timed = {name for name, _ in ns.get("_ic_methods", ())}
+        found = helpers(stock, inspect.unwrap(stock.forward), vocabulary[4])
+        extra = [m for m in found if m not in timed]
+        ns["_ic_methods"] = tuple(ns.get("_ic_methods", ())) + tuple((m, Step(m)) for m in extra)
     return type(stock.__name__, (mixin, stock), ns)

@@ -38,6 +38,7 @@ import logging
 import os
 from typing import Any, Dict, Tuple
 
+import torch
 from torch_geometric.nn.conv import MessagePassing
 
 from ._generic import GenericLayer
@@ -270,4 +271,5 @@ VOCABULARY = (
     {"torch.nn.functional": any_function, "torch": torch_function, "torch_sparse": any_function},
     frozenset(),
     frozenset(),
+    (MessagePassing, torch.nn.Module),
 )

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tup
 
 from ._step import Step
 
-__all__ = ["Route", "Routes", "routes_of", "scan", "torch_function", "any_function"]
+__all__ = ["Route", "Routes", "routes_of", "scan", "helpers", "torch_function", "any_function"]
 
 
 class Route:
@@ -227,6 +227,37 @@ def torch_function(name: str) -> bool:
 def any_function(name: str) -> bool:
     """Whether a function of a module (``F.<name>``) is worth a step: all but helpers."""
     return not name.startswith(_CHEAP)
+
+
+#: Methods a layer's forward may call on itself that are never its own steps.
+_NOT_HELPERS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
+
+
+def helpers(stock: type, fn: Callable[..., Any], base: Tuple[type, ...]) -> Tuple[str, ...]:
+    """The methods of ``stock`` that ``fn`` (its ``forward``) calls on ``self`` and that the
+    stock class or a parent of it defines, below the ``base`` classes (``torch.nn.Module``,
+    PyG's ``MessagePassing``): ChebConv's ``__norm__``, SuperGATConv's
+    ``negative_sampling``... Each is timed as a step named after it, as children are."""
+    out: List[str] = []
+    owners = [k for k in stock.__mro__ if k not in base and k is not object]
+    code = getattr(fn, "__code__", None)
+    codes = [code] if code is not None else []
+    while codes:
+        c = codes.pop()
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        ins = list(dis.get_instructions(c))
+        for op, nxt in zip(ins, ins[1:]):
+            if op.opname not in ("LOAD_FAST", "LOAD_DEREF") or op.argval != "self":
+                continue
+            if nxt.opname not in ("LOAD_METHOD", "LOAD_ATTR"):
+                continue
+            name = nxt.argval
+            if name in _NOT_HELPERS or name in out:
+                continue
+            owner = next((k for k in stock.__mro__ if name in k.__dict__), None)
+            if owner in owners and isinstance(owner.__dict__[name], types.FunctionType):
+                out.append(name)
+    return tuple(out)
 
 
 def scan(

@@ -19,7 +19,9 @@ COMPUTING = frozenset(
     "scatter scatter_ scatter_add scatter_add_ scatter_reduce gather cumsum sort argsort "
     "topk unique nonzero float double half to contiguous clone repeat repeat_interleave "
     "dot einsum neg reciprocal fill_ zero_ copy_ any all where bincount argmax argmin "
-    "leaky_relu elu dropout normalize cat stack new_zeros new_ones new_full".split()
+    "leaky_relu elu dropout normalize cat stack new_zeros new_ones new_full index_copy "
+    "index_copy_ index_put index_put_ masked_scatter masked_select outer mv addmv baddbmm "
+    "cumprod flip roll lerp".split()
 )
 
 #: DGL's feature stores: writing or popping one is DGL's own bookkeeping, worth a step.
@@ -66,10 +68,12 @@ class _Shape(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
         root = f
-        while isinstance(root, (ast.Attribute, ast.Subscript)):
+        while isinstance(root, ast.Subscript):  # self.lins[1](x): self.lins
+            root = root.value
+        if isinstance(root, ast.Attribute):  # self.lin(x): self
             root = root.value
         if isinstance(root, ast.Name) and root.id == "self" and root is not f:
-            self.calls_timed = True  # a child (self.lins[1](x)), a method, an activation
+            self.calls_timed = True  # a child, a method, an activation (not self.mu.view())
         elif isinstance(f, ast.Name):
             if f.id in self.timed or f.id == "super" or f.id not in self.known:
                 self.calls_timed = True  # routed, or a local that may hold a child: conv(x)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -92,6 +93,14 @@ relative to it. A backward path appears where the step's forward did differentia
   `aggregate` or `message_and_aggregate`, `update`, and `edge_updater` with `collect` and
   `edge_update`; DGL's `update_all`, `apply_edges`, `edge_softmax` and the fused kernels
   `gspmm`, `gsddmm`, `segment_mm`, `gather_mm` under them.
+- In generic layers also, during each call: the functions the layer's `forward` calls
+  through its module (PyG's `add_self_loops`, `softmax`, `degree`, `gcn_norm` with its
+  parts; torch-sparse's; `F.dropout`, `torch.cat`...; DGL's `in_degrees`), the layer's own
+  helper methods (ChebConv's `__norm__`), and each statement of its own that does work and
+  calls nothing timed, named after its source (`alpha_src = (x_src * self.att_src).sum(dim=-1)`,
+  `out = out + self.bias`; a loop as one step, named after its first line). None of this
+  copies upstream code: the statements' steps come from the installed source, used only if it
+  compiles to the code that runs. `configure(statements=False)` turns the last three off.
 - Steps that run only for some options or inputs (a SparseTensor input takes PyG's fused
   `message_and_aggregate`) do not show on a layer's first case.
 
@@ -108,6 +117,37 @@ they are cached.
 """
 
 
+BEGIN, END = "<!-- self shares: begin -->", "<!-- self shares: end -->"
+
+
+def shares_section(files: List[str], page: str) -> str:
+    """The section on what is left in a layer's own time: from two runs of
+    benchmarks/self_share.py (``files``: before, after), or as it stands in ``page``."""
+    if not files:
+        text = Path(page).read_text() if Path(page).exists() else ""
+        if BEGIN in text and END in text:
+            return text[text.index(BEGIN) : text.index(END) + len(END)] + "\n"
+        return ""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from self_share import compare  # noqa: E402
+
+    before, after = (json.loads(Path(f).read_text()) for f in files)
+    return "\n".join([BEGIN, SHARES_INTRO, compare(before, after), END, ""])
+
+
+SHARES_INTRO = """## What is left in a layer's own time
+
+A layer's *self share* is the part of its time in no step below it. Measured by
+`benchmarks/self_share.py` (each layer's first test case on graphs of Cora's size, 2,708
+nodes and 10,556 edges, at the cases' feature widths, forward and backward, every backward
+timed, one thread; the median of 5 rounds of 3 calls): the ten worst layers of each
+column before the functions, helper methods and statements were steps (commit a7acf46) and
+after, with both figures; measured side by side on 2026-11-25 on this project's 2-core VM
+(Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, DGL 1.1.3, nothing else running), with
+`python benchmarks/self_share.py --json after.json --before before.json`.
+"""
+
+
 def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     """Write (or print with ``--stdout``) the page."""
     p = argparse.ArgumentParser(
@@ -115,8 +155,15 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     )
     p.add_argument("--out", default=str(ROOT / "docs" / "layers.md"))
     p.add_argument("--stdout", action="store_true")
+    p.add_argument(
+        "--shares",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="two --json files of benchmarks/self_share.py: the self-share section from them "
+        "(default: the section of the page as it is)",
+    )
     args = p.parse_args(argv)
-    lines = [HEADER]
+    lines = [HEADER, shares_section(args.shares, args.out)]
     for fw in STOCK:
         lines += section(fw)
     text = "\n".join(lines)

@@ -177,3 +177,12 @@ def with_steps_of(source: str, timed: frozenset) -> tuple:
         finally:
             sys.path.remove(d)
             sys.modules.pop("ic_fake_layers_2", None)
+
+
+def test_a_method_of_a_parameter_is_work_a_call_of_a_child_or_method_is_not():
+    src = UPSTREAM.replace(
+        "a = (h * scale).sum(dim=-1)", "a = (h * self.lin.weight.sum()).sum(dim=-1)"
+    ).replace("c = helper(out)", "c = helper(out) + self.lins[0](out) + Base.forward(self, out)")
+    steps = with_steps_of(src, frozenset())
+    assert "a = (h * self.lin.weight.sum()).sum(dim=-1)" in steps  # a tensor's method
+    assert not any(s.startswith("c = ") for s in steps)  # self.lins[0](...): a child

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from instrumented_convs import registry
-from instrumented_convs._route import Route, any_function, routes_of, scan, torch_function
+from instrumented_convs._route import (
+    Route,
+    any_function,
+    helpers,
+    routes_of,
+    scan,
+    torch_function,
+)
 from instrumented_convs.layers import step
 
 
@@ -187,3 +194,28 @@ def test_an_exception_inside_puts_the_originals_back_and_through_replaces_a_func
     with routes:
         with pytest.raises(RuntimeError, match="cannot change"):
             routes.add(("is_ready",))
+
+
+def test_helpers_are_the_classes_own_methods_that_forward_calls_on_self():
+    class Base(torch.nn.Module):
+        def shared(self, x):
+            return x
+
+    class Layer(Base):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+
+        def _prep(self, x):
+            return x * 2
+
+        def unused(self, x):
+            return x
+
+        def forward(self, x):
+            x = self._prep(self.shared(x))
+            self.train(self.training)  # torch.nn.Module's own: never a step
+            return [self.lin(v) for v in (x,)]  # a child, in nested code: a step already
+
+    assert helpers(Layer, Layer.forward, (torch.nn.Module,)) == ("_prep", "shared")
+    assert helpers(Layer, Layer.forward, (Base, torch.nn.Module)) == ("_prep",)
