@@ -33,7 +33,7 @@ import torch
 
 from . import _counters, _formulas
 from ._generic import GenericLayer, framework_steps
-from ._route import any_function, torch_function
+from ._scan import any_function, torch_function
 from ._step import Step, recording
 
 __all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]

@@ -31,7 +31,8 @@ from . import _config
 from ._layers import InstrumentedLayer, Timed
 from ._native import speedups
 from ._own import Own
-from ._route import Routes, helpers, routes_of, scan
+from ._route import Routes, routes_of
+from ._scan import helpers, scan
 from ._step import Step, mark_outputs, recording
 
 __all__ = [

@@ -175,6 +175,9 @@ def with_steps(
     cells = {"__class__": fn.__closure__[code.co_freevars.index("__class__")]
              if "__class__" in code.co_freevars else None}  # fmt: skip
     cells.update((p, types.CellType(Step(n))) for p, n in zip(params, wrap.names))
+    if set(new.co_freevars) - set(cells):  # the class's own name, say: a local of the enclosure
+        logger.debug("%s.forward: free names %s", stock.__name__, new.co_freevars)
+        return None
     closure = tuple(cells[name] for name in new.co_freevars)
     out = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     out.__kwdefaults__ = fn.__kwdefaults__
@@ -200,7 +203,12 @@ class Own:
     def resolve(self) -> Callable[..., Any]:
         """The function to run (made once)."""
         if self.fn is None:
-            self.fn = with_steps(self.stock, self.timed, self.methods) or self.stock.forward
+            try:
+                made = with_steps(self.stock, self.timed, self.methods)
+            except Exception as e:  # noqa: BLE001 - never the layer's error: the stock code
+                logger.debug("%s.forward: not made with steps: %r", self.stock.__name__, e)
+                made = None
+            self.fn = made or self.stock.forward
         return self.fn
 
     @property

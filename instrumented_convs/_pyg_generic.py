@@ -43,7 +43,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from ._generic import GenericLayer
 from ._layers import InstrumentedLayer
-from ._route import any_function, torch_function
+from ._scan import any_function, torch_function
 from ._step import Step
 
 __all__ = [

@@ -8,9 +8,16 @@ for the length of an instrumented call they can be routed: :class:`Routes` puts 
 in the module's namespace (for ``F.dropout``, a stand-in module for ``F`` whose
 ``dropout`` is one) and the last call out puts the originals back. A wrapper times its
 function as a step (named after it) only on a thread that is inside such a call, so a stock
-layer running on another thread meanwhile runs untimed, with one thread-local read more; no
-wrapper is ever seen outside the calls (TorchScript, which reads a module's globals when it
-compiles a stock layer, never meets one). :func:`scan` finds what a forward calls so.
+layer running on another thread meanwhile runs untimed, with one thread-local read more. A
+wrapper always calls what the name held when the routed call began (a patch made after
+import is honoured; ``F.<name>`` is read from ``F`` at each call), so it computes what the
+stock code computes wherever it is seen. Outside the calls the namespace holds its own
+values again (TorchScript, which reads a module's globals when it compiles a stock layer,
+meets none of ours), but for two cases, both made harmless by the above: a name rebound
+by someone else during a routed call keeps that value, and a wrapper read from the
+namespace during a call (another thread's ``mock.patch`` saving it, PyG generating a
+class's code with ``from module import *``) stays where it was copied. :mod:`._scan` finds
+what a forward calls so.
 
 :class:`Route` is the one-function form with a handler of its own (the detailed GCNConv's
 fallback routes upstream's ``gcn_norm`` through ours). Nothing here imports from the package
@@ -20,14 +27,14 @@ but :mod:`._step`.
 from __future__ import annotations
 
 import contextlib
-import dis
+import functools
 import threading
 import types
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ._step import Step
 
-__all__ = ["Route", "Routes", "routes_of", "scan", "helpers", "torch_function", "any_function"]
+__all__ = ["Route", "Routes", "routes_of"]
 
 
 class Route:
@@ -72,32 +79,60 @@ class _Depth(threading.local):
     n = 0
 
 
-def _timed(fn: Callable[..., Any], st: Step, depth: _Depth) -> Callable[..., Any]:
-    """``fn`` in the step ``st`` on a thread inside a routed call; else ``fn`` as it is."""
+def _timed(
+    current: Callable[[], Callable[..., Any]],
+    st: Step,
+    depth: _Depth,
+    like: Callable[..., Any],
+    inside: Optional[Callable[..., Any]] = None,
+) -> Callable[..., Any]:
+    """A wrapper calling ``current()`` (what the name holds now: a patch made after import
+    is honoured), inside the step ``st`` on a thread inside a routed call (``inside`` in its
+    place there, if given), as it is on any other thread. Named like ``like``."""
 
     def routed(*args: Any, **kwargs: Any) -> Any:
         if depth.n:
             with st:
-                return fn(*args, **kwargs)
-        return fn(*args, **kwargs)
+                return (inside or current())(*args, **kwargs)
+        return current()(*args, **kwargs)
 
-    routed.__name__ = getattr(fn, "__name__", "routed")
-    routed.__qualname__ = getattr(fn, "__qualname__", routed.__name__)
-    routed.__doc__ = getattr(fn, "__doc__", None)
-    routed.__wrapped__ = fn  # type: ignore[attr-defined]
+    routed.__name__ = getattr(like, "__name__", "routed")
+    routed.__qualname__ = getattr(like, "__qualname__", routed.__name__)
+    routed.__doc__ = getattr(like, "__doc__", None)
+    routed.__wrapped__ = like  # type: ignore[attr-defined]
     return routed
 
 
 class _Standin(types.ModuleType):
     """A module seen through a layer's global (``F``, ``torch``) while routed: the routed
-    attributes are its own, every other attribute is read from the real module."""
+    attributes are its own; any other is read from the real module on first use and kept
+    until the next routed call begins (:meth:`Routes.__enter__` empties it)."""
 
 
 def _standin(real: types.ModuleType, wrapped: Dict[str, Any]) -> _Standin:
     mod = _Standin(real.__name__, getattr(real, "__doc__", None))
-    mod.__dict__.update(wrapped)
-    mod.__dict__["__getattr__"] = lambda name: getattr(real, name)  # PEP 562
+    base = dict(mod.__dict__, **wrapped)
+    d = mod.__dict__
+
+    def __getattr__(name: str) -> Any:  # PEP 562: not found in the stand-in itself
+        value = getattr(real, name)
+        d[name] = value
+        return value
+
+    base["__getattr__"] = __getattr__
+    mod._ic_base = base  # type: ignore[attr-defined]
+    d.update(base)
     return mod
+
+
+def _refresh(mod: _Standin) -> None:
+    """Forget what a stand-in read from its real module (it may have been rebound since)."""
+    d = mod.__dict__
+    if len(d) != len(mod._ic_base) + 1:  # + _ic_base itself
+        base = mod._ic_base  # type: ignore[attr-defined]
+        d.clear()
+        d.update(base)
+        d["_ic_base"] = base
 
 
 class Routes:
@@ -150,10 +185,10 @@ class Routes:
             for name in functions:
                 fn = ns.get(name)
                 if name not in self._values and callable(fn):
-                    self._values[name] = _timed(fn, Step(name), self._depth)
+                    self._values[name] = self._global(name, fn)
             for name, fn in (through or {}).items():
                 if name in self._values and not isinstance(self._values[name], _Standin):
-                    self._values[name] = _timed(fn, Step(name), self._depth)
+                    self._values[name] = self._global(name, ns[name], inside=fn)
             for name, attrs in (attributes or {}).items():
                 real = ns.get(name)
                 if not isinstance(real, types.ModuleType):
@@ -161,36 +196,54 @@ class Routes:
                 wrapped = self._attrs.setdefault(name, {})
                 for a in attrs:
                     if a not in wrapped:
-                        wrapped[a] = _timed(getattr(real, a), Step(a), self._depth)
+                        current = functools.partial(getattr, real, a)  # read at each call
+                        wrapped[a] = _timed(current, Step(a), self._depth, getattr(real, a))
                 if wrapped:
                     self._values[name] = _standin(real, wrapped)
+
+    def _global(self, name: str, fn: Any, inside: Any = None) -> Callable[..., Any]:
+        """The wrapper of the global ``name``: it calls what the name held when the routed
+        call began (or ``fn``, its value now, outside one)."""
+        saved = self._saved
+        return _timed(lambda: saved.get(name, fn), Step(name), self._depth, fn, inside)
 
     def __bool__(self) -> bool:
         """Whether anything is routed."""
         return bool(self._values)
 
     def __enter__(self) -> "Routes":
-        """Route the names (the first block in), and time them on this thread."""
+        """Route the names (the first block in), and time them on this thread. A name the
+        namespace no longer holds is left alone."""
         with self._lock:
             if not self._open:
-                ns = self.namespace
+                ns, saved = self.namespace, self._saved
                 for name, value in self._values.items():
-                    self._saved[name] = ns[name]
+                    current = ns.get(name, _MISSING)
+                    if current is _MISSING or current is value:
+                        continue  # gone, or ours left by a generated module's copy
+                    if type(value) is _Standin:
+                        _refresh(value)
+                    saved[name] = current
                     ns[name] = value
             self._open += 1
         self._depth.n += 1
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        """Stop timing on this thread; the last block out puts the originals back."""
+        """Stop timing on this thread; the last block out puts the originals back, each
+        only where the name still holds our wrapper (one rebound meanwhile stays so)."""
         self._depth.n -= 1
         with self._lock:
             self._open -= 1
             if not self._open:
-                self.namespace.update(self._saved)
+                ns, values = self.namespace, self._values
+                for name, original in self._saved.items():
+                    if ns.get(name) is values[name]:
+                        ns[name] = original
                 self._saved.clear()
 
 
+_MISSING = object()
 _ROUTES: Dict[int, Routes] = {}
 _ROUTES_LOCK = threading.Lock()
 
@@ -203,109 +256,3 @@ def routes_of(namespace: Dict[str, Any]) -> Routes:
         if r is None or r.namespace is not namespace:
             r = _ROUTES[id(namespace)] = Routes(namespace)
         return r
-
-
-#: Predicates, checks and helpers that do no work worth a step (name prefixes).
-_CHEAP = ("is_", "check_", "maybe_", "_", "expand_as_pair", "dgl_warning", "warn")
-
-#: Functions of ``torch`` that are not worth a step: views and reshapes (no data moves),
-#: tensors from Python data or filled with a constant, grad modes, types and devices.
-_TORCH_CHEAP = frozenset(
-    "reshape view flatten unflatten squeeze unsqueeze transpose permute t narrow chunk split "
-    "tensor_split unbind movedim select expand broadcast_to as_strided tensor as_tensor "
-    "from_numpy no_grad enable_grad inference_mode device finfo iinfo numel jit ops "
-    "empty empty_like get_default_dtype set_grad_enabled is_grad_enabled arange zeros ones "
-    "zeros_like ones_like full full_like".split()
-)
-
-
-def torch_function(name: str) -> bool:
-    """Whether a function ``torch.<name>`` that a forward calls is worth a step of its own."""
-    return name not in _TORCH_CHEAP and not name.startswith(_CHEAP)
-
-
-def any_function(name: str) -> bool:
-    """Whether a function of a module (``F.<name>``) is worth a step: all but helpers."""
-    return not name.startswith(_CHEAP)
-
-
-#: Methods a layer's forward may call on itself that are never its own steps.
-_NOT_HELPERS = frozenset({"forward", "__call__", "_call_impl", "_wrapped_call_impl"})
-
-
-def helpers(stock: type, fn: Callable[..., Any], base: Tuple[type, ...]) -> Tuple[str, ...]:
-    """The methods of ``stock`` that ``fn`` (its ``forward``) calls on ``self`` and that the
-    stock class or a parent of it defines, below the ``base`` classes (``torch.nn.Module``,
-    PyG's ``MessagePassing``): ChebConv's ``__norm__``, SuperGATConv's
-    ``negative_sampling``... Each is timed as a step named after it, as children are."""
-    out: List[str] = []
-    owners = [k for k in stock.__mro__ if k not in base and k is not object]
-    code = getattr(fn, "__code__", None)
-    codes = [code] if code is not None else []
-    while codes:
-        c = codes.pop()
-        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-        ins = list(dis.get_instructions(c))
-        for op, nxt in zip(ins, ins[1:]):
-            if op.opname not in ("LOAD_FAST", "LOAD_DEREF") or op.argval != "self":
-                continue
-            if nxt.opname not in ("LOAD_METHOD", "LOAD_ATTR"):
-                continue
-            name = nxt.argval
-            if name in _NOT_HELPERS or name in out:
-                continue
-            owner = next((k for k in stock.__mro__ if name in k.__dict__), None)
-            if owner in owners and isinstance(owner.__dict__[name], types.FunctionType):
-                out.append(name)
-    return tuple(out)
-
-
-def scan(
-    fn: Callable[..., Any],
-    namespace: Dict[str, Any],
-    packages: Tuple[str, ...],
-    modules: Dict[str, Callable[[str], bool]],
-    skip: FrozenSet[str] = frozenset(),
-) -> Tuple[Tuple[str, ...], Dict[str, Tuple[str, ...]]]:
-    """What ``fn`` (a ``forward``) calls through ``namespace`` that :class:`Routes` can time.
-
-    Functions: globals that are functions of ``packages`` (``("torch_geometric",)``), but
-    cheap predicates and helpers and the names in ``skip`` (timed otherwise). Attributes:
-    for a global that is a module named in ``modules`` (by its real name,
-    ``"torch.nn.functional"``), the functions the code reads of it that
-    ``modules[name](attribute)`` accepts. Nested code (comprehensions) included.
-    """
-    functions: List[str] = []
-    attributes: Dict[str, List[str]] = {}
-    codes = [getattr(fn, "__code__", None)]
-    while codes:
-        code = codes.pop()
-        if code is None:
-            continue
-        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-        ins = list(dis.get_instructions(code))
-        for i, op in enumerate(ins):
-            if op.opname != "LOAD_GLOBAL":
-                continue
-            name = op.argval
-            value = namespace.get(name)
-            if isinstance(value, types.ModuleType):
-                accept = modules.get(value.__name__)
-                nxt = ins[i + 1] if i + 1 < len(ins) else None
-                if accept and nxt is not None and nxt.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                    attr = nxt.argval
-                    v = getattr(value, attr, None)
-                    if callable(v) and not isinstance(v, type) and accept(attr):
-                        attributes.setdefault(name, [])
-                        if attr not in attributes[name]:
-                            attributes[name].append(attr)
-            elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
-                owner = getattr(value, "__module__", None) or ""
-                if (
-                    owner.split(".")[0] in packages
-                    and not name.startswith(_CHEAP)
-                    and name not in skip
-                ):
-                    if name not in functions:
-                        functions.append(name)
-    return tuple(functions), {k: tuple(v) for k, v in attributes.items()}

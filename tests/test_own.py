@@ -186,3 +186,19 @@ def test_a_method_of_a_parameter_is_work_a_call_of_a_child_or_method_is_not():
     steps = with_steps_of(src, frozenset())
     assert "a = (h * self.lin.weight.sum()).sum(dim=-1)" in steps  # a tensor's method
     assert not any(s.startswith("c = ") for s in steps)  # self.lins[0](...): a child
+
+
+def test_a_forward_naming_its_own_class_runs_as_it_is():
+    src = UPSTREAM.replace("c = helper(out)", "c = helper(out) if isinstance(self, Layer) else out")
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "ic_fake_layers_3.py").write_text(src)
+        sys.path.insert(0, d)
+        try:
+            mod = importlib.import_module("ic_fake_layers_3")
+            assert with_steps(mod.Layer, frozenset()) is None  # the class: a free name
+        finally:
+            sys.path.remove(d)
+            sys.modules.pop("ic_fake_layers_3", None)

@@ -10,14 +10,8 @@ import pytest
 import torch
 
 from instrumented_convs import registry
-from instrumented_convs._route import (
-    Route,
-    any_function,
-    helpers,
-    routes_of,
-    scan,
-    torch_function,
-)
+from instrumented_convs._route import Route, routes_of
+from instrumented_convs._scan import any_function, helpers, scan, torch_function
 from instrumented_convs.layers import step
 
 
@@ -215,7 +209,57 @@ def test_helpers_are_the_classes_own_methods_that_forward_calls_on_self():
         def forward(self, x):
             x = self._prep(self.shared(x))
             self.train(self.training)  # torch.nn.Module's own: never a step
-            return [self.lin(v) for v in (x,)]  # a child, in nested code: a step already
+            keep = [self.unused]  # handed on, not called here: no step (it may run later)
+            return [self.lin(v) for v in (x,)] + keep  # a child, in nested code
 
     assert helpers(Layer, Layer.forward, (torch.nn.Module,)) == ("_prep", "shared")
     assert helpers(Layer, Layer.forward, (Base, torch.nn.Module)) == ("_prep",)
+
+
+def test_a_routed_name_rebound_after_import_is_the_one_called(upstream, monkeypatch):
+    ns = upstream.__dict__
+    routes = routes_of(ns)
+    routes.add(*scan(upstream.Layer.forward, ns, *_vocabulary()))
+    layer, x = upstream.Layer(), torch.ones(2)
+    # patches made after the routes were built: what the stock layer calls now
+    monkeypatch.setitem(ns, "helper", lambda v: v * 5)
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda h, p: h * 7)
+    expected = layer(x)
+    assert expected[0].item() == 35.0 + 20.0
+    with step("Layer"), routes:
+        got = layer(x)
+    assert torch.equal(got, expected)
+
+
+def test_through_on_another_thread_runs_the_original_untimed(upstream):
+    ns = upstream.__dict__
+    original = ns["helper"]
+    routes = routes_of(ns)
+    routes.add(("helper",), through={"helper": lambda x: x * 3})
+    inside, seen = threading.Event(), []
+
+    def other():
+        inside.wait(10)
+        seen.append(ns["helper"](torch.ones(1)).item())  # the wrapper, untimed: the original
+
+    t = threading.Thread(target=other)
+    t.start()
+    with routes:
+        inside.set()
+        t.join()
+    assert seen == [original(torch.ones(1)).item()] == [2.0]
+    assert [r.name for r in registry.summary().rows] == []
+
+
+def test_a_name_rebound_while_routed_is_left_as_rebound_and_a_missing_one_skipped(upstream):
+    ns = upstream.__dict__
+    routes = routes_of(ns)
+    routes.add(("helper", "is_ready"))
+    patched = lambda x: x  # noqa: E731
+    with routes:
+        ns["helper"] = patched  # someone patches meanwhile (mock.patch on another thread)
+    assert ns["helper"] is patched  # not overwritten by our restore
+    del ns["is_ready"]
+    with routes:  # a name gone: nothing routed for it, nothing fails
+        assert "is_ready" not in ns
+    assert "is_ready" not in ns and ns["helper"] is patched
