@@ -5,15 +5,19 @@ A generic layer is a subclass of a stock conv class, made at import by :func:`ma
 upstream code and overrides nothing but ``forward``: the stock ``forward`` inside the
 layer's own step (named after the class, scoped per instance). During that call only, each
 direct child module (``lin``, ``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or
-``ModuleDict`` as ``convs.0``, ``convs.<key>``) and each of the layer's own methods that the
-framework module names (PyG: :mod:`._pyg_generic`) run in a step: :func:`install` puts a
+``ModuleDict`` as ``convs.0``, ``convs.<key>``), each of the layer's own methods that the
+framework module names (PyG: :mod:`._pyg_generic`) and each helper method of the stock class
+its forward calls (:func:`._scan.helpers`) run in a step: :func:`install` puts a
 :class:`Timed` callable in the instance's ``__dict__`` (which Python looks in before the
 class) and :func:`uninstall` takes it out again when the forward ends, however it ends.
 
 So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock
 layer sharing a child, the child called on its own) every call runs the stock code with no
 extra Python frame and no check; inside one, the timed calls need no check either. The
-framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`).
+framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`). Unless
+``configure(statements=False)``, the functions the forward calls through its module are
+steps too (:mod:`._route`), and so are its own statements of work (:mod:`._own`: the stock
+forward's code, recompiled with steps, runs in its place).
 """
 
 from __future__ import annotations
@@ -207,10 +211,10 @@ def with_note(stock: type, note: str) -> str:
     return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
 
 
-#: What a framework routes (see :func:`._route.scan`): its packages, per module name which of
+#: What a framework routes (see :func:`._scan.scan`): its packages, per module name which of
 #: its attributes, the names of functions timed otherwise (DGL's kernels), and the method
 #: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`),
-#: and the base classes whose methods are never a layer's own helpers (``_route.helpers``).
+#: and the base classes whose methods are never a layer's own helpers (``_scan.helpers``).
 Vocabulary = Tuple[
     Tuple[str, ...],
     Dict[str, Callable[[str], bool]],

@@ -100,7 +100,8 @@ relative to it. A backward path appears where the step's forward did differentia
   calls nothing timed, named after its source (`alpha_src = (x_src * self.att_src).sum(dim=-1)`,
   `out = out + self.bias`; a loop as one step, named after its first line). None of this
   copies upstream code: the statements' steps come from the installed source, used only if it
-  compiles to the code that runs. `configure(statements=False)` turns the last three off.
+  compiles to the code that runs. `configure(statements=False)` turns the functions' and
+  the statements' steps off.
 - Steps that run only for some options or inputs (a SparseTensor input takes PyG's fused
   `message_and_aggregate`) do not show on a layer's first case.
 
