@@ -17,6 +17,7 @@ setup(
                 "instrumented_convs/_speedups_timed.c",
                 "instrumented_convs/_speedups_anchor.c",
                 "instrumented_convs/_speedups_count.c",
+                "instrumented_convs/_speedups_hook.c",
             ],
             depends=["instrumented_convs/_speedups.h"],
             optional=True,

@@ -1,7 +1,8 @@
 """How much of each layer's time is in no named step: its self share, forward and backward.
 
-Every instrumented conv layer of PyG and DGL runs its first test case (tests/conv_cases_*.py)
-on graphs of Cora's size (2,708 nodes, 10,556 edges: ``INSTRUMENTED_CONVS_CASES=cora``, the
+Every instrumented conv layer of PyG and DGL runs its first test case (tests/conv_cases_*.py;
+with ``--all-cases`` every case: each option and input kind, labelled by the case's id) on
+graphs of Cora's size (2,708 nodes, 10,556 edges: ``INSTRUMENTED_CONVS_CASES=cora``, the
 features at the cases' widths, 4 to 16), forward and backward, every backward timed
 (``backward_every=1``), one thread. The self share of a layer is its row's self time over its
 total in ``--calls`` calls after ``--warmup``, the median of ``--rounds`` rounds; the ten
@@ -64,6 +65,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument(
+        "--all-cases",
+        action="store_true",
+        help="every test case of every layer (each option and input kind), not the first",
+    )
     p.add_argument("--json", help="write every layer's figures here")
     p.add_argument(
         "--before",
@@ -80,10 +86,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         cases = importlib.import_module(f"tests.conv_cases_{fw}")
         seen = set()
         for case in cases.CASES:
-            if case.name in seen or (a.only and case.name not in a.only):
+            if (case.name in seen and not a.all_cases) or (a.only and case.name not in a.only):
                 continue
             seen.add(case.name)
-            label = f"{'PyG' if fw == 'pyg' else 'DGL'} {case.name}"
+            label = f"{'PyG' if fw == 'pyg' else 'DGL'} {case.id if a.all_cases else case.name}"
             t0 = time.perf_counter()
             try:
                 results[label] = shares(fw, case, a.calls, a.warmup, a.rounds)

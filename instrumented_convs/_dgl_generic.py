@@ -13,6 +13,11 @@ generic DGL layer is built) sees every call without copying any DGL code. Steps:
     apply_edges       graph.apply_edges
       gsddmm          the fused edge kernel
     in_degrees, out_degrees   graph.in_degrees / out_degrees (degree normalisations, checks)
+    local_scope, local_scope_exit   entering graph.local_scope() (the feature frames copied)
+                      and leaving it (the local features dropped)
+    add_self_loop, remove_self_loop, adj_tensors   graph transforms and format conversion
+    autograd.grad     torch.autograd.grad called inside a step's backward (GroupRevRes's
+                      autograd Function differentiates the forward it recomputed)
     edge_softmax      the fused edge softmax (dgl.ops.edge_softmax)
     segment_mm, gather_mm
 
@@ -24,19 +29,30 @@ time DGL's calls as steps of their own) it calls DGL's own function after one th
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Tuple
 
 import torch
 
-from . import _counters, _formulas
-from ._generic import GenericLayer, framework_steps
+from . import _counters
+from ._dgl_wrap import FORMULA_KERNELS, grad_in_backward, marked, scopes, wrap
+from ._generic import GenericLayer, framework_steps, make_class
+from ._layers import InstrumentedLayer
 from ._scan import any_function, torch_function
-from ._step import Step, recording
+from ._step import mark_outputs
 
-__all__ = ["GenericDGL", "install", "uninstall", "WRAPPED", "make_all", "NOT_INSTRUMENTED"]
+__all__ = [
+    "GenericDGL",
+    "install",
+    "uninstall",
+    "WRAPPED",
+    "make_all",
+    "NOT_INSTRUMENTED",
+    "scopes",
+    "Detailed",
+    "fallback",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +66,10 @@ WRAPPED = (
     ("dgl.heterograph", "DGLGraph", "apply_edges", "apply_edges"),
     ("dgl.heterograph", "DGLGraph", "in_degrees", "in_degrees"),
     ("dgl.heterograph", "DGLGraph", "out_degrees", "out_degrees"),
+    ("dgl.heterograph", "DGLGraph", "local_scope", "local_scope"),
+    ("dgl.heterograph", "DGLGraph", "add_self_loop", "add_self_loop"),
+    ("dgl.heterograph", "DGLGraph", "remove_self_loop", "remove_self_loop"),
+    ("dgl.heterograph", "DGLGraph", "adj_tensors", "adj_tensors"),
     ("dgl.backend.pytorch.sparse", "GSpMM", "apply", "gspmm"),
     ("dgl.backend.pytorch.sparse", "GSpMM_hetero", "apply", "gspmm"),
     ("dgl.backend.pytorch.sparse", "GSDDMM", "apply", "gsddmm"),
@@ -61,58 +81,18 @@ WRAPPED = (
 )
 
 
-#: Kernels the counters have a formula for (``_formulas.dgl_cost``).
-FORMULA_KERNELS = ("gspmm", "gsddmm")
-#: Graph methods computed in DGL's C library, unseen by the dispatcher: listed by name.
-_DEGREES = ("in_degrees", "out_degrees")
-
-
-def _wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
-    """``fn`` inside the step ``name`` while a generic layer runs on this thread."""
-    st = Step(name)
-
-    op = f"dgl.{name}"
-
-    formula = name in FORMULA_KERNELS
-
-    def counted(args: Any, kwargs: Any) -> Any:  # a kernel the dispatcher cannot see
-        out = fn(*args, **kwargs)
-        _counters.mark(op, _formulas.dgl_cost(name, args, out) if formula else None)
-        return out
-
-    counts = not method or name in _DEGREES  # what runs in DGL's own library, unseen
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        count = counts and _counters._mode is not None
-        if not framework_steps.n or not recording():
-            return counted(args, kwargs) if count else fn(*args, **kwargs)
-        with st:
-            return counted(args, kwargs) if count else fn(*args, **kwargs)
-
-    wrapper._ic_wrapped = name  # type: ignore[attr-defined]
-    return wrapper if method else staticmethod(wrapper)
-
-
-def _marked(fn: Any, op: str) -> Any:
-    """A kernel's backward that marks its call for the counters (see ``_counters.mark``)."""
-
-    @functools.wraps(fn)
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        _counters.mark(op)
-        return fn(*args, **kwargs)
-
-    backward._ic_wrapped = op  # type: ignore[attr-defined]
-    return staticmethod(backward)
-
-
 def install() -> None:
-    """Wrap DGL's graph methods and kernels (:data:`WRAPPED`); idempotent, thread-safe."""
+    """Wrap DGL's graph methods and kernels (:data:`WRAPPED`), and ``torch.autograd.grad``
+    (:func:`._dgl_wrap.grad_in_backward`); idempotent, thread-safe."""
     import importlib
 
     with _lock:
         if _installed:
             return
+        if not hasattr(torch.autograd.grad, "_ic_wrapped"):
+            original = torch.autograd.__dict__["grad"]
+            torch.autograd.grad = grad_in_backward(original)
+            _installed.append((torch.autograd, "grad", original))
         for module, owner_name, attr, name in WRAPPED:
             owner = getattr(importlib.import_module(module), owner_name, None)
             fn = getattr(owner, attr, None) if owner is not None else None
@@ -122,13 +102,13 @@ def install() -> None:
                 continue
             original = owner.__dict__.get(attr)  # None: inherited (Function.apply)
             method = attr != "apply"  # a graph method, or an autograd Function's classmethod
-            setattr(owner, attr, _wrap(fn, name, method))
+            setattr(owner, attr, wrap(fn, name, method))
             _installed.append((owner, attr, original))
             # Its backward, marked for the counters where its kernels may run unseen (those
             # of gspmm and gsddmm call the two kernels again, through apply: counted).
             if attr == "apply" and "backward" in owner.__dict__ and name not in FORMULA_KERNELS:
                 original = owner.__dict__["backward"]
-                setattr(owner, "backward", _marked(owner.backward, f"dgl.{name}.backward"))
+                setattr(owner, "backward", marked(owner.backward, f"dgl.{name}.backward"))
                 _installed.append((owner, "backward", original))
 
 
@@ -141,6 +121,39 @@ def uninstall() -> None:
                 delattr(owner, attr)  # it was inherited (autograd.Function.apply)
             else:
                 setattr(owner, attr, original)
+
+
+class Detailed(InstrumentedLayer):
+    """Mixin of the detailed DGL layers (``instrumented_convs.dgl``): DGL's ``local_scope``
+    timed inside them too (:data:`scopes`), and a fallback's children (none) not skipped."""
+
+    _ic_skip: FrozenSet[str] = frozenset()
+
+    def _ic_after_init(self) -> None:
+        """As every instrumented layer, and DGL's methods wrapped (once per process)."""
+        super()._ic_after_init()
+        install()
+
+    def _ic_run(self, graph: Any, copy: Callable[..., Any], *args: Any) -> Any:
+        """``copy(self, graph, *args)`` (upstream's forward with steps) in the layer's step;
+        DGL's calls are the copy's own steps there, also inside a generic layer, but for
+        ``local_scope``."""
+        depth, framework_steps.n = framework_steps.n, 0
+        scopes.n += 1
+        try:
+            with self._ic_step(graph.device):
+                return mark_outputs(copy(self, graph, *args))
+        finally:
+            framework_steps.n = depth
+            scopes.n -= 1
+
+
+def fallback(stock: type, module: str) -> type:
+    """Where the installed DGL differs from a detailed layer's copy: a generic class of
+    ``stock`` whose forward runs upstream's as every generic layer runs its own (DGL's graph
+    methods and kernels, the functions it calls and its own statements as steps): coarser
+    than the copy's steps, the same numbers as upstream's."""
+    return make_class(stock, module, GenericDGL, None, VOCABULARY)
 
 
 class GenericDGL(GenericLayer):

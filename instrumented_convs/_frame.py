@@ -120,14 +120,15 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     frame.start = start
 
 
-def close_frame(frame: Frame, t1: int, error: bool, link: Any = None) -> None:
+def close_frame(frame: Frame, t1: int, error: bool, link: Any = None, own: int = 0) -> None:
     """Stop ``frame``'s clock, close its label and range, and record its time.
 
     ``t1`` is the CPU clock, read by the caller before anything else. ``error``: the frame
     ended with an exception (counted; the time is recorded all the same). ``link``: what
     pairs the call with its forward on the timeline (a backward's; a forward's is its
-    ``seq0``). The frame may be reused as soon as this returns: it lets go of its profiler
-    handle.
+    ``seq0``). ``own``: ns of the tool's own code that ran inside the frame (a CPU frame's
+    time leaves them out; the timeline shows the frame where it ran). The frame may be
+    reused as soon as this returns: it lets go of its profiler handle.
     """
     mode = frame.mode
     end = None
@@ -140,7 +141,7 @@ def close_frame(frame: Frame, t1: int, error: bool, link: Any = None) -> None:
     try:
         _close_label_and_range(frame, flags)
     finally:
-        _record_frame(frame, mode, t1, end, error, frame.seq0 if link is None else link)
+        _record_frame(frame, mode, t1, end, error, frame.seq0 if link is None else link, own)
 
 
 def close_elsewhere(frame: Frame, t1: int, link: Any = None) -> None:
@@ -155,14 +156,16 @@ def close_elsewhere(frame: Frame, t1: int, link: Any = None) -> None:
     _record_frame(frame, mode, t1, end, False, link)
 
 
-def _record_frame(frame: Frame, mode: int, t1: int, end: Any, error: bool, link: Any) -> None:
+def _record_frame(
+    frame: Frame, mode: int, t1: int, end: Any, error: bool, link: Any, own: int = 0
+) -> None:
     """Record a closed frame's time in the registry, and on the timeline when it records."""
     sampled = bool(frame.flags & SAMPLED)
     if mode == CPU:
         if sampled:
-            _record_sampled(frame.entry, t1 - frame.start)
+            _record_sampled(frame.entry, t1 - frame.start - own)
         else:
-            _record(frame.entry, t1 - frame.start, error)
+            _record(frame.entry, t1 - frame.start - own, error)
         if _timeline.events is not None:
             _timeline.add(frame.entry, frame.start, t1, link)
     elif mode == CUDA:

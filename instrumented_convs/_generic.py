@@ -6,10 +6,12 @@ upstream code and overrides nothing but ``forward``: the stock ``forward`` insid
 layer's own step (named after the class, scoped per instance). During that call only, each
 direct child module (``lin``, ``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or
 ``ModuleDict`` as ``convs.0``, ``convs.<key>``), each of the layer's own methods that the
-framework module names (PyG: :mod:`._pyg_generic`) and each helper method of the stock class
-its forward calls (:func:`._scan.helpers`) run in a step: :func:`install` puts a
-:class:`Timed` callable in the instance's ``__dict__`` (which Python looks in before the
-class) and :func:`uninstall` takes it out again when the forward ends, however it ends.
+framework module names (PyG: :mod:`._pyg_generic`), each helper method of the stock class
+its forward calls and each function the instance holds that it calls (an activation:
+:func:`._scan.helpers`) run in a step: :func:`install` puts a :class:`Timed` callable in
+the instance's ``__dict__`` (which Python looks in before the class) and :func:`uninstall`
+takes it out again when the forward ends, however it ends. A method the forward hands on
+as a value (:func:`._scan.handed`) gets a :class:`Handed` there, a step wherever it runs.
 
 So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock
 layer sharing a child, the child called on its own) every call runs the stock code with no
@@ -32,11 +34,11 @@ import torch
 from torch import Tensor
 
 from . import _config
-from ._layers import InstrumentedLayer, Timed
+from ._layers import Handed, InstrumentedLayer, Timed
 from ._native import speedups
 from ._own import Own
-from ._route import Routes, routes_of
-from ._scan import helpers, scan
+from ._route import Routes, Vocabulary, route_forward
+from ._scan import handed, helpers
 from ._step import Step, mark_outputs, recording
 
 __all__ = [
@@ -88,22 +90,28 @@ def device_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[torch.d
     return None
 
 
+_ABSENT = object()
 #: What :func:`install` changed: (the instance dict, the name, the value before or None).
 Undo = List[Tuple[Dict[str, Any], str, Any]]
 
 
-def _timed_method(d: Dict[str, Any], owner: Any, name: str, st: Step, undo: Undo) -> None:
-    """Time ``owner.name`` (``d`` is ``owner.__dict__``) until :func:`uninstall`."""
-    cur = d.get(name)
-    if cur is None:
+def _timed_method(
+    d: Dict[str, Any], owner: Any, name: str, st: Step, undo: Undo, kind: Any = None
+) -> None:
+    """Time ``owner.name`` (``d`` is ``owner.__dict__``) with a :data:`Timed` (or ``kind``:
+    :class:`Handed`) until :func:`uninstall`: the class's method, or a callable the instance
+    holds (an activation; PyG's explain mode, a user's); not None, nor one timed already."""
+    cur = d.get(name, _ABSENT)
+    if cur is _ABSENT:
         fn = getattr(type(owner), name, None)
         if fn is None:
             return
-        d[name] = Timed(fn.__get__(owner), st)
-    elif type(cur) is Timed:  # already timed (a call of the same layer inside its forward)
-        return
-    else:  # set on the instance by someone else (PyG's explain mode, a user): time that
-        d[name] = Timed(cur, st)
+        cur, fn = None, fn.__get__(owner)
+    elif cur is None or type(cur) in (Timed, Handed) or not callable(cur):
+        return  # (timed already: the same layer called inside its own forward)
+    else:
+        fn = cur
+    d[name] = (kind or Timed)(fn, st)
     undo.append((d, name, cur))
 
 
@@ -113,6 +121,8 @@ def install(layer: Any, children: bool = True, methods: Any = None) -> Undo:
     the returned list."""
     undo: Undo = []
     methods = type(layer)._ic_methods if methods is None else methods
+    for name, st in getattr(type(layer), "_ic_handed", ()):  # (rare: GroupRevRes)
+        _timed_method(layer.__dict__, layer, name, st, undo, Handed)
     if speedups is not None:  # the same, in C
         speedups.time_methods(layer, methods, undo)
         if children:
@@ -195,7 +205,7 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
         undo = install(self)
         framework_steps.n += 1
         try:
-            with self._ic_step(device_of(args, kwargs)), ctx:
+            with ctx, self._ic_step(device_of(args, kwargs)):  # (routing: not in the step)
                 return mark_outputs(run(self, *args, **kwargs))
         finally:
             framework_steps.n -= 1
@@ -209,33 +219,6 @@ def with_note(stock: type, note: str) -> str:
     """``stock``'s docstring (tools read it: PyG's cheatsheet finds the paper there) with a
     last paragraph saying what the instrumented class is."""
     return f"{(stock.__doc__ or '').rstrip()}\n\n    ``instrumented_convs``: {note}.\n"
-
-
-#: What a framework routes (see :func:`._scan.scan`): its packages, per module name which of
-#: its attributes, the names of functions timed otherwise (DGL's kernels), and the method
-#: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`),
-#: and the base classes whose methods are never a layer's own helpers (``_scan.helpers``).
-Vocabulary = Tuple[
-    Tuple[str, ...],
-    Dict[str, Callable[[str], bool]],
-    FrozenSet[str],
-    FrozenSet[str],
-    Tuple[type, ...],
-]
-
-
-def route_forward(stock: type, vocabulary: Vocabulary) -> Optional[Routes]:
-    """The routes of ``stock.forward``'s module with what it calls added; None if none."""
-    fn = inspect.unwrap(stock.forward)
-    namespace = getattr(fn, "__globals__", None)
-    if namespace is None:
-        return None
-    functions, attributes = scan(fn, namespace, *vocabulary[:3])
-    if not functions and not attributes:
-        return None
-    routes = routes_of(namespace)
-    routes.add(functions, attributes)
-    return routes
 
 
 def make_all(
@@ -289,7 +272,8 @@ def make_class(
     ns.update(namespace or {})
     if vocabulary is not None:  # the stock class's own helper methods, timed as steps too
         timed = {name for name, _ in ns.get("_ic_methods", ())}
-        found = helpers(stock, inspect.unwrap(stock.forward), vocabulary[4])
-        extra = [m for m in found if m not in timed]
+        fn = inspect.unwrap(stock.forward)
+        extra = [m for m in helpers(stock, fn, vocabulary[4]) if m not in timed]
         ns["_ic_methods"] = tuple(ns.get("_ic_methods", ())) + tuple((m, Step(m)) for m in extra)
+        ns["_ic_handed"] = tuple((m, Step(m)) for m in handed(stock, fn, vocabulary[4]))
     return type(stock.__name__, (mixin, stock), ns)

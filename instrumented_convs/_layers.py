@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, Tuple, TypeVar
 import torch
 
 from ._native import speedups
-from ._step import Step
+from ._step import Step, recording
 
 __all__ = [
     "InstrumentedLayer",
@@ -49,6 +49,7 @@ __all__ = [
     "revert",
     "Timed",
     "PyTimed",
+    "Handed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,29 @@ class PyTimed:
 Timed: Any = speedups.Timed if speedups is not None else PyTimed
 
 
+class Handed:
+    """A method of the layer that its forward hands on as a value (GroupRevRes gives
+    ``self._forward`` and ``self._inverse`` to an autograd Function, which calls them in the
+    forward and again in the backward, to recompute): a step named after it wherever it is
+    called while steps record (in the backward, under the layer's backward row); the plain
+    method otherwise. Set in the instance's ``__dict__`` for the length of one instrumented
+    forward, as :data:`Timed` is."""
+
+    __slots__ = ("fn", "step")
+
+    def __init__(self, fn: Callable[..., Any], step: Step) -> None:
+        """Call ``fn`` (the bound method) inside ``step`` while steps record."""
+        self.fn = fn
+        self.step = step
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, inside the step while :func:`~._step.recording`."""
+        if not recording():
+            return self.fn(*args, **kwargs)
+        with self.step:
+            return self.fn(*args, **kwargs)
+
+
 def instance_scope(kind: str) -> str:
     """A fresh default scope for a layer instance: ``GCNConv#0``, ``GCNConv#1``, ..."""
     with _lock:
@@ -96,6 +120,8 @@ class InstrumentedLayer:
     #: Methods of the layer timed as steps during its instrumented forward: (name, Step)
     #: pairs (see ``_generic.install``); none by default.
     _ic_methods: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
+    #: Methods the forward hands on as values, timed wherever they run (:class:`Handed`).
+    _ic_handed: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
     #: The kind of the layer's own step: ``step``, or ``upstream`` where a detailed layer runs
     #: upstream's own forward because the installed release differs from its copy (the table
     #: marks such rows: their parts are timed from outside).
@@ -215,7 +241,7 @@ def revert(layer: Any) -> Any:
     cls = type(layer)
     layer.__class__ = cls._ic_stock
     d = layer.__dict__
-    for name in [n for n, v in d.items() if n in _OURS or type(v) is Timed]:
+    for name in [n for n, v in d.items() if n in _OURS or type(v) in (Timed, Handed)]:
         del d[name]
     cls._ic_after_revert(layer)
     return layer
@@ -233,7 +259,7 @@ def _shallow(m: torch.nn.Module) -> torch.nn.Module:
         if d is not None:
             c.__dict__[attr] = type(d)(d)
     for name, value in list(c.__dict__.items()):  # (timing is only there during a forward)
-        if type(value) is Timed or name == "_ic_children":
+        if type(value) in (Timed, Handed) or name == "_ic_children":
             del c.__dict__[name]
     return c
 

@@ -11,15 +11,21 @@ what the stock ``forward`` does, with each such statement in a step named after 
 It is made at a class's first instrumented call, from the installed source of that
 ``forward``, and only if that source compiles to the code that runs (same bytecode,
 constants and names: a file changed after import, or a function built at run time, is not
-used); otherwise, and for nested functions or decorators other than torch's grad modes, the
-stock ``forward`` runs and its own work stays in the layer's own time. A statement is
-wrapped when it does tensor work by its shape (arithmetic, comparisons, indexing by a
-tensor, a tensor method that computes, DGL's feature stores) and calls nothing that is a
-step already (``self.<anything>(...)``, a routed function, ``super()``). A loop with no
-step inside is one step, named after its first line (not one per turn), and so is an ``if``
-whose test does work; otherwise the statements of a block are, each as above. The steps
-are plain :class:`~._step.Step` objects, free variables of the new function: a statement
-costs one step. Line numbers are the file's: a traceback points into upstream's source.
+used); otherwise, and for a forward defined in a function or under more than one decorator
+(torch's grad modes are made again; another decorator's wrapper, built with
+``functools.wraps``, is made again around the new function: PyG's
+``disable_dynamic_shapes``), the stock ``forward`` runs and its own work stays in the
+layer's own time. A statement is wrapped when it does tensor work by its shape (arithmetic,
+comparisons, indexing by a tensor, a tensor method that computes or reshapes, DGL's feature
+stores, a module made and run in place) and calls nothing that is a step already
+(``self.<anything>(...)``, a routed function, ``super()``, a function given the layer or
+its attributes); one that does both is split (:mod:`._split`). A loop with no step inside
+is one step, named after its first line (not one per turn), and so is an ``if`` whose test
+does work; otherwise the statements of a block are, each as above. A function defined in
+the forward (not a generator, not decorated) is a step named after it, its own statements
+as the forward's. The steps are plain :class:`~._step.Step` objects, free variables of the
+new function: a statement costs one step. Line numbers are the file's: a traceback points
+into upstream's source.
 """
 
 from __future__ import annotations
@@ -27,13 +33,16 @@ from __future__ import annotations
 import ast
 import inspect
 import logging
+import operator
 import types
 from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from ._statements import Known, Wrap
+from ._split import TRUTH
+from ._statements import Known
 from ._step import Step
+from ._wrap import Wrap
 
 __all__ = ["with_steps", "Own"]
 
@@ -67,6 +76,39 @@ _GRAD_MODES: Dict[str, Callable[[], Any]] = {
     "torch.enable_grad()": lambda: torch.enable_grad(),
     "torch.inference_mode()": lambda: torch.inference_mode(),
 }
+
+
+def _cell_of(wrapper: Any, inner: Any) -> Optional[int]:
+    """The index of the one cell of ``wrapper``'s closure that holds ``inner`` (a decorator
+    made with ``functools.wraps``: PyG's ``disable_dynamic_shapes``), or None."""
+    if not isinstance(wrapper, types.FunctionType):
+        return None
+    hits = []
+    for i, cell in enumerate(wrapper.__closure__ or ()):
+        try:
+            if cell.cell_contents is inner:
+                hits.append(i)
+        except ValueError:  # an empty cell
+            continue
+    return hits[0] if len(hits) == 1 else None
+
+
+def _rewrap(wrapper: types.FunctionType, inner: Any, new: Callable[..., Any]) -> Any:
+    """``wrapper`` made again with ``new`` in the cell that held ``inner``: the decorator's
+    own code and state, around ``new``."""
+    i = _cell_of(wrapper, inner)
+    cells = wrapper.__closure__ or ()
+    closure = tuple(types.CellType(new) if j == i else c for j, c in enumerate(cells))
+    out = types.FunctionType(
+        wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, closure
+    )
+    out.__kwdefaults__ = wrapper.__kwdefaults__
+    out.__dict__.update(wrapper.__dict__)
+    out.__qualname__, out.__doc__, out.__module__ = (
+        wrapper.__qualname__, wrapper.__doc__, wrapper.__module__
+    )  # fmt: skip
+    out.__wrapped__ = new  # type: ignore[attr-defined]
+    return out
 
 
 def _find(tree: ast.Module, qualname: str, line: int) -> Optional[ast.FunctionDef]:
@@ -130,7 +172,7 @@ def with_steps(
     check it is the code that runs, and changed), so call it once per class, when needed.
     """
     fn = stock.forward
-    fn = getattr(fn, "__wrapped__", fn)  # under a decorator: only a grad mode is made again
+    fn = getattr(fn, "__wrapped__", fn)  # under a decorator (made again around ours, below)
     if not isinstance(fn, types.FunctionType) or hasattr(fn, "__wrapped__"):
         return None
     code, qualname = fn.__code__, fn.__qualname__
@@ -150,9 +192,12 @@ def with_steps(
         fn_ast = _find(tree, qualname, line)
         if fn_ast is None:
             return None
-        modes = [_GRAD_MODES.get(ast.unparse(d)) for d in fn_ast.decorator_list]
-        if len(modes) > 1 or None in modes or (fn is stock.forward) != (not modes):
+        decorators = fn_ast.decorator_list
+        if len(decorators) > 1 or (fn is stock.forward) != (not decorators):
             return None
+        mode = _GRAD_MODES.get(ast.unparse(decorators[0])) if decorators else None
+        if decorators and mode is None and _cell_of(stock.forward, fn) is None:
+            return None  # a decorator whose wrapper cannot be made again around ours
         same = _code_of(compile(tree, filename, "exec", dont_inherit=True), qualname, line)
         if same is None or not _same_code(same, code):
             logger.debug("%s.forward: its source is not the code that runs", stock.__name__)
@@ -163,6 +208,7 @@ def with_steps(
         if not wrap.names:
             return None
         params = [f"_ic_step{i}_" for i in range(len(wrap.names))]  # (no __: mangled)
+        params += [TRUTH] if wrap.truth else []
         owner = qualname.split(".")[0]
         cls_ast = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner)
         prefix = _enclose(tree, cls_ast, params)
@@ -175,6 +221,7 @@ def with_steps(
     cells = {"__class__": fn.__closure__[code.co_freevars.index("__class__")]
              if "__class__" in code.co_freevars else None}  # fmt: skip
     cells.update((p, types.CellType(Step(n))) for p, n in zip(params, wrap.names))
+    cells[TRUTH] = types.CellType(operator.truth)
     if set(new.co_freevars) - set(cells):  # the class's own name, say: a local of the enclosure
         logger.debug("%s.forward: free names %s", stock.__name__, new.co_freevars)
         return None
@@ -182,8 +229,10 @@ def with_steps(
     out = types.FunctionType(new, fn.__globals__, fn.__name__, fn.__defaults__, closure)
     out.__kwdefaults__ = fn.__kwdefaults__
     out.__qualname__, out.__doc__, out.__module__ = qualname, fn.__doc__, fn.__module__
-    if modes:
-        out = modes[0]()(out)  # torch.no_grad() again, as the class had it
+    if mode is not None:
+        out = mode()(out)  # torch.no_grad() again, as the class had it
+    elif decorators:
+        out = _rewrap(stock.forward, fn, out)  # the same wrapper, calling ours
     out._ic_steps = tuple(wrap.names)  # type: ignore[attr-defined]
     return out
 

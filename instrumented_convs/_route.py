@@ -20,21 +20,23 @@ class's code with ``from module import *``) stays where it was copied. :mod:`._s
 what a forward calls so.
 
 :class:`Route` is the one-function form with a handler of its own (the detailed GCNConv's
-fallback routes upstream's ``gcn_norm`` through ours). Nothing here imports from the package
-but :mod:`._step`.
+fallback routes upstream's ``gcn_norm`` through ours). :func:`route_forward` makes a layer
+class's routes. Nothing here imports from the package but :mod:`._step` and :mod:`._scan`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 import types
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
+from ._scan import scan
 from ._step import Step
 
-__all__ = ["Route", "Routes", "routes_of"]
+__all__ = ["Route", "Routes", "routes_of", "route_forward", "Vocabulary"]
 
 
 class Route:
@@ -256,3 +258,30 @@ def routes_of(namespace: Dict[str, Any]) -> Routes:
         if r is None or r.namespace is not namespace:
             r = _ROUTES[id(namespace)] = Routes(namespace)
         return r
+
+
+#: What a framework routes (see :func:`._scan.scan`): its packages, per module name which of
+#: its attributes, the names of functions timed otherwise (DGL's kernels), and the method
+#: names of the framework's objects that are steps (``graph.update_all``; see :mod:`._own`),
+#: and the base classes whose methods are never a layer's own helpers (``_scan.helpers``).
+Vocabulary = Tuple[
+    Tuple[str, ...],
+    Dict[str, Callable[[str], bool]],
+    FrozenSet[str],
+    FrozenSet[str],
+    Tuple[type, ...],
+]
+
+
+def route_forward(stock: type, vocabulary: Vocabulary) -> Optional[Routes]:
+    """The routes of ``stock.forward``'s module with what it calls added; None if none."""
+    fn = inspect.unwrap(stock.forward)
+    namespace = getattr(fn, "__globals__", None)
+    if namespace is None:
+        return None
+    functions, attributes = scan(fn, namespace, *vocabulary[:3])
+    if not functions and not attributes:
+        return None
+    routes = routes_of(namespace)
+    routes.add(functions, attributes)
+    return routes

@@ -329,7 +329,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_forward, "forward");
 #undef INTERN
     if (PyType_Ready(&FrameType) < 0 || PyType_Ready(&StepBaseType) < 0 || PyType_Ready(&ThreadStateType) < 0
-        || PyType_Ready(&TimedType) < 0 || PyType_Ready(&CountHookType) < 0)
+        || PyType_Ready(&TimedType) < 0 || PyType_Ready(&CountHookType) < 0
+        || PyType_Ready(&BackwardHookType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
@@ -337,7 +338,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         || PyModule_AddObjectRef(m, "StepBase", (PyObject *)&StepBaseType) < 0
         || PyModule_AddObjectRef(m, "ThreadState", (PyObject *)&ThreadStateType) < 0
         || PyModule_AddObjectRef(m, "Timed", (PyObject *)&TimedType) < 0
-        || PyModule_AddObjectRef(m, "CountHook", (PyObject *)&CountHookType) < 0) {
+        || PyModule_AddObjectRef(m, "CountHook", (PyObject *)&CountHookType) < 0
+        || PyModule_AddObjectRef(m, "BackwardHook", (PyObject *)&BackwardHookType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,7 +4,8 @@
  *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances;
  *   _speedups_anchor.c anchors: their logs, and their exit (choosing how the backward is
  *                      timed, counting it);
- *   _speedups_count.c  CountHook, the hook that counts a backward not timed.
+ *   _speedups_count.c  CountHook, the hook that counts a backward not timed;
+ *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes.
  * The Python twin of all of it is instrumented_convs/_stepbase.py and _generic.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
@@ -27,6 +28,7 @@ typedef struct {
     int mode, flags;
     char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
     long long seq0, t0, cpu0;  /* cpu0: a CUDA frame's CPU start, kept for the timeline */
+    long long own;  /* the tool's own time (see _backward): the bottom's total, a frame's at its start */
 } Frame;
 
 typedef struct {
@@ -35,7 +37,7 @@ typedef struct {
     char region;
 } StepBase;
 
-extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType;
+extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType, BackwardHookType;
 
 /* What bind() hands over (_speedups.c). */
 extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;

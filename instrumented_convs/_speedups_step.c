@@ -71,6 +71,7 @@ static PyMemberDef Frame_members[] = {
     {"anchor", T_BOOL, offsetof(Frame, anchor), 0, NULL},
     {"seq0", T_LONGLONG, offsetof(Frame, seq0), 0, NULL},
     {"cpu0", T_LONGLONG, offsetof(Frame, cpu0), 0, NULL},
+    {"own", T_LONGLONG, offsetof(Frame, own), 0, NULL},
     {NULL},
 };
 #undef OBJ
@@ -99,6 +100,8 @@ static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) 
 
 PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (g_registry == NULL) { PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called"); return NULL; }
+    long long t_in = now_ns();  /* the tool's own time starts (see Frame.own) */
+    if (t_in == -1 && PyErr_Occurred()) return NULL;
     PyObject *stack = thread_stack(), *result = NULL, *root = NULL, *new_log = NULL;
     if (stack == NULL) return NULL;
     Py_INCREF(stack);
@@ -199,6 +202,11 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
     frame->t0 = t0;
     frame->has_t0 = 1;
+    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see _backward */
+    if (Py_TYPE(bottom) == &FrameType) {
+        bottom->own += t0 - t_in;
+        frame->own = bottom->own;
+    }
     result = Py_NewRef((PyObject *)self);
 done:
     Py_XDECREF(root);
@@ -229,11 +237,15 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
                                             frame ? (PyObject *)frame : Py_None, t1o, exc_type, NULL);
         goto done;
     }
+    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);
+    if (Py_TYPE(bottom) != &FrameType) bottom = NULL;
+    /* the tool's own time inside the step (its children's enters and exits, backward hooks) */
+    long long own = bottom != NULL && !self->region ? bottom->own - frame->own : 0;
     Py_SET_SIZE(stack, n - 1);  /* pop: the list's reference to frame is ours now (list.pop's
                                    own shrink of the storage is left to the next resize) */
     PyObject *entry = Py_NewRef(frame->entry);
     PyObject *buf = Py_NewRef(SLOT(entry, o_buf)), *ns = NULL;
-    int ok = (ns = PyLong_FromLongLong(t1 - frame->t0)) != NULL
+    int ok = (ns = PyLong_FromLongLong(t1 - frame->t0 - own)) != NULL
         && PyList_Append(buf, ns) == 0;
     if (ok && PyList_GET_SIZE(buf) >= g_fold_at) {
         PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);
@@ -257,6 +269,11 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(entry);
     Py_DECREF(frame);
+    if (ok && bottom != NULL) {  /* this exit's own time, to the steps still open */
+        long long t_out = now_ns();
+        ok = !(t_out == -1 && PyErr_Occurred());
+        if (ok) bottom->own += t_out - t1;
+    }
     if (ok) result = Py_NewRef(Py_None);
 done:
     Py_XDECREF(t1o);

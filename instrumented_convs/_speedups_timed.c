@@ -103,6 +103,7 @@ static int time_one(PyObject *owner, PyObject *name, PyObject *st, PyObject *und
     PyObject **dp = _PyObject_GetDictPtr(owner);
     if (dp == NULL || *dp == NULL) return 0;  /* no instance dict: nothing to do */
     PyObject *d = *dp, *cur = PyDict_GetItemWithError(d, name), *fn;
+    if (cur == Py_None) return 0;  /* held as None (an activation not given): nothing to time */
     if (cur == NULL) {
         if (PyErr_Occurred()) return -1;
         PyObject *attr = _PyType_Lookup(Py_TYPE(owner), name);  /* borrowed */
@@ -112,8 +113,10 @@ static int time_one(PyObject *owner, PyObject *name, PyObject *st, PyObject *und
         if (fn == NULL) return -1;
     } else if (Py_TYPE(cur) == &TimedType) {
         return 0;  /* already timed (the same layer called inside its own forward) */
+    } else if (PyCallable_Check(cur)) {
+        fn = Py_NewRef(cur);  /* set on the instance (an activation, a user): time that */
     } else {
-        fn = Py_NewRef(cur);  /* set on the instance by someone else: time that */
+        return 0;
     }
     Timed *t = (Timed *)TimedType.tp_alloc(&TimedType, 0);
     if (t == NULL) { Py_DECREF(fn); return -1; }

@@ -51,6 +51,7 @@ class Frame:
         "task",
         "cpu0",
         "gpu",
+        "own",
     )
 
     def __init__(self) -> None:
@@ -75,6 +76,9 @@ class Frame:
         # The timeline (see _timeline), while it records: a CUDA frame's CPU start and GPU slot.
         self.cpu0: int = 0
         self.gpu: Optional[list] = None
+        #: The tool's own time on this thread, in ns (see _backward): the bottom sentinel's is
+        #: its running total; a CPU backward frame's, that total at its start.
+        self.own: int = 0
 
     def __repr__(self) -> str:
         """``Frame('path', mode=...)``."""

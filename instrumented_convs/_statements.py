@@ -7,9 +7,23 @@ from __future__ import annotations
 
 import ast
 import builtins
-from typing import Any, FrozenSet, List, Optional
+import types
+from typing import Any, FrozenSet, List
 
-__all__ = ["COMPUTING", "Wrap", "Known"]
+__all__ = [
+    "COMPUTING",
+    "Known",
+    "Shape",
+    "call_kind",
+    "label",
+    "SIMPLE",
+    "NEVER",
+    "wrap",
+    "shorten",
+    "STEP",
+    "WORK",
+    "OTHER",
+]
 
 #: Tensor methods that compute (a call of one marks a statement as work of its own).
 COMPUTING = frozenset(
@@ -21,7 +35,10 @@ COMPUTING = frozenset(
     "dot einsum neg reciprocal fill_ zero_ copy_ any all where bincount argmax argmin "
     "leaky_relu elu dropout normalize cat stack new_zeros new_ones new_full index_copy "
     "index_copy_ index_put index_put_ masked_scatter masked_select outer mv addmv baddbmm "
-    "cumprod flip roll lerp".split()
+    "cumprod flip roll lerp "
+    # free in the forward, not in the backward: a reshape copies a gradient that is not
+    # contiguous, an expand's sums, a split's or a narrow's is a copy into zeros
+    "view reshape expand expand_as split chunk narrow".split()
 )
 
 #: DGL's feature stores: writing or popping one is DGL's own bookkeeping, worth a step.
@@ -32,10 +49,10 @@ def _is_store(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in _STORES
 
 
-class _Shape(ast.NodeVisitor):
+class Shape(ast.NodeVisitor):
     """Whether a statement does work of its own, and whether it calls something timed."""
 
-    def __init__(self, ctx: "Wrap") -> None:
+    def __init__(self, ctx: Any) -> None:
         self.timed, self.methods, self.known = ctx.timed, ctx.methods, ctx.known
         self.work = self.calls_timed = False
 
@@ -66,35 +83,84 @@ class _Shape(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        f = node.func
-        root = f
-        while isinstance(root, ast.Subscript):  # self.lins[1](x): self.lins
-            root = root.value
-        if isinstance(root, ast.Attribute):  # self.lin(x): self
-            root = root.value
-        if isinstance(root, ast.Name) and root.id == "self" and root is not f:
-            self.calls_timed = True  # a child, a method, an activation (not self.mu.view())
-        elif isinstance(f, ast.Name):
-            if f.id in self.timed or f.id == "super" or f.id not in self.known:
-                self.calls_timed = True  # routed, or a local that may hold a child: conv(x)
-        elif isinstance(f, ast.Attribute):
-            base = f.value
-            if isinstance(base, ast.Name) and f"{base.id}.{f.attr}" in self.timed:
-                self.calls_timed = True  # a routed module function: F.dropout
-            elif f.attr in self.methods or f.attr == "forward":
-                self.calls_timed = True  # graph.update_all, lin.forward(x) (a timed child)
-            elif f.attr in COMPUTING or (_is_store(base) and f.attr in ("update", "pop")):
-                self.work = True
+        kind = call_kind(node, self.timed, self.methods, self.known)
+        if kind == STEP:
+            self.calls_timed = True
+        elif kind == WORK:
+            self.work = True
         self.generic_visit(node)
 
 
-def _label(stmt: ast.stmt) -> str:
+#: What a call is (:func:`call_kind`).
+STEP, WORK, OTHER = "step", "work", "other"
+
+
+def call_kind(node: ast.Call, timed: FrozenSet[str], methods: FrozenSet[str], known: Any) -> str:
+    """What a call is, its arguments aside: :data:`STEP` (a step already, or it may run
+    steps: a child, a method or callable of ``self``, a routed function, a method in
+    ``methods``, ``super()``, a local that may hold a child, a function given the layer or
+    its attributes), :data:`WORK` (the layer's own: a tensor method that computes, DGL's
+    feature stores' ``update``/``pop``) or :data:`OTHER`."""
+    f = node.func
+    root = f
+    while isinstance(root, ast.Subscript):  # self.lins[1](x): self.lins
+        root = root.value
+    if isinstance(root, ast.Attribute):  # self.lin(x): self
+        root = root.value
+    if isinstance(root, ast.Name) and root.id == "self" and root is not f:
+        return STEP  # a child, a method, an activation (not self.mu.view())
+    names = getattr(known, "namespace", {})
+    if isinstance(f, ast.Call) and isinstance(f.func, ast.Name) and f.func.id in names:
+        return WORK  # a module made and run here: EdgeWeightNorm("both")(graph, w)
+    if isinstance(f, ast.Name):
+        if f.id in timed or f.id == "super" or f.id not in known:
+            return STEP  # routed, or a local that may hold a child: conv(x)
+        if f.id not in names and f.id not in _CALLERS:
+            return OTHER  # a builtin that calls nothing it is given: len(self.hashmap)
+    elif isinstance(f, ast.Attribute):
+        base = f.value
+        glob = isinstance(base, ast.Name) and base.id in names
+        if glob and f"{base.id}.{f.attr}" in timed:
+            return STEP  # a routed module function: F.dropout
+        if f.attr in methods or f.attr == "forward":
+            return STEP  # graph.update_all, lin.forward(x) (a timed child)
+        if glob and base.id in getattr(known, "modules", ()):
+            return _given_self(node)  # not routed: fn.sum("m", "h"), torch.zeros(n)
+        if f.attr in COMPUTING or (_is_store(base) and f.attr in ("update", "pop")):
+            return WORK
+        if not glob:
+            return OTHER  # a method of a value: h.view(self.heads, -1)
+    return _given_self(node)
+
+
+#: Builtins that call what they are given.
+_CALLERS = frozenset({"map", "filter", "sorted", "min", "max"})
+
+
+def _given_self(node: ast.Call) -> str:
+    """A call of anything else: :data:`STEP` (it may run steps) if it is given the layer or
+    one of its attributes (``Function.apply(self._forward, ...)``, ``checkpoint(self.conv,
+    x)``), else :data:`OTHER`."""
+    for a in (*node.args, *(k.value for k in node.keywords)):
+        v = a.value if isinstance(a, ast.Starred) else a
+        while isinstance(v, ast.Attribute):
+            v = v.value
+        if isinstance(v, ast.Name) and v.id == "self":
+            return STEP
+    return OTHER
+
+
+def label(stmt: ast.AST) -> str:
     """What a statement's step is called: its source on one line (a block's first line),
     shortened (no slash: a step's path separator)."""
     text = ast.unparse(stmt)
-    if not isinstance(stmt, _SIMPLE):
+    if isinstance(stmt, ast.stmt) and not isinstance(stmt, SIMPLE):
         text = text.split("\n", 1)[0]
-    text = " ".join(text.split()).replace("/", "∕")
+    return shorten(" ".join(text.split()).replace("/", "∕"))
+
+
+def shorten(text: str) -> str:
+    """A step's name: at most 48 characters (``…`` at the end where cut)."""
     return text if len(text) <= 48 else text[:47] + "…"
 
 
@@ -108,62 +174,17 @@ class Known:
     def __contains__(self, name: str) -> bool:
         return name in self.namespace or hasattr(builtins, name)
 
+    @property
+    def modules(self) -> FrozenSet[str]:
+        """The global names that hold modules (``F``, ``th``, DGL's ``fn``)."""
+        return frozenset(k for k, v in self.namespace.items() if isinstance(v, types.ModuleType))
 
-_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+
+SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
 #: Statements never wrapped: checks (cheap, or failing anyway).
-_NEVER = (ast.Assert, ast.Raise)
+NEVER = (ast.Assert, ast.Raise)
 
 
-class Wrap(ast.NodeTransformer):
-    """Puts each statement of work of its own in ``with <free variable>:``."""
-
-    def __init__(self, timed: FrozenSet[str], methods: FrozenSet[str], known: Any) -> None:
-        #: What is timed already (see with_steps), and the global and builtin names.
-        self.timed, self.methods, self.known = timed, methods, known
-        self.names: List[str] = []
-        self.top: Optional[ast.AST] = None
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
-        if self.top is not None and node is not self.top:
-            return node  # a nested def: its statements run when it is called, elsewhere
-        self.generic_visit(node)
-        return node
-
-    visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
-
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                setattr(node, field, [self._statement(s) for s in block])
-        for handler in getattr(node, "handlers", []) or []:
-            self.generic_visit(handler)
-        for case in getattr(node, "cases", []) or []:  # match statements (3.10+)
-            self.generic_visit(case)
-        return node
-
-    def _statement(self, stmt: ast.stmt) -> ast.stmt:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, *_NEVER)):
-            return stmt
-        if isinstance(stmt, ast.If):  # by its test: an if whose test works is one block
-            test = _Shape(self)
-            test.visit(stmt.test)
-            if not test.work or test.calls_timed:
-                return self.visit(stmt)
-        shape = _Shape(self)
-        if isinstance(stmt, ast.AnnAssign):  # the annotation is not evaluated in a function
-            shape.visit(stmt.target)
-            if stmt.value is not None:
-                shape.visit(stmt.value)
-        else:
-            shape.visit(stmt)
-        if not shape.work:
-            return stmt
-        if shape.calls_timed:  # a block with steps inside: its own statements apart
-            return stmt if isinstance(stmt, _SIMPLE) else self.visit(stmt)
-        name = _label(stmt)
-        n = sum(1 for x in self.names if x == name or x.startswith(name + " ("))
-        self.names.append(name if not n else f"{name} ({n + 1})")
-        var = ast.Name(id=f"_ic_step{len(self.names) - 1}_", ctx=ast.Load())
-        return ast.copy_location(ast.With(items=[ast.withitem(context_expr=var)], body=[stmt]),
-                                 stmt)  # fmt: skip
+def wrap(var: ast.Name, body: List[ast.stmt], where: ast.stmt) -> ast.stmt:
+    """``with var: <body>``, at ``where``'s position."""
+    return ast.copy_location(ast.With(items=[ast.withitem(context_expr=var)], body=body), where)

@@ -29,8 +29,8 @@ import torch
 from . import _anchor, _backward, _clock, _config, _frame, _ranges, _stack
 from ._clock import device_index as _device_index
 from ._clock import device_is_cuda as _device_is_cuda
-from ._registry import registry
-from ._stack import Frame, current_path, depth, open_steps, pop_own
+from ._registry import backward_key, registry
+from ._stack import CPU, Frame, current_path, depth, open_steps, pop_own
 from ._stepbase import StepBase
 
 __all__ = [
@@ -100,6 +100,7 @@ class Step(StepBase):
 
     def _enter(self, stack: list, top: Frame) -> "Step":
         """The general case of ``__enter__``: top level, CUDA, ranges or labels, a reset."""
+        t_in = _clock.cpu_now()  # the tool's own time starts (see Frame.own)
         if top.task is not None and top.task not in _live:  # a backward raised
             _backward.close_stale(stack)
             top = stack[-1]
@@ -117,9 +118,13 @@ class Step(StepBase):
                 cuda, dev = top.cuda, top.dev
             else:
                 dev = self.dev
-        entry = parent.children.get(self.key)
+        # A step run inside a backward (an autograd Function's own backward recomputing its
+        # forward, GroupRevRes; activation checkpointing) is a row of the backward pass, under
+        # the backward it runs in; its own autograd graph, if any, is not followed.
+        phase = parent.phase
+        entry = parent.children.get(self.key if phase == "forward" else backward_key(self.key))
         if entry is None:
-            entry = registry.child(parent, self.name, self.scope, self.kind)
+            entry = registry.child(parent, self.name, self.scope, self.kind, phase)
         frame = top.spare
         if frame is None:
             frame = top.spare = Frame()
@@ -128,8 +133,8 @@ class Step(StepBase):
         frame.cuda = cuda
         frame.dev = dev
         log = top.log
-        if self.region:
-            frame.log, frame.seq0 = log, -1
+        if self.region or phase != "forward":
+            frame.log, frame.seq0 = log if phase == "forward" else None, -1
         elif log is not None:  # inside an anchor: log for its walk
             frame.log, frame.anchor, frame.seq0 = log, False, _seq()
         elif _config.backward and _grad_enabled():  # the outermost step: an anchor
@@ -140,6 +145,12 @@ class Step(StepBase):
         frame.task = frame.outputs = None
         _open(frame, self.name, cuda, dev)
         stack.append(frame)
+        bottom = stack[0]
+        if frame.mode == CPU:
+            bottom.own += frame.start - t_in
+        else:  # a CUDA step is timed on the device: the tool's CPU time is not in it
+            bottom.own += _clock.cpu_now() - t_in
+        frame.own = bottom.own
         return self
 
     def _exit(self, stack: list, frame: Frame, t1: int, exc_type: Any) -> None:
@@ -154,9 +165,12 @@ class Step(StepBase):
             frame = found
         # Once popped, the frame is reused by the next step opened here: nothing in between
         # opens one (closing a label or a range runs no step).
-        _close(frame, t1, exc_type is not None)
+        bottom = stack[0]
+        own = 0 if self.region else bottom.own - frame.own
+        _close(frame, t1, exc_type is not None, None, own)
         if frame.seq0 >= 0:
             _log_exit(frame, stack, exc_type is None)
+        bottom.own += _clock.cpu_now() - t1  # this exit's own time, to the steps still open
         return None
 
     def discard(self) -> None:

@@ -46,6 +46,7 @@ class PyStepBase:
 
     def __enter__(self) -> Any:
         """Open the step: the common case here, every other in ``self._enter``."""
+        t_in = _clock.cpu_now()  # the tool's own time starts (see Frame.own)
         stack = _tls.stack
         top = stack[-1]
         parent = top.entry
@@ -92,7 +93,10 @@ class PyStepBase:
             frame.log = None
             frame.seq0 = -1
         stack.append(frame)
-        frame.start = _clock.cpu_now()  # the clock last
+        frame.start = t0 = _clock.cpu_now()  # the clock last
+        bottom = stack[0]
+        bottom.own += t0 - t_in
+        frame.own = bottom.own
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -111,7 +115,8 @@ class PyStepBase:
         stack.pop()
         entry = frame.entry
         buf = entry.buf
-        buf.append(t1 - frame.start)
+        bottom = stack[0]
+        buf.append(t1 - frame.start - (0 if self.region else bottom.own - frame.own))
         if len(buf) >= FOLD_AT:
             registry.fold(entry)
         seq0 = frame.seq0
@@ -129,6 +134,7 @@ class PyStepBase:
                 log.items.append((seq0 - base, seq1 - base, entry, len(stack) - log.depth0, CPU))
                 if outputs is not None:
                     log.outputs.append(outputs)
+        bottom.own += _clock.cpu_now() - t1  # this exit's own time, to the steps still open
         return None
 
 

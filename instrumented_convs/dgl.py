@@ -7,24 +7,29 @@ DGL 1.1 through 2.4) with steps around each part. The steps of one ``GraphConv``
 nested as they run::
 
     GraphConv
+      local_scope               entering graph.local_scope(): DGL copies the feature frames
       zero_in_degree_check      (graph.in_degrees() == 0).any(): a device-to-host copy
+      edge_weight               with edge_weight: stored on the graph for the message
       norm_src                  norm "left"/"both": source-side degree normalisation
         degrees                 graph.out_degrees().to(feat).clamp(min=1)
         pow                     degs ** -0.5 ("both") or 1 / degs ("left")
         mul                     feat_src * norm
       matmul                    feat @ W, before update_all when in_feats > out_feats ...
-      update_all                message copy_u (or u_mul_e with edge_weight) + sum
+      update_all                features stored, message copy_u (or u_mul_e) + sum, read back
       matmul                    ... or after it otherwise
       norm_dst                  norm "right"/"both": degrees, pow, mul on the destination side
       bias
       activation
+      local_scope_exit          leaving graph.local_scope(): the local features dropped
 
 While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
 runs the stock layer's code. The copies are upstream's code plus ``with <step>:`` blocks,
 nothing else (checked mechanically by tests/test_guard.py); at import, the installed DGL's
 functions are checked against the fingerprints the copies are known to match (:data:`KNOWN`),
-and where they differ the layer logs one warning and runs upstream's own ``forward`` inside
-its single top-level step (coarse timing, exact results): :data:`DETAILED` says which.
+and where they differ the layer logs one warning and runs upstream's own ``forward`` as a
+generic layer runs it (DGL's graph methods and kernels, the functions it calls and its own
+statements as steps; the layer's row marked ``upstream``): coarser timing, exact results.
+:data:`DETAILED` says which copies run.
 """
 import logging
 from typing import Any, Dict
@@ -41,10 +46,8 @@ from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
 from . import _dgl_generic
-from ._generic import framework_steps
 from ._guard import guard, warn_fallback
-from ._layers import InstrumentedLayer
-from ._step import Step, mark_outputs, recording
+from ._step import Step, recording
 
 __all__ = ["GraphConv", "EdgeWeightNorm", "DETAILED"]
 
@@ -63,9 +66,11 @@ _UPDATE_ALL = Step("update_all")
 _BIAS = Step("bias")
 _ACTIVATION = Step("activation")
 _POSITIVITY_CHECK = Step("positivity_check")
+_INIT_WEIGHTS = Step("init_weights")
 _OUT_WEIGHT = Step("out_weight")
 _IN_WEIGHT = Step("in_weight")
 _APPLY_EDGES = Step("apply_edges")
+_EDGE_WEIGHT = Step("edge_weight")
 
 
 # -- the copies: upstream's code (DGL 1.1.3 = 2.1.0) with `with <step>:` blocks, nothing else
@@ -88,9 +93,10 @@ def _instrumented_graph_conv_forward(self, graph, feat, weight=None, edge_weight
                     )
         aggregate_fn = fn.copy_u("h", "m")
         if edge_weight is not None:
-            assert edge_weight.shape[0] == graph.num_edges()
-            graph.edata["_edge_weight"] = edge_weight
-            aggregate_fn = fn.u_mul_e("h", "_edge_weight", "m")
+            with _EDGE_WEIGHT:
+                assert edge_weight.shape[0] == graph.num_edges()
+                graph.edata["_edge_weight"] = edge_weight
+                aggregate_fn = fn.u_mul_e("h", "_edge_weight", "m")
 
         # (BarclayII) For RGCN on heterogeneous graphs we need to support GCN on bipartite.
         feat_src, feat_dst = expand_as_pair(feat, graph)
@@ -123,16 +129,16 @@ def _instrumented_graph_conv_forward(self, graph, feat, weight=None, edge_weight
             if weight is not None:
                 with _MATMUL:
                     feat_src = th.matmul(feat_src, weight)
-            graph.srcdata["h"] = feat_src
             with _UPDATE_ALL:
+                graph.srcdata["h"] = feat_src
                 graph.update_all(aggregate_fn, fn.sum(msg="m", out="h"))
-            rst = graph.dstdata["h"]
+                rst = graph.dstdata["h"]
         else:
             # aggregate first then mult W
-            graph.srcdata["h"] = feat_src
             with _UPDATE_ALL:
+                graph.srcdata["h"] = feat_src
                 graph.update_all(aggregate_fn, fn.sum(msg="m", out="h"))
-            rst = graph.dstdata["h"]
+                rst = graph.dstdata["h"]
             if weight is not None:
                 with _MATMUL:
                     rst = th.matmul(rst, weight)
@@ -181,13 +187,14 @@ def _instrumented_edge_weight_norm_forward(self, graph, edge_weight):
 
         dev = graph.device
         dtype = edge_weight.dtype
-        graph.srcdata["_src_out_w"] = th.ones(
-            graph.number_of_src_nodes(), dtype=dtype, device=dev
-        )
-        graph.dstdata["_dst_in_w"] = th.ones(
-            graph.number_of_dst_nodes(), dtype=dtype, device=dev
-        )
-        graph.edata["_edge_w"] = edge_weight
+        with _INIT_WEIGHTS:
+            graph.srcdata["_src_out_w"] = th.ones(
+                graph.number_of_src_nodes(), dtype=dtype, device=dev
+            )
+            graph.dstdata["_dst_in_w"] = th.ones(
+                graph.number_of_dst_nodes(), dtype=dtype, device=dev
+            )
+            graph.edata["_edge_w"] = edge_weight
 
         if self._norm == "both":
             with _OUT_WEIGHT:
@@ -241,51 +248,47 @@ _EDGE_WEIGHT_NORM_OK = _GUARDS["EdgeWeightNorm"].ok
 #: Whether each copied upstream function runs instrumented (True) or falls back to
 #: upstream's own code (False: the installed DGL differs from the copy).
 DETAILED: Dict[str, bool] = {g.name: g.ok for g in _GUARDS.values()}
+_FALLBACK_TIMED = "DGL's calls, the functions and statements of upstream's forward, as steps"
 for _layer, _guarded in _GUARDS.items():
-    warn_fallback(logger, _layer, "dgl", dgl.__version__, [_guarded])
+    warn_fallback(logger, _layer, "dgl", dgl.__version__, [_guarded], _FALLBACK_TIMED)
 
 
-class GraphConv(InstrumentedLayer, _StockGraphConv):
+class GraphConv(_dgl_generic.Detailed, _StockGraphConv):
     """``dgl.nn.GraphConv`` with its internal steps timed (a true drop-in)."""
 
     _ic_stock = _StockGraphConv
+    _ic_kind = "step" if _GRAPH_CONV_OK else "upstream"
+    if not _GRAPH_CONV_OK:  # what the fallback times (see _dgl_generic.fallback)
+        _ic_fallback = _dgl_generic.fallback(_StockGraphConv, __name__)
+        _ic_methods, _ic_handed = _ic_fallback._ic_methods, _ic_fallback._ic_handed
 
     def forward(self, graph: Any, feat: Any, weight: Any = None,
                 edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
         if not recording():
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        # inside a generic layer too: DGL's calls are our steps
-        depth, framework_steps.n = framework_steps.n, 0
-        try:
-            with self._ic_step(graph.device):
-                if _GRAPH_CONV_OK:
-                    return mark_outputs(
-                        _instrumented_graph_conv_forward(self, graph, feat, weight, edge_weight))
-                return mark_outputs(
-                    super().forward(graph, feat, weight=weight, edge_weight=edge_weight))
-        finally:
-            framework_steps.n = depth
+        if not _GRAPH_CONV_OK:
+            return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
+        return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)
 
 
-class EdgeWeightNorm(InstrumentedLayer, _StockEdgeWeightNorm):
+class EdgeWeightNorm(_dgl_generic.Detailed, _StockEdgeWeightNorm):
     """``dgl.nn.EdgeWeightNorm`` with its steps timed (run it before ``GraphConv``)."""
 
     _ic_stock = _StockEdgeWeightNorm
+    _ic_kind = "step" if _EDGE_WEIGHT_NORM_OK else "upstream"
+    if not _EDGE_WEIGHT_NORM_OK:  # what the fallback times (see _dgl_generic.fallback)
+        _ic_fallback = _dgl_generic.fallback(_StockEdgeWeightNorm, __name__)
+        _ic_methods, _ic_handed = _ic_fallback._ic_methods, _ic_fallback._ic_handed
 
     def forward(self, graph: Any, edge_weight: th.Tensor) -> th.Tensor:
-        """The stock forward with steps: positivity_check, out_weight, in_weight, apply_edges."""
+        """The stock forward with steps: positivity_check, init_weights, out_weight, in_weight,
+        apply_edges."""
         if not recording():
             return super().forward(graph, edge_weight)
-        depth, framework_steps.n = framework_steps.n, 0
-        try:
-            with self._ic_step(graph.device):
-                if _EDGE_WEIGHT_NORM_OK:
-                    return mark_outputs(
-                        _instrumented_edge_weight_norm_forward(self, graph, edge_weight))
-                return mark_outputs(super().forward(graph, edge_weight))
-        finally:
-            framework_steps.n = depth
+        if not _EDGE_WEIGHT_NORM_OK:
+            return self._ic_fallback.forward(self, graph, edge_weight)
+        return self._ic_run(graph, _instrumented_edge_weight_norm_forward, edge_weight)
 
 
 # -- every other conv module of dgl.nn.pytorch.conv: generic layers (no copied code; _generic.py)

@@ -95,13 +95,21 @@ relative to it. A backward path appears where the step's forward did differentia
   `gspmm`, `gsddmm`, `segment_mm`, `gather_mm` under them.
 - In generic layers also, during each call: the functions the layer's `forward` calls
   through its module (PyG's `add_self_loops`, `softmax`, `degree`, `gcn_norm` with its
-  parts; torch-sparse's; `F.dropout`, `torch.cat`...; DGL's `in_degrees`), the layer's own
-  helper methods (ChebConv's `__norm__`), and each statement of its own that does work and
-  calls nothing timed, named after its source (`alpha_src = (x_src * self.att_src).sum(dim=-1)`,
-  `out = out + self.bias`; a loop as one step, named after its first line). None of this
-  copies upstream code: the statements' steps come from the installed source, used only if it
-  compiles to the code that runs. `configure(statements=False)` turns the functions' and
-  the statements' steps off.
+  parts; torch-sparse's; `F.dropout`, `torch.cat`...; DGL's `in_degrees`, `local_scope`
+  and `local_scope_exit` (entering and leaving `graph.local_scope()`), `add_self_loop`,
+  `remove_self_loop`), the layer's own helper methods (ChebConv's `__norm__`), the
+  functions the instance holds and calls (DGL's `activation`), its methods handed on as
+  values wherever they run (GroupRevRes's `_forward` and `_inverse`, run again in its
+  backward; `autograd.grad` there), functions defined in the forward (DGL ChebConv's
+  `unnLaplacian`), and the work of its own statements, named after its source
+  (`alpha_src = (x_src * self.att_src).sum(dim=-1)`, `out = out + self.bias`; a loop as
+  one step, named after its first line). A statement that calls steps and works is split
+  in the order Python runs it: `rst = self.fc_self(h_self) + h_neigh` is `fc_self`, then
+  the addition in the step `rst = self.fc_self(h_self) + h_neigh`; work in a step's
+  arguments is a step named after it (`edge_index[:, mask]`, `h.index_select(self.node_dim,
+  idx)`). None of this copies upstream code: the statements' steps come from the installed
+  source, used only if it compiles to the code that runs. `configure(statements=False)`
+  turns the functions' and the statements' steps off.
 - Steps that run only for some options or inputs (a SparseTensor input takes PyG's fused
   `message_and_aggregate`) do not show on a layer's first case.
 
@@ -133,19 +141,40 @@ def shares_section(files: List[str], page: str) -> str:
     from self_share import compare  # noqa: E402
 
     before, after = (json.loads(Path(f).read_text()) for f in files)
-    return "\n".join([BEGIN, SHARES_INTRO, compare(before, after), END, ""])
+    return "\n".join([BEGIN, SHARES_INTRO, compare(before, after), SHARES_LEFT, END, ""])
 
 
 SHARES_INTRO = """## What is left in a layer's own time
 
 A layer's *self share* is the part of its time in no step below it. Measured by
-`benchmarks/self_share.py` (each layer's first test case on graphs of Cora's size, 2,708
-nodes and 10,556 edges, at the cases' feature widths, forward and backward, every backward
-timed, one thread; the median of 5 rounds of 3 calls): the ten worst layers of each
-column before the functions, helper methods and statements were steps (commit a7acf46) and
-after, with both figures; measured side by side on 2026-11-25 on this project's 2-core VM
-(Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, DGL 1.1.3, nothing else running), with
-`python benchmarks/self_share.py --json after.json --before before.json`.
+`benchmarks/self_share.py --all-cases` (every test case of every layer: each option and
+input kind, SparseTensor ones included, on graphs of Cora's size, 2,708 nodes and 10,556
+edges, at the cases' feature widths, forward and backward, every backward timed, one
+thread; the median of 5 rounds of 3 calls): the ten worst cases of each column before
+(commit 6c57344: the functions, helper methods and statements of work as steps) and
+after (statements that call steps split so that their own work is a step, functions
+defined in the forward, callables the instance holds, methods handed on as values, DGL's
+`local_scope` and graph transforms, `torch.autograd.grad` inside a step's backward as
+steps; the tool's own time left out of the steps around it), with both figures; measured
+one after the other on 2026-11-26 on this project's 2-core VM (Python 3.11, torch 2.13.0
+CPU, PyG 2.8.1, DGL 1.1.3, torch-sparse 0.6.18, nothing else running), with
+`python benchmarks/self_share.py --all-cases --json after.json --before before.json`.
+"""
+
+SHARES_LEFT = """\
+What is still over 10%, or near it, is mostly backward, in layers with many small steps,
+and made of what no hook can see. Autograd calls a Python hook before and after each
+step's nodes: what that call costs outside the hook's own clock readings stays in the step
+around it, about 2.4 us a nested step (`benchmarks/step_residual.py`; a do-nothing
+pre-hook and post-hook alone cost autograd 1.5 us; 5.1 us before the tool left its own time
+out). And autograd sums the gradients of a
+tensor used several times, and accumulates leaves' gradients into `.grad`, after a node's
+hooks have run: MFConv indexes `h` and `x_r` five times each (one `index_select` per
+degree) and holds ten linear layers, so about a sixth of its backward is those sums, those
+accumulations and the hooks' calls; DGL GCN2Conv's four leaves and eleven steps in 0.5 ms
+likewise. Forward, the cases near 10% are DGL SAGEConv on blocks, whose own Python (the
+block's features split, DGL's checks) runs between steps; it measured 9.1% and 10.6% in two
+runs.
 """
 
 

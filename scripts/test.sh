@@ -74,7 +74,8 @@ export INSTRUMENTED_CONVS_EXPECT=C
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@"
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
   tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
-  tests/test_timeline.py tests/test_counters.py tests/test_own.py tests/test_route.py)
+  tests/test_timeline.py tests/test_counters.py tests/test_own.py tests/test_route.py
+  tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py)
 echo "== the same core tests with the Python twin of the C fast path"; stamp
 INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
   -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"
@@ -188,4 +189,6 @@ echo "== benchmark smoke run"; stamp
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/self_share.py --only GATConv GINConv \
   --rounds 1 --calls 1 --warmup 0 >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/self_share.py --all-cases --only GCNConv \
+  --framework pyg --rounds 1 --calls 1 --warmup 0 >/dev/null
 echo "== all checks passed"; stamp

@@ -89,7 +89,7 @@ class _Data:
         self.x_src, self.bi_edge_index = randn(NS, FS), _edges(g, NS, N, E, loops=True)
         self.x_src8 = randn(NS, F_IN)  # bipartite sources with the targets' feature size
         self.neg_edge_index = _edges(g, N, N, 20)
-        self.batch = torch.arange(N) // 5  # two graphs of 5 nodes
+        self.batch = torch.arange(N) * 2 // N  # two graphs of N / 2 nodes (5 at the small size)
         self.node_type = torch.arange(N) % 2
         self.x_seq = randn(N, 3, F_IN)  # DNAConv: the outputs of 3 earlier layers
         self.colors = torch.randint(0, 3, (N,), generator=g)  # WLConv

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import pytest
 import torch
@@ -208,3 +208,17 @@ def assert_nested(trace: Dict[str, Any]) -> None:
                 ends.pop()
             assert not ends or e["ts"] + e["dur"] <= ends[-1] + 1e-6, e
             ends.append(e["ts"] + e["dur"])
+
+
+def module_from(source: str, name: str, tmp_path: Path, monkeypatch: Any) -> Iterator[Any]:
+    """A module of our own standing for an upstream one, written to ``tmp_path`` and imported
+    from its file (``.path`` says where): a fixture's body; it is forgotten afterwards."""
+    import importlib
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module(name)
+    mod.path = path
+    yield mod
+    sys.modules.pop(name, None)

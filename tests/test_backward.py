@@ -208,7 +208,16 @@ def _dgl_graph():
 
 
 #: Steps whose outputs never need a gradient (degrees, their powers, checks).
-NON_DIFFERENTIABLE = {"zero_in_degree_check", "degrees", "pow", "positivity_check"}
+NON_DIFFERENTIABLE = {
+    "zero_in_degree_check",
+    "degrees",
+    "pow",
+    "positivity_check",
+    "init_weights",
+    "edge_weight",
+    "local_scope",
+    "local_scope_exit",
+}
 
 
 def _mirror_check(s):

@@ -53,6 +53,18 @@ def test_layer_cost_reports_each_layer(tmp_path):
 @pytest.mark.skipif(
     torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
 )
+def test_step_residual_reports_what_a_nested_step_leaves_in_its_parent(tmp_path):
+    out = tmp_path / "r.json"
+    proc = run_script(
+        "benchmarks/step_residual.py",
+        *("--children", "4", "--calls", "5", "--rounds", "1", "--json", str(out)),
+    )
+    data = json.loads(out.read_text())
+    assert set(data) == {"forward", "backward", "hook pair"}
+    assert data["backward"] > 0 and data["forward"] >= 0
+    assert "left in the parent per nested step, backward" in proc.stdout
+
+
 def test_accuracy_benchmark_says_it_needs_a_gpu():
     proc = run_script("benchmarks/accuracy.py", expect=2)
     assert "needs a CUDA device" in proc.stderr

@@ -286,6 +286,7 @@ def test_steps_of_a_three_layer_model():
     assert [r.name for r in s] == [
         "forward",
         "forward/GraphConv",
+        "forward/GraphConv/local_scope",
         "forward/GraphConv/zero_in_degree_check",
         "forward/GraphConv/norm_src",
         "forward/GraphConv/norm_src/degrees",
@@ -298,6 +299,7 @@ def test_steps_of_a_three_layer_model():
         "forward/GraphConv/norm_dst/pow",
         "forward/GraphConv/norm_dst/mul",
         "forward/GraphConv/bias",
+        "forward/GraphConv/local_scope_exit",
     ]
     assert s["forward"].count == k
     assert all(r.count == 3 * k for r in s if r.name != "forward")
@@ -346,15 +348,17 @@ def test_edge_weight_steps():
     with region("forward"):
         conv(g, x, edge_weight=norm(g, w))
     names = [r.name for r in registry.summary()]
-    assert names[:6] == [
+    assert names[:8] == [
         "forward",
         "forward/EdgeWeightNorm",
+        "forward/EdgeWeightNorm/local_scope",
         "forward/EdgeWeightNorm/positivity_check",
+        "forward/EdgeWeightNorm/init_weights",
         "forward/EdgeWeightNorm/out_weight",
         "forward/EdgeWeightNorm/in_weight",
         "forward/EdgeWeightNorm/apply_edges",
     ]
-    assert "forward/GraphConv/update_all" in names
+    assert "forward/GraphConv/update_all" in names and "forward/GraphConv/edge_weight" in names
 
 
 def test_disabled_runs_the_stock_code(monkeypatch):

@@ -45,7 +45,7 @@ ALLOWED: Dict[str, Set[str]] = {
     "_registry": {"_clock", "_counters", "_entry", "_timeline"},
     "distributed": {"_entry", "_registry", "_stats", "_timeline", "report"},
     "_frame": {"_clock", "_config", "_native", "_ranges", "_registry", "_stack", "_timeline"},
-    "_backward": {"_clock", "_config", "_frame", "_registry", "_stack", "report"},
+    "_backward": {"_clock", "_config", "_frame", "_native", "_registry", "_stack", "report"},
     "_sampling": {"_backward", "_config", "_native", "_registry", "_stack"},
     "_anchor": {"_backward", "_sampling", "_stack"},
     "_stepbase": {
@@ -74,15 +74,18 @@ ALLOWED: Dict[str, Set[str]] = {
     },
     "testing": {"_clock", "_stack"},
     "_guard": set(),
-    "_route": {"_step"},
     "_scan": set(),
+    "_route": {"_scan", "_step"},
     "_statements": set(),
-    "_own": {"_statements", "_step"},
+    "_split": {"_statements"},
+    "_wrap": {"_split", "_statements"},
+    "_own": {"_split", "_statements", "_step", "_wrap"},
     "layers": {"_step"},
     "_layers": {"_native", "_step"},
     "_generic": {"_config", "_layers", "_native", "_own", "_route", "_scan", "_step"},
     "_pyg_generic": {"_generic", "_layers", "_scan", "_step"},
-    "_dgl_generic": {"_counters", "_formulas", "_generic", "_scan", "_step"},
+    "_dgl_wrap": {"_counters", "_formulas", "_generic", "_stack", "_step"},
+    "_dgl_generic": {"_counters", "_dgl_wrap", "_generic", "_layers", "_scan", "_step"},
     "pyg": {"_generic", "_guard", "_layers", "_pyg_generic", "_route", "_step"},
     "dgl": {"_dgl_generic", "_generic", "_guard", "_layers", "_step"},
     "_instrument": {"_generic", "_layers", "_pyg_generic"},
@@ -96,6 +99,7 @@ NEEDS = {
     "dgl": "dgl",
     "_pyg_generic": "torch_geometric",
     "_dgl_generic": "dgl",
+    "_dgl_wrap": "dgl",
 }
 
 

@@ -278,8 +278,9 @@ torch.randn(4, 5))
         env={"DGLBACKEND": "pytorch"},
     )
     names = nc.ranges(events)
-    assert names[:13] == [
+    assert names[:14] == [
         (1, "GraphConv"),
+        (2, "local_scope"),
         (2, "zero_in_degree_check"),
         (2, "norm_src"),
         (3, "degrees"),
@@ -293,8 +294,14 @@ torch.randn(4, 5))
         (3, "mul"),
         (2, "bias"),
     ]
-    assert names[13] == (2, "activation")
-    assert names[14:] == [(1, "GraphConv"), (2, "zero_in_degree_check")]
+    assert names[14:16] == [(2, "activation"), (2, "local_scope_exit")]
+    # the second call raises in its check; leaving the scope is still a step, balanced
+    assert names[16:] == [
+        (1, "GraphConv"),
+        (2, "local_scope"),
+        (2, "zero_in_degree_check"),
+        (2, "local_scope_exit"),
+    ]
     assert nc.balanced(events)
 
 
@@ -443,17 +450,20 @@ def test_generic_layers_ranges_are_real_and_balanced(injection, tmp_path):
         (3, "update"),
         (2, "lin_l"),
         (2, "lin_r"),
+        (2, "out = out + self.lin_r(x_r)"),  # the addition, after lin_r's own step
     ]
-    assert names[:8] == sage
-    assert names[8:15] == sage[:7]  # the second call, up to lin_l, which raised
+    assert names[:9] == sage
+    assert names[9:16] == sage[:7]  # the second call, up to lin_l, which raised
     gat = names[names.index((1, "GATConv")) :]
     for expected in [
+        (2, "local_scope"),
         (2, "fc"),
         (2, "apply_edges"),
         (3, "gsddmm"),
         (2, "edge_softmax"),
         (2, "update_all"),
         (3, "gspmm"),
+        (2, "local_scope_exit"),
     ]:
         assert expected in gat, (expected, gat)
     assert nc.balanced(events)

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from instrumented_convs import registry
+from instrumented_convs._layers import Timed
 from instrumented_convs._route import Route, routes_of
 from instrumented_convs._scan import any_function, helpers, scan, torch_function
-from instrumented_convs.layers import step
+from instrumented_convs.layers import Step, step
 
 
 def _module():
@@ -212,8 +213,42 @@ def test_helpers_are_the_classes_own_methods_that_forward_calls_on_self():
             keep = [self.unused]  # handed on, not called here: no step (it may run later)
             return [self.lin(v) for v in (x,)] + keep  # a child, in nested code
 
-    assert helpers(Layer, Layer.forward, (torch.nn.Module,)) == ("_prep", "shared")
-    assert helpers(Layer, Layer.forward, (Base, torch.nn.Module)) == ("_prep",)
+    # (lin: called on self, defined by no class: an attribute, timed only where the
+    # instance holds a callable that is no child module; see the test below)
+    assert helpers(Layer, Layer.forward, (torch.nn.Module,)) == ("_prep", "shared", "lin")
+    assert helpers(Layer, Layer.forward, (Base, torch.nn.Module)) == ("_prep", "lin")
+
+
+def test_a_callable_the_instance_holds_is_a_step_where_forward_only_calls_or_tests_it():
+    """DGL's ``activation=``: a function on the instance, timed as a step named after the
+    attribute while the forward runs; not where the forward hands it on (it may run later),
+    nor where the instance holds None; a child module stays a child (one step)."""
+    from instrumented_convs import _generic
+
+    class Layer(torch.nn.Module):
+        def __init__(self, act=None):
+            super().__init__()
+            self.act, self.given, self.norm = act, torch.tanh, torch.nn.Identity()
+
+        def forward(self, x):
+            if self.act is not None:
+                x = self.act(x)
+            if self.given:
+                x = self.given(x)
+            keep = [self.given]  # handed on as a value: never a step
+            return self.norm(x), keep
+
+    assert helpers(Layer, Layer.forward, (torch.nn.Module,)) == ("act", "norm")
+    methods = tuple((n, Step(n)) for n in ("act", "norm"))
+    for act, timed in ((torch.relu, True), (None, False)):
+        layer = Layer(act)
+        undo = _generic.install(layer, children=False, methods=methods)
+        try:
+            assert (type(layer.__dict__.get("act")) is Timed) == timed
+            assert "norm" not in layer.__dict__  # a child: timed as one, not as a method
+        finally:
+            _generic.uninstall(undo)
+        assert layer.act is act and "norm" not in layer.__dict__
 
 
 def test_a_routed_name_rebound_after_import_is_the_one_called(upstream, monkeypatch):

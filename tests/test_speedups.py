@@ -260,4 +260,5 @@ def test_the_cpu_clock_set_is_the_one_steps_read_at_once_and_the_old_one_is_let_
     with step("a"):
         pass
     s = registry.summary()["a"]
-    assert n == 2 and len(calls) == 2 and s.count == 2 and s.max > 0
+    # read by each enter and exit (its own time too: see Frame.own), never once it is gone
+    assert n >= 2 and len(calls) == n and s.count == 2 and s.max > 0
