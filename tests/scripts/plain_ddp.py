@@ -2,6 +2,9 @@
 
 ``--vanish RANK``: that rank leaves with ``os._exit(0)`` at the end, before anything at exit
 runs (as a rank killed at the end would), so it saves nothing.
+
+It frees its DDP model and destroys the process group before it ends, so gloo's worker threads
+are joined before the interpreter shuts down (see ``plain_dgl_ddp.py`` for why that matters).
 """
 
 import argparse
@@ -9,6 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before the group exists: see plain_dgl_ddp.py
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GCNConv
@@ -42,6 +46,7 @@ for _ in range(3):
     opt.zero_grad()
     F.cross_entropy(model(x, edge_index), y).backward()
     opt.step()
+del model, opt  # DDP's reducer holds the group
 dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)
 if rank == args.vanish:
