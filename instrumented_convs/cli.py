@@ -3,7 +3,8 @@
 - the study's (:mod:`instrumented_convs.study.cli`): ``demo`` (start here), ``compare``,
   ``bench``;
 - profiling a script nobody changed and reading its runs back
-  (:mod:`instrumented_convs.launch.cli`): ``run``, ``view``, ``merge``.
+  (:mod:`instrumented_convs.launch.cli`): ``run``, ``view``, ``merge``;
+- checking the library's claims on this machine (:mod:`instrumented_convs.check`): ``check``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import logging
 from typing import Optional, Sequence
 
+from . import check
 from .launch import cli as launch_cli
 from .study import cli as study_cli
 
@@ -20,7 +22,8 @@ __all__ = ["main"]
 DESCRIPTION = (
     "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
     f"Start with: {study_cli.PROG} demo (the study's 3-layer GCN, PyG and DGL). Profile your own\n"
-    f"training script, unchanged: {study_cli.PROG} run train.py [args]."
+    f"training script, unchanged: {study_cli.PROG} run train.py [args]. On a GPU, first:\n"
+    f"{study_cli.PROG} check --device cuda."
 )
 
 
@@ -34,6 +37,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands = study_cli.add_commands(sub)
     commands.update(launch_cli.add_commands(sub))
+    commands.update(check.add_command(sub))
     args = parser.parse_args(argv)
     if args.command == "run":  # the script configures logging its own way: ours apart
         ours = logging.getLogger("instrumented_convs")

@@ -11,7 +11,8 @@
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
 #   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
-#      requirements/main.txt as constraints), an example and the demo run from it;
+#      requirements/main.txt as constraints), an example, the demo and `check --quick` run
+#      from it;
 #   4. the Sphinx docs, warnings as errors;
 #   5. every test file, and the DGL nsys check, in the newest-DGL environment (torch 2.2.1,
 #      dgl 2.1.0, nvtx 0.2.17, no PyG: the PyG tests skip themselves there);
@@ -107,6 +108,9 @@ python3.11 -m venv "$user/venv"
   'from instrumented_convs import _native; print("fast path:", _native.IMPLEMENTATION); assert _native.IMPLEMENTATION == "C"')
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
+# the library's own check of its claims, on this CPU: it must pass (exit status 0)
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -W ignore::UserWarning -m instrumented_convs \
+  check --quick --no-progress --json "$user/check.json" | tail -n 1)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet -o "$user/run" \
   "$root/tests/scripts/plain_pyg.py" --epochs 1 | tail -n 1)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --depth 0)

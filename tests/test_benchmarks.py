@@ -105,7 +105,7 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
     from instrumented_convs.study.data import load_graph
 
     seen = []
-    real = bench._epoch_fn
+    real = bench.training_epoch
 
     def spy(model, graph, data):
         fn = real(model, graph, data)
@@ -113,7 +113,7 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
             return lambda: (seen.append(ic.configure()), fn())
         return fn
 
-    monkeypatch.setattr(bench, "_epoch_fn", spy)
+    monkeypatch.setattr(bench, "training_epoch", spy)
     before = ic.configure()
     bench.measure_case(
         load_graph("synthetic-quick"),

@@ -15,6 +15,9 @@ from dgl.nn import EdgeWeightNorm as StockEWN  # noqa: E402
 from dgl.nn import GraphConv as Stock  # noqa: E402
 
 from instrumented_convs import configure, region, registry  # noqa: E402
+from instrumented_convs.check import PASS, SKIPPED  # noqa: E402
+from instrumented_convs.check._cases import cases as check_cases  # noqa: E402
+from instrumented_convs.check.equivalence import run_case  # noqa: E402
 from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 
@@ -383,18 +386,15 @@ def test_disabled_runs_the_stock_code(monkeypatch):
 
 
 @gpu
-def test_cuda_equivalence_and_event_timing():
-    g, x = _homogeneous(), torch.randn(N_SRC, 4)
-    try:
-        g = g.to("cuda")
-    except Exception as exc:  # PyPI's DGL wheels are CPU-only
-        pytest.skip(f"this DGL build has no CUDA support: {exc}")
-    x = x.cuda()
-    torch.manual_seed(0)
-    stock, ours = Stock(4, 3).cuda(), GraphConv(4, 3).cuda()
-    ours.load_state_dict(stock.state_dict())
-    torch.testing.assert_close(ours(g, x), stock(g, x))
-    assert len(registry.pending) > 0
+@pytest.mark.parametrize(
+    "case", [c for c in check_cases() if c.framework == "dgl"], ids=lambda c: c.name
+)
+def test_cuda_equivalence_and_event_timing(case):
+    """The check's own comparison on the GPU; PyPI's DGL wheels are CPU-only: SKIPPED then."""
+    status, detail, _ = run_case(case, torch.device("cuda", 0), 300)
+    if status == SKIPPED:
+        pytest.skip(detail)
+    assert status == PASS, detail
 
 
 @pytest.mark.parametrize("norm", ["both", "right"])

@@ -1,0 +1,106 @@
+"""The profiler's side of the accuracy check, as plain data: our labels' ranges, the CUDA
+launches made inside them and the kernels those launched, read from a ``torch.profiler``
+run (:func:`read`), then summed per step path and direction (:func:`label_times`). The
+comparison works on these plain :class:`Event` lists, so tests give it synthesised traces.
+Nothing here imports from the package.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from typing import Any, Dict, Iterable, List, NamedTuple, Set, Tuple
+
+__all__ = ["Event", "read", "label_times", "BACKWARD"]
+
+#: How a step's backward label ends (``report.BACKWARD_MARK``).
+BACKWARD = " [backward]"
+
+
+class Event(NamedTuple):
+    """One event of a profile: ``label`` (a ``record_function`` range), ``launch`` (a CUDA
+    runtime call on the CPU) or ``kernel`` (work on the device: a kernel, a copy, a fill);
+    times in ns on the profiler's clock; ``corr`` ties a kernel to its launch."""
+
+    kind: str
+    name: str
+    start: int
+    end: int
+    thread: int
+    corr: int
+
+
+def _ns(e: Any, what: str) -> int:
+    """``start`` or ``duration`` of a Kineto event in ns (torch 2.2 has only microseconds)."""
+    f = getattr(e, f"{what}_ns", None)
+    return int(f()) if f is not None else int(getattr(e, f"{what}_us")() * 1000)
+
+
+def read(prof: Any, names: Set[str]) -> List[Event]:
+    """The labels named in ``names`` (ours, and ours with :data:`BACKWARD`), the CUDA runtime
+    calls and the device's work in a finished ``torch.profiler.profile``."""
+    out: List[Event] = []
+    for e in prof.profiler.kineto_results.events():
+        start = _ns(e, "start")
+        end = start + _ns(e, "duration")
+        device = str(e.device_type()).rsplit(".", 1)[-1].upper()
+        name = e.name()
+        if device == "CUDA":
+            corr = e.correlation_id() or e.linked_correlation_id()
+            out.append(Event("kernel", name, start, end, -1, int(corr)))
+        elif name in names:
+            out.append(Event("label", name, start, end, int(e.start_thread_id()), 0))
+        elif name.startswith(("cuda", "cu")) and e.correlation_id():
+            out.append(Event("launch", name, start, end, int(e.start_thread_id()),
+                             int(e.correlation_id())))  # fmt: skip
+    return out
+
+
+def _paths(labels: Iterable[Event]) -> List[Tuple[str, str, Event]]:
+    """Each label with its step path (the labels around it on its thread, by time) and its
+    direction: ``("GCNConv/lin", "backward", event)`` for ``lin [backward]`` inside
+    ``GCNConv [backward]``."""
+    out = []
+    by_thread: Dict[int, List[Event]] = defaultdict(list)
+    for e in labels:
+        by_thread[e.thread].append(e)
+    for events in by_thread.values():
+        stack: List[Event] = []
+        for e in sorted(events, key=lambda e: (e.start, -e.end)):
+            while stack and stack[-1].end <= e.start:
+                stack.pop()
+            names = [x.name[: -len(BACKWARD)] if x.name.endswith(BACKWARD) else x.name
+                     for x in (*stack, e)]  # fmt: skip
+            phase = "backward" if e.name.endswith(BACKWARD) else "forward"
+            out.append(("/".join(names), phase, e))
+            stack.append(e)
+    return out
+
+
+def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
+    """Per (path, direction): ``count``, ``total`` (the labels' durations, ns), and on CUDA
+    ``span`` (per call, its first kernel's start to its last kernel's end, summed), ``sum``
+    (its kernels' durations) and ``kernels`` (how many), for the kernels launched inside."""
+    launches: Dict[int, List[Event]] = defaultdict(list)  # per thread, by start
+    for e in sorted((e for e in events if e.kind == "launch"), key=lambda e: e.start):
+        launches[e.thread].append(e)
+    starts = {t: [e.start for e in ls] for t, ls in launches.items()}
+    kernels: Dict[int, List[Event]] = defaultdict(list)
+    for e in events:
+        if e.kind == "kernel":
+            kernels[e.corr].append(e)
+    out: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for path, phase, lab in _paths(e for e in events if e.kind == "label"):
+        row = out.setdefault((path, phase), {"count": 0, "total": 0, "span": 0, "sum": 0,
+                                             "kernels": 0})  # fmt: skip
+        row["count"] += 1
+        row["total"] += lab.end - lab.start
+        mine = launches.get(lab.thread, [])
+        lo = bisect.bisect_left(starts.get(lab.thread, []), lab.start)
+        hi = bisect.bisect_right(starts.get(lab.thread, []), lab.end)
+        ks = [k for la in mine[lo:hi] if la.end <= lab.end for k in kernels.get(la.corr, ())]
+        if ks:
+            row["span"] += max(k.end for k in ks) - min(k.start for k in ks)
+            row["sum"] += sum(k.end - k.start for k in ks)
+            row["kernels"] += len(ks)
+    return out

@@ -1,0 +1,323 @@
+"""``python -m instrumented_convs check``: it passes here (CPU, ``--quick``), each section has a
+case that makes it fail, and the CUDA branches run against fake CUDA events, synthesised
+kernel traces and a patched ``torch.cuda``. (On a GPU the GPU tests of test_cuda_timing.py,
+test_pyg.py and test_dgl.py run the same functions for real.)"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from instrumented_convs import registry
+from instrumented_convs.check import (
+    FAIL,
+    PASS,
+    SKIPPED,
+    Section,
+    accuracy,
+    cost,
+    cuda,
+    environment,
+    equivalence,
+    run,
+)
+from instrumented_convs.check._cases import Case, cases
+from instrumented_convs.check._profile import Event, label_times, read
+
+from .helpers import run_script
+from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
+
+CUDA = torch.device("cuda", 0)
+CPU = torch.device("cpu")
+
+
+def _case(cls: str, kind: str = "edge_index") -> Case:
+    return next(c for c in cases() if c.cls == cls and c.kind == kind)
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_check_quick_passes_on_this_cpu_and_writes_its_json(tmp_path):
+    out = tmp_path / "check.json"
+    proc = run_script("-m", "instrumented_convs", "check", "--quick", "--json", str(out),
+                      timeout=900)  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert doc["passed"] and doc["counts"]["FAIL"] == 0 and doc["device"] == "cpu"
+    titles = [s["title"] for s in doc["sections"]]
+    assert [t.split(".")[0] for t in titles] == ["1", "2", "3", "4", "5"]
+    assert "== PASSED" in proc.stdout
+    sync = next(s for s in doc["sections"] if s["title"].startswith("3."))
+    assert [x["status"] for x in sync["lines"]] == [SKIPPED]  # no CUDA here: said so
+
+
+def test_check_refuses_cuda_without_a_device_and_fails_with_status_1(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = run_script("-m", "instrumented_convs", "check", "--device", "cuda", expect=2)
+    assert "torch sees no CUDA device" in proc.stderr
+    from instrumented_convs import check
+
+    def failing(device, quick, progress):
+        s = Section("x", "")
+        s.add("a line", FAIL, "made to fail")
+        return s
+
+    monkeypatch.setitem(check.SECTIONS, "environment", failing)
+    report = run("cpu", True, ["environment"])
+    assert report.failed and "== FAILED: 0 passed, 1 failed" in report.render()
+    assert json.loads(report.to_json())["passed"] is False
+
+
+# -- 1. equivalence ------------------------------------------------------------------------
+
+
+def test_equivalence_passes_bit_for_bit_and_fails_on_a_difference(monkeypatch):
+    pytest.importorskip("torch_geometric")
+    import instrumented_convs.pyg as P
+
+    case = _case("GCNConv", "edge_weight")
+    status, detail, data = equivalence.run_case(case, CPU, 30)
+    assert status == PASS and "bit for bit" in detail and data["max_abs_diff"] == 0
+    forward = P.GCNConv.forward
+    monkeypatch.setattr(P.GCNConv, "forward", lambda self, *a, **k: forward(self, *a, **k) * 1.001)
+    status, detail, _ = equivalence.run_case(case, CPU, 30)
+    assert status == FAIL and "differs from the stock layer" in detail
+
+
+def test_equivalence_fails_on_a_state_dict_that_differs(monkeypatch):
+    pytest.importorskip("torch_geometric")
+    make = Case.make
+
+    def with_a_buffer(self, stock):
+        m = make(self, stock)
+        if not stock:
+            m.register_buffer("extra", torch.ones(1))
+        return m
+
+    monkeypatch.setattr(Case, "make", with_a_buffer)
+    status, detail, _ = equivalence.run_case(_case("SAGEConv"), CPU, 20)
+    assert status == FAIL and "state_dict" in detail
+
+
+def test_equivalence_on_cuda_needs_cuda_events(fake_cuda, monkeypatch):  # noqa: F811
+    """The CUDA branch, with fake events: a layer timed on the CPU clock fails it; one timed
+    with (fake) CUDA events passes."""
+    pytest.importorskip("torch_geometric")
+    from instrumented_convs._layers import InstrumentedLayer
+
+    case = _case("GCNConv")
+    status, detail, _ = equivalence.run_case(case, CUDA, 20, place=CPU)
+    assert status == FAIL and "not with CUDA events" in detail
+    step_of = InstrumentedLayer._ic_step
+    monkeypatch.setattr(InstrumentedLayer, "_ic_step", lambda self, d: step_of(self, CUDA))
+    status, detail, _ = equivalence.run_case(case, CUDA, 20, place=CPU)
+    assert status == PASS, detail
+
+
+# -- 2. accuracy -----------------------------------------------------------------------------
+
+
+def _ours(**rows):
+    return {(p.replace(".", "/"), ph): {"count": 1, "total": ns} for (p, ph), ns in rows.items()}
+
+
+def test_accuracy_compares_long_and_short_steps_and_counts_on_the_cpu():
+    theirs = {
+        ("GCNConv", "forward"): {"count": 1, "total": 1_000_000},
+        ("GCNConv/lin", "forward"): {"count": 1, "total": 30_000},
+        ("GCNConv/bias", "forward"): {"count": 2, "total": 8_000},
+        ("", "empty forward"): {"label_adds_p90_ns": 500},
+    }
+    for row in theirs.values():
+        row.update(span=0, sum=0, kernels=0)
+    s = Section("t", "")
+    ours = {("GCNConv", "forward"): {"count": 1, "total": 980_000},  # -2%
+            ("GCNConv/lin", "forward"): {"count": 1, "total": 10_000},  # 20 us short
+            ("GCNConv/bias", "forward"): {"count": 1, "total": 4_000}}  # fmt: skip
+    accuracy.compare(ours, theirs, False, s)
+    got = {line.name: line.status for line in s.lines}
+    assert got == {"GCNConv": PASS, "GCNConv/lin": FAIL, "GCNConv/bias": FAIL}
+    ours[("GCNConv", "forward")]["total"] = 900_000  # -10%
+    ours[("GCNConv/lin", "forward")]["total"] = 27_000  # 3 us short: within 5
+    s = Section("t", "")
+    accuracy.compare(ours, theirs, False, s)
+    got = {line.name: line.status for line in s.lines}
+    assert got["GCNConv"] == FAIL and got["GCNConv/lin"] == PASS
+
+
+def test_accuracy_on_cuda_reads_the_kernels_launched_inside_each_label():
+    """A synthesised CUPTI trace: labels (nested, forward and backward), the CUDA runtime
+    calls inside them, the kernels those launched (a kernel launched outside any label, and
+    one on another thread, count for none)."""
+    events = [
+        Event("label", "GCNConv", 0, 1_000_000, 1, 0),
+        Event("label", "lin", 100_000, 400_000, 1, 0),
+        Event("launch", "cudaLaunchKernel", 150_000, 160_000, 1, 7),
+        Event("kernel", "gemm", 200_000, 350_000, -1, 7),
+        Event("launch", "cudaLaunchKernel", 500_000, 510_000, 1, 8),
+        Event("kernel", "scatter", 520_000, 900_000, -1, 8),
+        Event("launch", "cudaLaunchKernel", 1_500_000, 1_510_000, 1, 9),  # outside
+        Event("kernel", "late", 1_600_000, 1_700_000, -1, 9),
+        Event("launch", "cudaLaunchKernel", 600_000, 610_000, 2, 10),  # another thread
+        Event("kernel", "other", 650_000, 700_000, -1, 10),
+        Event("label", "GCNConv [backward]", 2_000_000, 2_500_000, 1, 0),
+        Event("label", "lin [backward]", 2_100_000, 2_200_000, 1, 0),
+        Event("launch", "cudaLaunchKernel", 2_120_000, 2_130_000, 1, 11),
+        Event("kernel", "gemm_bw", 2_140_000, 2_190_000, -1, 11),
+    ]
+    t = label_times(events)
+    assert t[("GCNConv", "forward")] == {"count": 1, "total": 1_000_000, "span": 700_000,
+                                          "sum": 530_000, "kernels": 2}  # fmt: skip
+    assert t[("GCNConv/lin", "forward")]["span"] == 150_000
+    assert t[("GCNConv/lin", "backward")]["span"] == 50_000
+    s = Section("t", "")
+    ours = {("GCNConv", "forward"): {"count": 1, "total": 710_000},
+            ("GCNConv/lin", "forward"): {"count": 1, "total": 300_000},  # 150 us off: fails
+            ("GCNConv/lin", "backward"): {"count": 1, "total": 60_000}}  # fmt: skip
+    accuracy.compare(ours, t, True, s)
+    got = {line.name: line.status for line in s.lines}
+    assert got == {"GCNConv": PASS, "GCNConv/lin": FAIL, "GCNConv/lin [backward]": PASS}
+    assert s.lines[0].data["kernel_sum_us"] == 530.0
+
+
+def test_accuracy_reads_our_calls_gpu_times_on_cuda_and_labels_from_a_real_profile():
+    calls = [  # (name, path, scope, kind, phase, t0, t1, thread, link, gpu)
+        ("GCNConv", "GCNConv", None, "step", "forward", 0, 900, 1, -1, (100, 600)),
+        ("lin", "GCNConv/lin", None, "step", "forward", 10, 90, 1, -1, None),  # not on device
+        ("epoch", "epoch", None, "region", "forward", 0, 1000, 1, -1, None),
+    ]
+    assert accuracy._ours(calls, True) == {("GCNConv", "forward"): {"count": 1, "total": 500}}
+    assert accuracy._ours(calls, False)[("GCNConv/lin", "forward")]["total"] == 80
+    x = torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("ours"):
+            with torch.profiler.record_function("inner [backward]"):
+                x @ x
+    got = read(prof, {"ours", "inner [backward]"})
+    assert sorted(e.name for e in got if e.kind == "label") == ["inner [backward]", "ours"]
+    t = label_times(got)
+    assert ("ours/inner", "backward") in t and t[("ours", "forward")]["count"] == 1
+
+
+# -- 3. synchronisation ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def sync_debug(monkeypatch):
+    """torch.cuda's sync debug mode and synchronize, stood in for on a machine without CUDA."""
+    mode = {"now": 0}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: mode.update(now=m))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    return mode
+
+
+def _syncing(n):
+    def epoch():
+        for _ in range(n):
+            warnings.warn("called a synchronizing CUDA operation", UserWarning)
+
+    return epoch
+
+
+def test_sync_counts_the_debug_modes_warnings_and_fails_on_one_more(sync_debug):
+    status, detail, data = cuda.syncs_added(_syncing(2), _syncing(2))
+    assert status == PASS and data == {"stock": 2, "ours": 2}
+    status, detail, data = cuda.syncs_added(
+        _syncing(2), lambda: (_syncing(2)(), torch.cuda.synchronize())
+    )
+    assert status == FAIL and data["ours"] == 3 and "added 1" in detail
+    assert sync_debug["now"] == 0  # the mode is put back
+
+
+def test_events_without_sync_passes_with_cuda_events_and_fails_without(
+    fake_cuda,  # noqa: F811
+    sync_debug,
+    monkeypatch,
+):
+    def record(self, stream=None):  # each event 1 ms after the one before: a kernel's time
+        FakeEvent.timeline += 1.0
+        self.at, self.done = FakeEvent.timeline, True
+
+    monkeypatch.setattr(FakeEvent, "record", record)
+    status, detail, data = cuda.events_without_sync(CUDA, place=CPU)
+    assert status == PASS and data["pending"] > 0, detail
+    torch.cuda.is_current_stream_capturing = lambda: True  # fake_cuda's patch undoes it
+    status, detail, data = cuda.events_without_sync(CUDA, place=CPU)
+    assert status == FAIL and data["pending"] == 0
+
+
+def test_sync_section_is_skipped_without_cuda():
+    s = cuda.section(CPU, True)
+    assert [(x.status, x.name) for x in s.lines] == [(SKIPPED, "synchronising calls")]
+
+
+# -- 4. cost ---------------------------------------------------------------------------------
+
+
+def _measured(enabled, disabled=1.0, aa=1.0, iqr=0.01):
+    r = {"enabled": enabled, "no backward": 1.0, "disabled": disabled, "stock again": aa}
+    return {"ratio_median": r, "ratio_iqr": {k: iqr for k in r}, "rounds": 10,
+            "median_s": {"stock": 0.002}}  # fmt: skip
+
+
+def test_cost_verdicts_against_the_promise_within_the_runs_noise():
+    assert cost.verdict(_measured(1.10), 1.17)[0] == PASS
+    assert cost.verdict(_measured(1.19, aa=1.03), 1.17)[0] == PASS  # within the noise
+    status, detail, _ = cost.verdict(_measured(1.25), 1.17)
+    assert status == FAIL and "over the promise" in detail
+    status, detail, _ = cost.verdict(_measured(1.05, disabled=1.08), 1.17)
+    assert status == FAIL and "disabled is slower" in detail
+    status, detail, _ = cost.verdict(_measured(1.5, iqr=0.4), 1.17)
+    assert status == SKIPPED and "too noisy" in detail
+
+
+def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatch):
+    import instrumented_convs.study.bench as bench
+
+    seen = []
+
+    def fake(data, platform, sparse, rounds, warmup, hidden, device):
+        seen.append((platform, data.num_nodes, rounds))
+        return _measured(1.05 if data.num_nodes < 10_000 else 1.08)
+
+    monkeypatch.setattr(bench, "measure_case", fake)
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: self)
+    s = cost.section(CUDA, True)
+    got = {x.name: (x.status, x.data.get("promise")) for x in s.lines}
+    assert got["PyG GCN, cora"] == (PASS, 1.10)
+    assert got["PyG GCN, arxiv"] == (FAIL, 1.02)  # 1.08 > 1.02: the target missed
+    assert {n for _, n, _ in seen} == {2708, 169_343}
+
+
+# -- 5. environment --------------------------------------------------------------------------
+
+
+def test_environment_passes_here_and_fails_outside_the_tested_ranges(monkeypatch):
+    s = environment.section(CPU)
+    assert not s.failed and {"python", "torch", "device", "C fast path"} <= {
+        x.name for x in s.lines
+    }
+    real = environment.version
+    monkeypatch.setattr(environment, "version", lambda d: "9.9.0" if d == "torch" else real(d))
+    s = environment.section(CPU)
+    line = next(x for x in s.lines if x.name == "torch")
+    assert line.status == FAIL and "outside the tested range" in line.detail
+
+
+def test_environment_on_cuda_reads_the_device_or_fails_without_one(monkeypatch):
+    class Props:
+        name, major, minor, total_memory = "NVIDIA H200", 9, 0, 141 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: Props())
+    line = next(x for x in environment.section(CUDA).lines if x.name == "device")
+    assert line.status == PASS and "NVIDIA H200, compute 9.0, 141 GiB" in line.detail
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    line = next(x for x in environment.section(CUDA).lines if x.name == "device")
+    assert line.status == FAIL
+    registry.reset()
