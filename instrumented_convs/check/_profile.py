@@ -80,7 +80,8 @@ def _paths(labels: Iterable[Event]) -> List[Tuple[str, str, Event]]:
 def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     """Per (path, direction): ``count``, ``total`` (the labels' durations, ns), and on CUDA
     ``span`` (per call, its first kernel's start to its last kernel's end, summed), ``sum``
-    (its kernels' durations) and ``kernels`` (how many), for the kernels launched inside."""
+    (its kernels' durations) and ``kernels`` (how many), for the kernels launched inside;
+    ``calls``: each call's ``(start, duration, span)`` in ns, in the order they started."""
     launches: Dict[int, List[Event]] = defaultdict(list)  # per thread, by start
     for e in sorted((e for e in events if e.kind == "launch"), key=lambda e: e.start):
         launches[e.thread].append(e)
@@ -92,15 +93,19 @@ def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for path, phase, lab in _paths(e for e in events if e.kind == "label"):
         row = out.setdefault((path, phase), {"count": 0, "total": 0, "span": 0, "sum": 0,
-                                             "kernels": 0})  # fmt: skip
+                                             "kernels": 0, "calls": []})  # fmt: skip
         row["count"] += 1
         row["total"] += lab.end - lab.start
         mine = launches.get(lab.thread, [])
         lo = bisect.bisect_left(starts.get(lab.thread, []), lab.start)
         hi = bisect.bisect_right(starts.get(lab.thread, []), lab.end)
         ks = [k for la in mine[lo:hi] if la.end <= lab.end for k in kernels.get(la.corr, ())]
+        span = max(k.end for k in ks) - min(k.start for k in ks) if ks else 0
         if ks:
-            row["span"] += max(k.end for k in ks) - min(k.start for k in ks)
+            row["span"] += span
             row["sum"] += sum(k.end - k.start for k in ks)
             row["kernels"] += len(ks)
+        row["calls"].append((lab.start, lab.end - lab.start, span))
+    for row in out.values():
+        row["calls"].sort()
     return out

@@ -2,22 +2,25 @@
 ``torch.profiler`` once; each step's time by our clock is set against the profiler's own
 measure of the same labelled range (our steps carry ``record_function`` labels of their
 names): on the CPU, the label's duration; on CUDA, the kernels launched inside the label, on
-the device, as CUPTI saw them (the span from the first kernel's start to the last one's end,
-summed over the calls; the kernels' own sum is reported beside). Forward and backward rows.
+the device, as CUPTI saw them (the span from the first kernel's start to the last one's end;
+the kernels' own sum is reported beside). Forward and backward rows.
 
 Our side is the raw clock interval of each call (the timeline's): a row of the table leaves
 out the tool's own time inside the step (docs/guide.rst), which the profiler's label holds,
-so the raw interval is what both clocks saw. Verdict: within :data:`TOLERANCE` for steps of
-:data:`LONG_US` or more a call; a shorter step within a few microseconds a call, what the
-label adds around our clock readings (opening and closing it): on CPU three times what it
-added to an empty step in the same run (the 90th percentile of :data:`EMPTY` steps, forward
-and backward apart: a backward label is closed in the hook that read the clock, after the
-labels of the steps inside it that end there), at least :data:`SHORT_US`; on CUDA
+so the raw interval is what both clocks saw. Calls are paired in the order they started and
+judged by the median of their differences: a preemption that lands in one call's label,
+outside our readings, moves a mean, not the median. Verdict: within :data:`TOLERANCE` for
+steps of :data:`LONG_US` or more a call; a shorter step within a few microseconds a call,
+what the label adds around our clock readings (opening and closing it): on CPU three times
+what it added to an empty step in the same run (the 90th percentile of :data:`EMPTY` steps,
+forward and backward apart: a backward label is closed in the hook that read the clock,
+after the labels of the steps inside it that end there), at least :data:`SHORT_US`; on CUDA
 :data:`SHORT_US` (the start event, which waits for no kernel, and the first launch).
 """
 
 from __future__ import annotations
 
+from statistics import median
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -40,14 +43,16 @@ ABOUT = (
     f"forward and backward: within {TOLERANCE:.0%} for steps of {LONG_US:.0f} us or more a "
     "call, shorter ones within what the label adds around our clock (on CPU three times what "
     "it added to an empty step in the same run, at least 5 us; CUDA 20 us). Ours: the raw clock "
-    "interval of each call (the timeline), as the label holds the tool's own time too."
+    "interval of each call (the timeline), as the label holds the tool's own time too; calls "
+    "paired in order, the median of their differences judged."
 )
 
-Ours = Dict[Tuple[str, str], Dict[str, float]]
+Ours = Dict[Tuple[str, str], Dict[str, Any]]
 
 
 def _ours(calls: List[tuple], cuda: bool) -> Ours:
-    """Per (path, direction): count and total ns of our calls (GPU times on CUDA)."""
+    """Per (path, direction): count and total ns of our calls (GPU times on CUDA), and
+    ``calls``, each call's ``(t0, ns)`` in the order they started."""
     out: Ours = {}
     for c in calls:
         path, kind, phase, t0, t1, gpu = c[1], c[3], c[4], c[5], c[6], c[9]
@@ -56,9 +61,12 @@ def _ours(calls: List[tuple], cuda: bool) -> Ours:
         dt = (gpu[1] - gpu[0]) if cuda and gpu is not None else (t1 - t0)
         if cuda and gpu is None:
             continue  # not timed on the device (a CUDA graph capture): nothing to compare
-        row = out.setdefault((path, phase), {"count": 0, "total": 0})
+        row = out.setdefault((path, phase), {"count": 0, "total": 0, "calls": []})
         row["count"] += 1
         row["total"] += dt
+        row["calls"].append((t0, dt))
+    for row in out.values():
+        row["calls"].sort()
     return out
 
 
@@ -129,27 +137,38 @@ def compare(
         name = f"{prefix}{path}{BACKWARD if phase == 'backward' else ''}"
         ref = theirs.get((path, phase))
         n = row["count"]
-        mine_us = row["total"] / 1e3 / n
         if ref is None or ref["count"] != n:
             seen = 0 if ref is None else ref["count"]
             section.add(name, FAIL, f"{n} calls timed, {seen} labels in the profile", calls=n)
             continue
         if cuda and ref["kernels"] == 0:
-            section.add(name, SKIPPED, "launched no kernel", calls=n, ours_us=mine_us)
+            section.add(name, SKIPPED, "launched no kernel", calls=n,
+                        ours_us=round(row["total"] / 1e3 / n, 3))  # fmt: skip
             continue
-        theirs_us = (ref["span"] if cuda else ref["total"]) / 1e3 / n
-        diff = mine_us - theirs_us
-        data = dict(calls=n, ours_us=round(mine_us, 3), profiler_us=round(theirs_us, 3))
+        # Call by call, in the order they started; the median, so that a preemption landing
+        # in the label's part outside our readings, in one call, judges nothing.
+        mine = [dt for _, dt in row["calls"]]
+        refs = [c[2] if cuda else c[1] for c in ref["calls"]]
+        diff = median([m - r for m, r in zip(mine, refs)]) / 1e3
+        mine_us, theirs_us = median(mine) / 1e3, median(refs) / 1e3
+        data = dict(
+            calls=n,
+            ours_us=round(mine_us, 3),
+            profiler_us=round(theirs_us, 3),
+            diff_us=round(diff, 3),
+            ours_mean_us=round(row["total"] / 1e3 / n, 3),
+            profiler_mean_us=round((ref["span"] if cuda else ref["total"]) / 1e3 / n, 3),
+        )
         if cuda:
             data["kernel_sum_us"] = round(ref["sum"] / 1e3 / n, 3)
         what = "kernels' span" if cuda else "label"
-        text = f"{mine_us:.1f} us a call, the {what} {theirs_us:.1f} us"
+        text = f"{mine_us:.1f} us a call, the {what} {theirs_us:.1f} us (medians of {n})"
         if theirs_us >= LONG_US:
             ok = abs(diff) <= TOLERANCE * theirs_us
-            text += f" ({diff / theirs_us:+.1%})"
+            text += f": {diff / theirs_us:+.1%}"
         else:
             ok = abs(diff) <= short
-            text += f" ({diff:+.1f} us; a short step: within {short:.0f} us)"
+            text += f": {diff:+.1f} us, a short step: within {short:.0f} us"
         section.add(name, PASS if ok else FAIL, text, **data)
 
 
@@ -165,7 +184,7 @@ def section(device: torch.device, quick: bool, progress: Optional[Callable[[str]
             if progress is not None:
                 progress(f"accuracy: {label.rstrip(': ')}")
             try:
-                ours, theirs = measure(platform, shape, device, 2 if quick else 3)
+                ours, theirs = measure(platform, shape, device, 3)
             except ImportError as exc:
                 s.add(label + "all steps", SKIPPED, f"needs {exc.name or exc}: not installed")
                 continue
