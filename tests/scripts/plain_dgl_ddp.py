@@ -12,9 +12,10 @@ At the end it frees the DDP model and destroys the process group, which joins gl
 threads. Without that, torch 2.13 aborts now and then at exit ("terminate called without an
 active exception", measured 15-20% of plain runs here): work objects made during backward hold
 the backward's Python context, and a gloo worker that drops the last one while the interpreter
-is finalizing cannot take the GIL. Importing ``torch.distributed.nn`` before the group exists
-matters too: DDP's first use imports it, and its functions then keep ``group.WORLD`` as a default
-argument, which keeps the destroyed group (and its threads) alive to the end.
+is finalizing cannot take the GIL (pytorch/pytorch#190489). Importing ``torch.distributed.nn``
+before the group exists matters too: DDP's first use imports it, and its functions then keep
+``group.WORLD`` as a default argument, which keeps the destroyed group (and its threads) alive
+to the end.
 """
 
 import dgl
