@@ -3,8 +3,9 @@ inputs and of every parameter) and ``state_dict``, for the detailed layers over 
 kinds and a sample of generic layers (:mod:`._cases`).
 
 Equal means bit for bit. Where the stock layer itself differs from one run to the next on
-this device (atomic scatters on a GPU), ours passes when it is within the stock layer's own
-run-to-run difference, and the line says so. Ours must also have recorded its rows, with
+this device (atomic scatters on a GPU), ours passes when it is within :data:`SPREAD` times the
+stock layer's own run-to-run difference (the largest of :data:`RERUNS` runs), and the line
+says so. Ours must also have recorded its rows, with
 CUDA events on a CUDA device.
 """
 
@@ -19,12 +20,16 @@ from .. import registry
 from ._cases import Case, cases
 from ._report import FAIL, PASS, SKIPPED, Section
 
-__all__ = ["run_case", "section"]
+__all__ = ["run_case", "section", "RERUNS", "SPREAD"]
+
+RERUNS = 3  #: how often the stock layer runs again where ours is not bit for bit equal
+SPREAD = 2.0  #: ours passes within this many times the stock layer's own largest difference
 
 ABOUT = (
     "Ours against the stock layer on this device: outputs, the gradients of the inputs and "
-    "of every parameter, and state_dict, bit for bit (or within the stock layer's own "
-    "run-to-run difference where it has one); and our rows recorded, with CUDA events on CUDA."
+    "of every parameter, and state_dict, bit for bit (or, where the stock layer differs from "
+    "itself run to run, within twice its largest difference in 3 more runs); and our rows "
+    "recorded, with CUDA events on CUDA."
 )
 
 
@@ -129,12 +134,15 @@ def run_case(
         return FAIL, "recorded, but not with CUDA events", data
     if equal:
         return PASS, f"bit for bit ({len(got)} tensors: outputs, gradients)", data
-    again = _run(stock, case, nodes, device)
-    stock_equal, spread, _ = _diff(expected, again)
+    # The stock layer run again: where it differs from itself (atomic scatter-adds on a GPU
+    # sum in another order each run), ours may differ from it as much: within SPREAD times
+    # the largest difference of RERUNS stock runs from the first.
+    spread = max(_diff(expected, _run(stock, case, nodes, device))[1] for _ in range(RERUNS))
     data["stock_spread"] = spread
-    if stock_equal or worst > spread:
+    if spread == 0 or worst > SPREAD * spread:
         return FAIL, f"differs from the stock layer by {worst:.3g} at {where}", data
-    return PASS, f"within the stock layer's own run-to-run difference ({spread:.3g})", data
+    text = f"within the stock layer's own run-to-run difference ({worst:.3g}; stock's"
+    return PASS, f"{text} {spread:.3g} in {RERUNS} runs)", data
 
 
 def section(device: torch.device, quick: bool, progress: Any = None) -> Section:
