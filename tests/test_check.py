@@ -27,7 +27,7 @@ from instrumented_convs.check import (
 from instrumented_convs.check._cases import Case, cases
 from instrumented_convs.check._profile import Event, label_times, read
 
-from .helpers import run_script
+from .helpers import ROOT, run_script
 from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
 
 CUDA = torch.device("cuda", 0)
@@ -363,6 +363,28 @@ def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatc
 
 
 # -- 5. environment --------------------------------------------------------------------------
+
+
+def test_environment_ranges_are_setup_cfgs():
+    """check's tested ranges are a copy (an installed package need not carry setup.cfg):
+    they must say what setup.cfg says, for every package setup.cfg bounds."""
+    import configparser
+    import re
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    lines = cfg["options"]["install_requires"].split("\n")
+    for extra in cfg["options.extras_require"].values():
+        lines += extra.split("\n")
+    bounds = {}
+    for line in lines:
+        m = re.fullmatch(r"([\w-]+)>=([\d.]+),<([\d.]+)", line.strip())
+        if m:
+            bounds[m[1]] = (m[2], m[3])
+    assert {"torch", "torch-geometric", "dgl", "nvtx"} <= set(bounds)
+    tested = {dist: (low, high) for dist, low, high in environment.TESTED}
+    for dist, pair in bounds.items():
+        assert tested.get(dist) == pair, dist
 
 
 def test_environment_passes_here_and_fails_outside_the_tested_ranges(monkeypatch):

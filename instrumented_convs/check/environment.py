@@ -22,7 +22,9 @@ from ._report import FAIL, PASS, SKIPPED, Section
 
 __all__ = ["TESTED", "section"]
 
-#: (distribution, lowest tested, first untested): setup.cfg's ranges.
+#: (distribution, lowest tested, first untested): setup.cfg's ranges, copied (an installed
+#: package need not carry setup.cfg; tests/test_check.py holds them equal). setup.cfg bounds
+#: no torch-sparse version: 0.6 is the series CI builds (0.6.18).
 TESTED: Tuple[Tuple[str, str, Optional[str]], ...] = (
     ("torch", "2.2", "2.14"),
     ("torch-geometric", "2.3", "2.9"),
