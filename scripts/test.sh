@@ -109,8 +109,11 @@ python3.11 -m venv "$user/venv"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
 # the library's own check of its claims, on this CPU: it must pass (exit status 0)
+# (its verdict line; the whole report when it failed)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -W ignore::UserWarning -m instrumented_convs \
-  check --quick --no-progress --json "$user/check.json" | tail -n 1)
+  check --quick --no-progress --json "$user/check.json" >"$user/check.txt" 2>&1) \
+  || { cat "$user/check.txt"; exit 1; }
+grep "^== \(PASSED\|FAILED\)" "$user/check.txt"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet -o "$user/run" \
   "$root/tests/scripts/plain_pyg.py" --epochs 1 | tail -n 1)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --depth 0)
