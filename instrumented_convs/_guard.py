@@ -5,7 +5,8 @@ A detailed layer (PyG ``GCNConv``, DGL ``GraphConv``...) runs a copy of upstream
 and it must follow upstream when upstream changes. Both are checked mechanically here, on
 the functions' syntax trees:
 
-- :func:`fingerprint` hashes a function's normalised syntax tree: docstring, annotations,
+- :func:`fingerprint` hashes a function's normalised syntax tree, written out the same way
+  on every Python version (:func:`_canonical`): docstring, annotations,
   decorators and the function's name are dropped (they do not change what the body
   computes), and with ``steps`` every ``with <step>:`` statement is replaced by its body.
   Our copy, stripped of its steps, has the same fingerprint as the upstream function it
@@ -90,8 +91,36 @@ def fingerprint(fn: Any, steps: Optional[Callable[[ast.expr], bool]] = None) -> 
     statements are replaced by their bodies before hashing.
     """
     tree = fn if isinstance(fn, ast.AST) else function_tree(fn)
-    dump = ast.dump(_normalised(tree, steps), annotate_fields=True, include_attributes=False)  # type: ignore[arg-type]
+    dump = _canonical(_normalised(tree, steps))  # type: ignore[arg-type]
     return hashlib.sha256(dump.encode()).hexdigest()[:16]
+
+
+#: Fields that Python versions add or fill differently and that change no computation:
+#: ``type_params`` (3.12, empty on a plain function), ``type_comment``, a constant's ``kind``.
+_UNSTABLE_FIELDS = frozenset({"type_params", "type_comment", "kind"})
+
+
+def _canonical(node: Any) -> str:
+    """``node`` as text, the same on every Python this package supports (3.9 and newer).
+
+    ``ast.dump`` is not: Python 3.12 writes ``type_params=[]`` into every function and 3.13
+    leaves out empty fields, so a hash of it differs from one Python to the next (seen on
+    the GPU machine's Python 3.12: every copy fell back to upstream's code). Here every
+    node is its type and its fields in ``_fields`` order, without the fields that are
+    ``None`` or empty and without :data:`_UNSTABLE_FIELDS`."""
+    if isinstance(node, ast.AST):
+        parts = []
+        for name in node._fields:
+            if name in _UNSTABLE_FIELDS:
+                continue
+            value = getattr(node, name, None)
+            if value is None or (isinstance(value, list) and not value):
+                continue
+            parts.append(f"{name}={_canonical(value)}")
+        return f"{type(node).__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(_canonical(x) for x in node) + "]"
+    return repr(node)
 
 
 def global_names(tree: ast.FunctionDef) -> Set[str]:

@@ -233,8 +233,8 @@ def _instrumented_edge_weight_norm_forward(self, graph, edge_weight):
 #: Fingerprints of the upstream functions our copies match (see _guard.fingerprint), and
 #: the DGL releases they were seen in.
 KNOWN: Dict[str, Dict[str, str]] = {
-    "GraphConv.forward": {"a2a1fd1ca1170e32": "1.1.3 2.1.0"},
-    "EdgeWeightNorm.forward": {"a66158f0dce0ffcf": "1.1.3 2.1.0"},
+    "GraphConv.forward": {"25e6e4ca7a413ce0": "1.1.3 2.1.0"},
+    "EdgeWeightNorm.forward": {"6d68aa194122c72b": "1.1.3 2.1.0"},
 }
 
 _GUARDS = {

@@ -169,8 +169,8 @@ def _instrumented_gcn_norm(  # noqa: F811
 #: Fingerprints of the upstream functions our copies match (see _guard.fingerprint), and
 #: the PyG releases they were seen in.
 KNOWN: Dict[str, Dict[str, str]] = {
-    "gcn_norm": {"8f87377fbe826a43": "2.3.1 2.4.0 2.5.3 2.6.1 2.7.0 2.8.1"},
-    "GCNConv.forward": {"07c39f8acf11d5f1": "2.5.3 2.6.1 2.7.0 2.8.1"},
+    "gcn_norm": {"5d72ad43712542ad": "2.3.1 2.4.0 2.5.3 2.6.1 2.7.0 2.8.1"},
+    "GCNConv.forward": {"d720b5fbf312ce02": "2.5.3 2.6.1 2.7.0 2.8.1"},
 }
 
 _GUARDS = (

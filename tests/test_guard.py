@@ -115,6 +115,66 @@ def test_copy_has_steps_and_only_steps_are_stripped(module, name, ours, upstream
     assert not step_names & left  # every step block is gone, nothing else refers to them
 
 
+def _other_pythons():
+    """The other CPython interpreters of this machine that the package supports (3.9 and
+    newer), by version: pyenv's, and python3.X on the PATH."""
+    import glob
+    import re
+    import shutil
+
+    roots = [os.path.expanduser("~/.pyenv/versions"), "/opt/pyenv/versions"]
+    paths = [p for r in roots for p in sorted(glob.glob(os.path.join(r, "3.*/bin/python3")))]
+    paths += [shutil.which(f"python3.{minor}") or "" for minor in range(9, 16)]
+    found = {}
+    for path in paths:
+        m = re.search(r"/3\.(\d+)[^/]*/bin/python3$|python3\.(\d+)$", path)
+        if m and os.access(path, os.X_OK):
+            ver = (3, int(m.group(1) or m.group(2)))
+            if ver >= (3, 9) and ver != sys.version_info[:2]:
+                found.setdefault(ver, path)
+    return found
+
+
+GUARD_SOURCE = os.path.join(os.path.dirname(__file__), "..", "instrumented_convs", "_guard.py")
+OTHER_PYTHONS = _other_pythons()
+
+
+@pytest.mark.skipif(not COPIES, reason="neither PyG nor DGL is installed")
+@pytest.mark.skipif(not OTHER_PYTHONS, reason="no other Python 3.9+ on this machine")
+@pytest.mark.parametrize("ver", sorted(OTHER_PYTHONS), ids=lambda v: "%d.%d" % v)
+def test_fingerprints_are_the_same_on_every_python(ver, tmp_path):
+    """A fingerprint must not depend on the Python that computes it: ``ast.dump``'s text
+    does (3.12 adds ``type_params=[]``), and on the GPU machine's Python 3.12 every copy fell
+    back to upstream's code (2026-11-26). The upstream functions' source, fingerprinted by
+    _guard.py under another interpreter (it needs only the standard library), gives the
+    fingerprints KNOWN records."""
+    import inspect
+    import json
+    import subprocess
+
+    sources = {name: textwrap.dedent(inspect.getsource(inspect.unwrap(up)))
+               for _, name, _, up, _ in COPIES}  # fmt: skip
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    code = textwrap.dedent(f"""
+        import ast, importlib.util, json, sys
+        spec = importlib.util.spec_from_file_location("g", {GUARD_SOURCE!r})
+        g = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(g)
+        sources = json.load(open({str(tmp_path / "sources.json")!r}))
+        out = {{}}
+        for name, src in sources.items():
+            tree = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef))
+            out[name] = g.fingerprint(tree)
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([OTHER_PYTHONS[ver], "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    theirs = json.loads(done.stdout)
+    here = {name: fingerprint(up) for _, name, _, up, _ in COPIES}
+    assert theirs == here
+
+
 def test_main_environment_runs_the_detailed_copies():
     """The pinned environments' releases (PyG 2.8.1, DGL 1.1.3 / 2.1.0) use every copy."""
     if os.environ.get("INSTRUMENTED_CONVS_PYG_MATRIX"):
