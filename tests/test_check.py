@@ -248,19 +248,83 @@ def test_accuracy_on_cuda_reads_the_kernels_launched_inside_each_label():
         Event("kernel", "gemm_bw", 2_140_000, 2_190_000, -1, 11),
     ]
     t = label_times(events)
-    assert t[("GCNConv", "forward")] == {"count": 1, "total": 1_000_000, "span": 700_000,
-                                          "sum": 530_000, "kernels": 2,
-                                          "calls": [(0, 1_000_000, 700_000)]}  # fmt: skip
+    assert t[("GCNConv", "forward")] == {
+        "count": 1, "total": 1_000_000, "span": 700_000, "sum": 530_000, "kernels": 2,
+        "timeline": 1_000_000, "calls": [(0, 1_000_000, 700_000, 1_000_000)],
+    }  # fmt: skip
     assert t[("GCNConv/lin", "forward")]["span"] == 150_000
     assert t[("GCNConv/lin", "backward")]["span"] == 50_000
+    # the device idles between kernels here: what events bound is each label's interval
+    assert t[("GCNConv/lin", "forward")]["timeline"] == 300_000
+    assert t[("GCNConv/lin", "backward")]["timeline"] == 100_000
     s = Section("t", "")
-    ours = {("GCNConv", "forward"): _ours_row(710_000),
-            ("GCNConv/lin", "forward"): _ours_row(300_000),  # 150 us off: fails
-            ("GCNConv/lin", "backward"): _ours_row(60_000)}  # fmt: skip
+    ours = {("GCNConv", "forward"): _ours_row(990_000),
+            ("GCNConv/lin", "forward"): _ours_row(150_000),  # its kernels' span: 150 us off
+            ("GCNConv/lin", "backward"): _ours_row(95_000)}  # fmt: skip
     accuracy.compare(ours, t, True, s)
     got = {line.name: line.status for line in s.lines}
     assert got == {"GCNConv": PASS, "GCNConv/lin": FAIL, "GCNConv/lin [backward]": PASS}
     assert s.lines[0].data["kernel_sum_us"] == 530.0
+    assert s.lines[0].data["kernel_span_us"] == 700.0
+
+
+def test_accuracy_on_cuda_judges_the_interval_events_bound_on_the_devices_timeline():
+    """What a pair of CUDA events measures: behind a long kernel (a busy device) a step's
+    interval is its own kernels' span; on an idle device, waiting for the CPU, it is the
+    time the CPU took to issue the step, however short its kernels (measured on an H100 at
+    Cora's shape: lin 175 us, its kernel 15 us)."""
+    events = [
+        Event("label", "A", 0, 100_000, 1, 0),
+        Event("launch", "cudaLaunchKernel", 10_000, 15_000, 1, 1),
+        Event("kernel", "long", 20_000, 500_000, -1, 1),  # still running after B's launch
+        Event("label", "B", 120_000, 150_000, 1, 0),
+        Event("launch", "cudaLaunchKernel", 130_000, 135_000, 1, 2),
+        Event("kernel", "queued", 500_000, 520_000, -1, 2),
+        Event("label", "C", 600_000, 700_000, 1, 0),  # the device idle: it waits for the CPU
+        Event("launch", "cudaLaunchKernel", 610_000, 612_000, 1, 3),
+        Event("kernel", "short", 615_000, 625_000, -1, 3),
+    ]
+    t = label_times(events)
+    assert {p: r["timeline"] for (p, _), r in t.items()} == {"A": 500_000, "B": 20_000,
+                                                             "C": 100_000}  # fmt: skip
+    assert t[("C", "forward")]["span"] == 10_000
+    ours = {("A", "forward"): _ours_row(495_000), ("B", "forward"): _ours_row(22_000),
+            ("C", "forward"): _ours_row(98_000)}  # fmt: skip
+    s = Section("t", "")
+    accuracy.compare(ours, t, True, s)
+    assert [line.status for line in s.lines] == [PASS, PASS, PASS]
+    ours[("C", "forward")] = _ours_row(10_000)  # C's kernels' span is not what events bound
+    ours[("B", "forward")] = _ours_row(400_000)  # B's start read before A's kernel was done
+    s = Section("t", "")
+    accuracy.compare(ours, t, True, s)
+    assert {line.name: line.status for line in s.lines} == {"A": PASS, "B": FAIL, "C": FAIL}
+
+
+def test_accuracy_on_cuda_allows_what_the_label_spends_around_our_events():
+    """The label opens before our start event and closes after our end event: on a device
+    that waits for the CPU its interval is longer than ours by that much, which each call's
+    CPU clock shows (label minus ours). Measured on an H100 at Cora's shape: ours 30-38 us
+    shorter than the label's interval, the label 36 us longer than ours on the CPU. Ours
+    longer than the label's interval, or shorter by more than that, fails."""
+    events = [Event("label", "lin", 0, 250_000, 1, 0),
+              Event("launch", "cudaLaunchKernel", 150_000, 152_000, 1, 1),
+              Event("kernel", "gemm", 155_000, 170_000, -1, 1)]  # fmt: skip
+    t = label_times(events)
+    assert t[("lin", "forward")]["timeline"] == 250_000
+
+    def ours(gpu_ns, cpu_ns):
+        return {("lin", "forward"): {"count": 1, "total": gpu_ns, "calls": [(5, gpu_ns, cpu_ns)]}}
+
+    def status(gpu_ns, cpu_ns):
+        s = Section("t", "")
+        accuracy.compare(ours(gpu_ns, cpu_ns), t, True, s)
+        return s.lines[0].status, s.lines[0].data
+
+    got, data = status(212_000, 214_000)  # 38 us short; the label 36 us longer on the CPU
+    assert got == PASS and data["label_around_us"] == 36.0
+    assert status(212_000, 250_000)[0] == FAIL  # the label added nothing: 38 us unexplained
+    assert status(150_000, 214_000)[0] == FAIL  # 100 us short: more than 36 + 5%
+    assert status(275_000, 214_000)[0] == FAIL  # 25 us longer than the label's interval
 
 
 def test_accuracy_reads_our_calls_gpu_times_on_cuda_and_labels_from_a_real_profile():
@@ -270,7 +334,7 @@ def test_accuracy_reads_our_calls_gpu_times_on_cuda_and_labels_from_a_real_profi
         ("epoch", "epoch", None, "region", "forward", 0, 1000, 1, -1, None),
     ]
     assert accuracy._ours(calls, True) == {
-        ("GCNConv", "forward"): {"count": 1, "total": 500, "calls": [(0, 500)]}
+        ("GCNConv", "forward"): {"count": 1, "total": 500, "calls": [(0, 500, 900)]}
     }
     assert accuracy._ours(calls, False)[("GCNConv/lin", "forward")]["total"] == 80
     x = torch.randn(64, 64)
@@ -313,6 +377,22 @@ def test_sync_counts_the_debug_modes_warnings_and_fails_on_one_more(sync_debug):
     )
     assert status == FAIL and data["ours"] == 3 and "added 1" in detail
     assert sync_debug["now"] == 0  # the mode is put back
+
+
+def test_sync_count_leaves_out_torchs_notice_that_the_debug_mode_is_a_prototype(sync_debug):
+    """torch warns once a process, when the debug mode is first turned on, that it "does not
+    yet detect all synchronizing operations": no synchronisation. Counted as one, it failed
+    the first CUDA test of a process on an H100 (2026-11-26)."""
+
+    def notice():
+        warnings.warn(
+            "Synchronization debug mode is a prototype feature and does not yet detect all "
+            "synchronizing operations (Triggered internally at Module.cpp:1003.)",
+            UserWarning,
+        )
+
+    assert cuda.count_syncs(notice) == 0
+    assert cuda.count_syncs(lambda: (notice(), _syncing(1)())) == 1
 
 
 def test_events_without_sync_passes_with_cuda_events_and_fails_without(

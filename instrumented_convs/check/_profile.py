@@ -77,11 +77,38 @@ def _paths(labels: Iterable[Event]) -> List[Tuple[str, str, Event]]:
     return out
 
 
+class _Queue:
+    """When the device's queue empties: for a time ``t`` on the CPU, the end of the last
+    kernel of every launch made before ``t`` (any thread: one stream, as the study runs)."""
+
+    def __init__(self, launches: List[Event], kernels: Dict[int, List[Event]]) -> None:
+        self.starts: List[int] = []
+        self.ends: List[int] = []  # running maximum of the kernels' ends, launch by launch
+        done = 0
+        for la in sorted(launches, key=lambda e: e.start):
+            ks = kernels.get(la.corr, ())
+            if ks:
+                done = max(done, max(k.end for k in ks))
+            self.starts.append(la.start)
+            self.ends.append(done)
+
+    def empty_at(self, t: int) -> int:
+        """When the work launched before ``t`` is done (0: none was)."""
+        i = bisect.bisect_left(self.starts, t)
+        return self.ends[i - 1] if i else 0
+
+
 def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     """Per (path, direction): ``count``, ``total`` (the labels' durations, ns), and on CUDA
     ``span`` (per call, its first kernel's start to its last kernel's end, summed), ``sum``
     (its kernels' durations) and ``kernels`` (how many), for the kernels launched inside;
-    ``calls``: each call's ``(start, duration, span)`` in ns, in the order they started."""
+    ``timeline`` (summed): per call, the interval a pair of CUDA events recorded at the
+    label's start and end bounds on the device, from the later of the label's start and the
+    end of the work launched before it, to the later of its end and the end of the work
+    launched before that (what events measure: on a device that waits for the CPU, the time
+    the CPU took to issue the step; on a busy one, its kernels' span);
+    ``calls``: each call's ``(start, duration, span, timeline)`` in ns, in the order they
+    started."""
     launches: Dict[int, List[Event]] = defaultdict(list)  # per thread, by start
     for e in sorted((e for e in events if e.kind == "launch"), key=lambda e: e.start):
         launches[e.thread].append(e)
@@ -90,10 +117,11 @@ def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     for e in events:
         if e.kind == "kernel":
             kernels[e.corr].append(e)
+    queue = _Queue([e for ls in launches.values() for e in ls], kernels)
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for path, phase, lab in _paths(e for e in events if e.kind == "label"):
         row = out.setdefault((path, phase), {"count": 0, "total": 0, "span": 0, "sum": 0,
-                                             "kernels": 0, "calls": []})  # fmt: skip
+                                             "kernels": 0, "timeline": 0, "calls": []})  # fmt: skip
         row["count"] += 1
         row["total"] += lab.end - lab.start
         mine = launches.get(lab.thread, [])
@@ -105,7 +133,10 @@ def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
             row["span"] += span
             row["sum"] += sum(k.end - k.start for k in ks)
             row["kernels"] += len(ks)
-        row["calls"].append((lab.start, lab.end - lab.start, span))
+        begin = max(lab.start, queue.empty_at(lab.start))
+        timeline = max(lab.end, queue.empty_at(lab.end)) - begin
+        row["timeline"] += timeline
+        row["calls"].append((lab.start, lab.end - lab.start, span, timeline))
     for row in out.values():
         row["calls"].sort()
     return out

@@ -28,7 +28,10 @@ from ._report import FAIL, PASS
 __all__ = ["count_syncs", "syncs_added", "events_without_sync", "graph_capture", "backward_thread"]
 
 Verdict = Tuple[str, str, Dict[str, Any]]
-SYNC_WARNING = "synchroniz"  # torch: "called a synchronizing CUDA operation"
+#: The text of the sync debug mode's warning (c10's ``warn_or_error_on_sync``). Not a bare
+#: "synchroniz": torch's notice, once a process, that the mode "does not yet detect all
+#: synchronizing operations" is no synchronisation (it failed a first test on an H100).
+SYNC_WARNING = "called a synchronizing CUDA operation"
 
 
 def count_syncs(fn: Callable[[], Any]) -> int:
