@@ -23,8 +23,6 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import torch
-
 from . import _clock, _config
 from ._native import speedups
 
@@ -112,7 +110,7 @@ def gpu_ref(key: Any) -> list:
     ref = _refs.get(key)
     if ref is None:
         event = _clock.events._factory()  # its own event: never back to the pool
-        event.record(torch.cuda.current_stream(key))
+        event.record(_clock.current_stream(key))
         ref = _refs[key] = (event, _clock.cpu_now())
     return [ref[0], None, None, ref[1]]
 
