@@ -5,6 +5,7 @@ test_pyg.py and test_dgl.py run the same functions for real.)"""
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 
@@ -114,6 +115,46 @@ def test_equivalence_where_stock_differs_from_itself_allows_that_much(monkeypatc
     assert status == PASS and "run-to-run" in detail, detail
     assert 0 < data["max_abs_diff"] <= equivalence.SPREAD * data["stock_spread"]
     noisy(P.GCNConv, 1e-3)
+    status, detail, _ = equivalence.run_case(_case("GCNConv"), CPU, 30)
+    assert status == FAIL and "differs from the stock layer" in detail
+
+
+def test_equivalence_allows_a_few_units_in_the_last_place_where_stock_is_not_deterministic(
+    monkeypatch,
+):
+    """Seen on an H100: TransformerConv's bias gradient (about 200) off by one unit in the
+    last place (1.5e-5) after three stock reruns within 5.7e-6 of the first. Stood in for:
+    a row of both layers' outputs at 200, one unit more in ours; stock's own runs differing
+    by one unit of 1.0 elsewhere in the tensor. Passes within 8 units; 1e-3 off fails;
+    the same unit where stock never differs from itself fails (bit for bit is asked)."""
+    pytest.importorskip("torch_geometric")
+    import torch_geometric.nn as stock_nn
+
+    import instrumented_convs.pyg as P
+
+    calls = itertools.count()
+
+    def scaled(cls, extra_units=0.0, noisy=True):
+        forward = cls.forward
+
+        def call(self, *a, **k):
+            out = forward(self, *a, **k) * 0  # the first row about 200, the others about 1
+            eps = torch.finfo(out.dtype).eps
+            flip = float(next(calls) % 2) if noisy else 0.0  # one unit, every other run
+            return torch.cat([out[:1] + 200.0 + extra_units * 200.0 * eps,
+                              out[1:] + 1.0 + flip * eps])  # fmt: skip
+
+        monkeypatch.setattr(cls, "forward", call)
+
+    scaled(stock_nn.GCNConv)
+    scaled(P.GCNConv, 1.0)
+    status, detail, data = equivalence.run_case(_case("GCNConv"), CPU, 30)
+    assert status == PASS and "units in the last place" in detail, (detail, data)
+    assert data["max_abs_diff"] > equivalence.SPREAD * data["stock_spread"]
+    scaled(P.GCNConv, 1e-3 / (torch.finfo(torch.float32).eps * 200.0))
+    assert equivalence.run_case(_case("GCNConv"), CPU, 30)[0] == FAIL
+    scaled(stock_nn.GCNConv, noisy=False)
+    scaled(P.GCNConv, 1.0, noisy=False)
     status, detail, _ = equivalence.run_case(_case("GCNConv"), CPU, 30)
     assert status == FAIL and "differs from the stock layer" in detail
 
@@ -450,8 +491,8 @@ def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatc
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: self)
     s = cost.section(CUDA, True)
     got = {x.name: (x.status, x.data.get("promise")) for x in s.lines}
-    assert got["PyG GCN, cora"] == (PASS, 1.10)
-    assert got["PyG GCN, arxiv"] == (FAIL, 1.02)  # 1.08 > 1.02: the target missed
+    assert got["PyG GCN, cora"] == (PASS, 1.35)  # what an H100 measured (docs/performance.md)
+    assert got["PyG GCN, arxiv"] == (FAIL, 1.04)  # 1.08 > 1.04: worse than measured there
     assert {n for _, n, _ in seen} == {2708, 169_343}
 
 

@@ -3,10 +3,13 @@ inputs and of every parameter) and ``state_dict``, for the detailed layers over 
 kinds and a sample of generic layers (:mod:`._cases`).
 
 Equal means bit for bit. Where the stock layer itself differs from one run to the next on
-this device (atomic scatters on a GPU), ours passes when it is within :data:`SPREAD` times the
-stock layer's own run-to-run difference (the largest of :data:`RERUNS` runs), and the line
-says so. Ours must also have recorded its rows, with
-CUDA events on a CUDA device.
+this device (atomic scatters on a GPU), ours passes when each tensor is within :data:`SPREAD`
+times the stock layer's own run-to-run difference of that tensor (the largest of
+:data:`RERUNS` runs), or within :data:`ULPS` units in the last place of the tensor's largest
+value, whichever is larger, and the line says so. (Three reruns can all land closer than the
+next one: on an H100, ours differed from stock by one unit, 1.5e-5 in a bias gradient of
+about 200, after three stock reruns within 5.7e-6 of the first.) Ours must also have
+recorded its rows, with CUDA events on a CUDA device.
 """
 
 from __future__ import annotations
@@ -24,11 +27,15 @@ __all__ = ["run_case", "section", "RERUNS", "SPREAD"]
 
 RERUNS = 3  #: how often the stock layer runs again where ours is not bit for bit equal
 SPREAD = 2.0  #: ours passes within this many times the stock layer's own largest difference
+#: ... or within this many units in the last place of the tensor's largest value (a sum in
+#: another order is off by a few of them), where stock differs from itself at all
+ULPS = 8
 
 ABOUT = (
     "Ours against the stock layer on this device: outputs, the gradients of the inputs and "
     "of every parameter, and state_dict, bit for bit (or, where the stock layer differs from "
-    "itself run to run, within twice its largest difference in 3 more runs); and our rows "
+    "itself run to run, within twice its largest difference in 3 more runs, or 8 units in "
+    "the last place of the tensor's largest value); and our rows "
     "recorded, with CUDA events on CUDA."
 )
 
@@ -82,21 +89,48 @@ def _run(module: torch.nn.Module, case: Case, nodes: int, device: torch.device) 
     return got
 
 
+def _same(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Bit for bit (a NaN equal to a NaN in the same place)."""
+    if x.is_floating_point() or x.is_complex():
+        return bool(torch.allclose(x, y, rtol=0, atol=0, equal_nan=True))
+    return torch.equal(x, y)
+
+
+def _diffs(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, float]:
+    """Each result's largest difference: 0 bit for bit, inf where the shapes, dtypes or NaNs
+    differ or one side lacks the result."""
+    out = {k: float("inf") for k in set(a) ^ set(b)}
+    for k in sorted(set(a) & set(b)):
+        x, y = a[k], b[k]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            out[k] = float("inf")
+        elif _same(x, y):
+            out[k] = 0.0
+        else:
+            d = (x.double() - y.double()).abs().nan_to_num(nan=float("inf")).max().item()
+            out[k] = d if x.numel() else 0.0
+    return out
+
+
 def _diff(a: Dict[str, Any], b: Dict[str, Any]) -> Tuple[bool, float, str]:
     """(bit for bit equal, the largest difference, where)."""
     if set(a) != set(b):
         return False, float("inf"), f"different results: {sorted(set(a) ^ set(b))}"
-    worst, where, equal = 0.0, "", True
     for k in sorted(a):
         x, y = a[k], b[k]
         if x.shape != y.shape or x.dtype != y.dtype:
             return False, float("inf"), f"{k}: {tuple(x.shape)} {x.dtype} vs {tuple(y.shape)}"
-        if not torch.equal(x, y):
-            equal = False
-            d = (x.double() - y.double()).abs().max().item() if x.numel() else 0.0
-            if d >= worst:
-                worst, where = d, k
-    return equal, worst, where
+    d = _diffs(a, b)
+    where = max(sorted(d), key=lambda k: d[k], default="")
+    return all(v == 0.0 for v in d.values()), (d[where] if where else 0.0), where
+
+
+def _ulp(t: torch.Tensor) -> float:
+    """One unit in the last place of ``t``'s largest magnitude (0 for a non-float tensor)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return 0.0
+    top = t.detach().abs().max().double().item()
+    return float(torch.finfo(t.dtype).eps) * top if top == top else 0.0
 
 
 def run_case(
@@ -135,14 +169,27 @@ def run_case(
     if equal:
         return PASS, f"bit for bit ({len(got)} tensors: outputs, gradients)", data
     # The stock layer run again: where it differs from itself (atomic scatter-adds on a GPU
-    # sum in another order each run), ours may differ from it as much: within SPREAD times
-    # the largest difference of RERUNS stock runs from the first.
-    spread = max(_diff(expected, _run(stock, case, nodes, device))[1] for _ in range(RERUNS))
+    # sum in another order each run), ours may differ from it as much: per result, within
+    # SPREAD times the largest difference of RERUNS stock runs from the first, or ULPS units
+    # in the last place of its largest value.
+    ours_d = _diffs(expected, got)
+    spreads = {k: 0.0 for k in ours_d}
+    for _ in range(RERUNS):
+        for k, v in _diffs(expected, _run(stock, case, nodes, device)).items():
+            spreads[k] = max(spreads.get(k, 0.0), v)
+    spread = max(spreads.values(), default=0.0)
     data["stock_spread"] = spread
-    if spread == 0 or worst > SPREAD * spread:
-        return FAIL, f"differs from the stock layer by {worst:.3g} at {where}", data
-    text = f"within the stock layer's own run-to-run difference ({worst:.3g}; stock's"
-    return PASS, f"{text} {spread:.3g} in {RERUNS} runs)", data
+    allowed = {k: max(SPREAD * spreads[k], ULPS * _ulp(expected[k]) if k in expected else 0)
+               for k in ours_d}  # fmt: skip
+    off = [k for k in sorted(ours_d) if ours_d[k] > allowed[k]]
+    if spread == 0 or off:
+        k = off[0] if off else where
+        data["allowed"] = allowed.get(k, 0.0)
+        return FAIL, f"differs from the stock layer by {ours_d.get(k, worst):.3g} at {k}", data
+    units = ULPS * _ulp(expected[where])
+    text = f"within the stock layer's own run-to-run difference ({worst:.3g} at {where}; stock's"
+    text += f" {spreads.get(where, 0.0):.3g} there in {RERUNS} runs, {ULPS} units in the last"
+    return PASS, f"{text} place {units:.3g})", data
 
 
 def section(device: torch.device, quick: bool, progress: Any = None) -> Section:
