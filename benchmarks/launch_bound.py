@@ -35,6 +35,12 @@ costs at the least where rows are, between torch ops, is ``row_floor.py``'s.
     python benchmarks/launch_bound.py                    # every layer, 200 rounds
     python benchmarks/launch_bound.py --layers "PyG GCNConv" --rounds 50
     python benchmarks/launch_bound.py --quick            # a smoke run (CI)
+    python benchmarks/launch_bound.py --device cuda      # on a GPU (scripts/gpu.sh runs it)
+
+With ``--device cuda`` the models, features and graph live on the GPU and each timing ends
+with ``torch.cuda.synchronize()`` (before the clock is read: a block's time is the GPU's
+finished work, not its launches); the profiler phase records CUDA activity too (CUPTI), as a
+user profiling a GPU run would. DGL needs a CUDA build of DGL there (it is skipped without).
 """
 
 from __future__ import annotations
@@ -172,13 +178,23 @@ def _epoch(
 
 
 BLOCK = 16  # epochs per timing (--block)
+DEVICE = torch.device("cpu")  # where the models run (--device)
+
+
+def _sync() -> None:
+    """Wait for the GPU's queued work (``--device cuda``); nothing on the CPU."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def _timed(fn: Callable[[], None]) -> float:
-    """Microseconds per epoch over a block of ``BLOCK`` epochs."""
+    """Microseconds per epoch over a block of ``BLOCK`` epochs (on CUDA, until the GPU has
+    finished them: the queue is drained before the first and after the last)."""
+    _sync()
     t0 = time.perf_counter_ns()
     for _ in range(BLOCK):
         fn()
+    _sync()
     return (time.perf_counter_ns() - t0) / 1e3 / BLOCK
 
 
@@ -219,15 +235,16 @@ def variant_models(
     reference state)`` for models made later (the benchmarks of this folder share it)."""
     make_stock, make_ours, (graph, call) = LAYERS[label]()
     torch.manual_seed(0)
-    x = torch.randn(NODES, FEATURES)
-    y = torch.randint(0, CLASSES, (NODES,))
+    x = torch.randn(NODES, FEATURES).to(DEVICE)
+    y = torch.randint(0, CLASSES, (NODES,)).to(DEVICE)
+    graph = graph.to(DEVICE)  # an edge_index, a SparseTensor or a DGL graph
     torch.manual_seed(1)
     ref = Net(make_stock, call)
     models = {}
     for v in variants:
         m = Net(make_ours if ours(v) else make_stock, call)
         m.load_state_dict(ref.state_dict())
-        models[v] = m
+        models[v] = m.to(DEVICE)
     epochs = {v: _epoch(m, x, graph, y) for v, m in models.items()}
     return models, epochs, (make_stock, x, graph, y, call, ref.state_dict())
 
@@ -293,10 +310,13 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
 
         prof_model = Net(make_stock, call)
         prof_model.load_state_dict(state)
-        prof_epoch = _epoch(prof_model, x, graph, y)
+        prof_epoch = _epoch(prof_model.to(DEVICE), x, graph, y)
+        activities = [ProfilerActivity.CPU]
+        if DEVICE.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
 
         def profiled() -> float:
-            with profile(activities=[ProfilerActivity.CPU]):
+            with profile(activities=activities):
                 return _timed(prof_epoch)
 
         ptimes = _interleave(
@@ -322,6 +342,16 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         "no backward": out["extra_us"]["no backward"] / max(fwd_only, 1),
     }
     return out
+
+
+def device_of(name: str) -> Optional[torch.device]:
+    """The device ``--device name`` asks for; ``None`` (said on stderr) when it is CUDA and
+    torch sees none. The benchmarks of this folder that run on a GPU share it."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"--device {name}, but torch sees no CUDA device", file=sys.stderr)
+        return None
+    return device
 
 
 def python_floor() -> Dict[str, float]:
@@ -352,7 +382,7 @@ def python_floor() -> Dict[str, float]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print the table (and write JSON with --json)."""
-    global BLOCK
+    global BLOCK, DEVICE
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -369,17 +399,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--block", type=int, default=16, help="epochs per timing")
     p.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler phase")
     p.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up: a smoke run")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.warmup, args.block = 3, 1, 2
     BLOCK = args.block
+    device = device_of(args.device)
+    if device is None:
+        return 2
+    DEVICE = device
     torch.set_num_threads(1)
     floor = python_floor()
+    where = "CPU" if DEVICE.type == "cpu" else f"{DEVICE}, {torch.cuda.get_device_name(DEVICE)}"
     print(
-        f"Launch-bound proxy: 3 layers, {NODES} nodes, {EDGES} edges, {FEATURES} features, "
-        f"full training steps, 1 thread; medians of {args.rounds} interleaved rounds of "
-        f"{BLOCK} epochs; NVTX backend {ic.configure().nvtx}; "
+        f"Launch-bound proxy on {where}: 3 layers, {NODES} nodes, {EDGES} edges, "
+        f"{FEATURES} features, full training steps, 1 thread; medians of {args.rounds} "
+        f"interleaved rounds of {BLOCK} epochs; NVTX backend {ic.configure().nvtx}; "
         f"backward_every {ic.configure().backward_every}"
     )
     print("  bare-Python floor, ns: " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items()))
@@ -396,6 +432,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             r = measure(label, args.rounds, args.warmup, profiler=not args.no_profiler)
         except ImportError as exc:
             print(f"  {label:27s} skipped: {exc}")
+            continue
+        except Exception as exc:  # noqa: BLE001
+            if not (label.startswith("DGL") and DEVICE.type == "cuda"):
+                raise
+            # PyPI's DGL wheels are CPU-only: moving a graph to the GPU raises DGLError
+            print(f"  {label:27s} skipped: {type(exc).__name__}: {str(exc)[:80]}")
             continue
         results[label] = r
         q = r["ratio"]
@@ -416,6 +458,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             "nvtx_backend": ic.configure().nvtx,
             "machine": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(),
+            "device": str(DEVICE),
+            "device_name": where,
             "python_floor_ns": floor,
         }
         with open(args.json, "w") as fh:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import tarfile
 
 import pytest
 import torch
 
-from .helpers import run_script
+from .helpers import ROOT, python_path, run_script
 
 
 def test_step_cost_reports_every_variant(tmp_path):
@@ -247,3 +251,25 @@ def test_instructions_counts_every_variant_and_orders_them():
         < least["every call counted"]
         < least["every call timed"]
     )
+
+
+def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
+    """scripts/gpu.sh, the one command of a GPU session (issue 44), with --device cpu: the
+    same steps, smallest sizes; every step exits 0 and its results come back as the three
+    files of $OUT (the device tool returns at most 8)."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=python_path())
+    proc = subprocess.run(["bash", "scripts/gpu.sh", "--device", "cpu", "--quick"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["log.txt", "results.tar.gz", "summary.txt"]
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        steps = tar.extractfile("gpu-results/steps.txt").read().decode()
+    assert {"facts.json", "check.json", "launch_bound.json", "memory.json", "cuda_step.json",
+            "pytest-gpu.xml", "run-cora/trace.json.gz", "run-arxiv/page.html"} <= names  # fmt: skip
+    lines = steps.strip().splitlines()
+    assert len(lines) == 11 and all("| exit 0 |" in line for line in lines), steps
+    summary = (out / "summary.txt").read_text()
+    assert "check | 5. Environment" in summary and "launch-bound | PyG GCNConv" in summary

@@ -1,0 +1,228 @@
+"""The checks of ``scripts/gpu.sh`` that are not commands of their own: the machine's facts,
+a ``run`` folder's page and timeline, and the summary of every result of the run.
+
+    python scripts/gpu_checks.py facts FILE.json            # device, driver, clocks, versions
+    python scripts/gpu_checks.py run-folder DIR --device cuda  # page, trace, the GPU track
+    python scripts/gpu_checks.py summary DIR                # the figures of DIR's results
+    python scripts/gpu_checks.py first-sync warn|error      # what the first CUDA steps sync
+
+``run-folder`` exits 1 when the folder lacks its table, page or timeline, or (``--device
+cuda``) when the timeline has no GPU track (spans of category ``...,gpu``, timed by the
+steps' own CUDA events) or a GPU span is not inside the run; on the CPU it must have none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+#: nvidia-smi's fields recorded with the figures (the clocks now and at most, the power cap).
+SMI_FIELDS = (
+    "name,driver_version,pstate,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+    "clocks.applications.graphics,power.draw,power.limit,temperature.gpu,memory.total"
+)
+
+
+def facts(path: str) -> int:
+    """Write the machine's facts (nvidia-smi's, torch's, the packages') to ``path``."""
+    import torch
+
+    out: Dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("torch_geometric", "dgl", "nvtx", "torch_sparse", "torch_scatter"):
+        try:
+            mod = __import__(name)
+            out[name] = getattr(mod, "__version__", "?")
+        except Exception as exc:  # not there (DGL, torch-sparse on the GPU machine)
+            out[name] = f"not importable: {type(exc).__name__}"
+    from instrumented_convs import _native
+
+    out["fast_path"] = _native.IMPLEMENTATION
+    out["cuda"] = torch.cuda.is_available()
+    if out["cuda"]:
+        p = torch.cuda.get_device_properties(0)
+        out.update(device=p.name, sm_count=p.multi_processor_count,
+                   memory_gib=round(p.total_memory / 2**30, 1),
+                   cuda_runtime=torch.version.cuda)  # fmt: skip
+        try:
+            smi = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout.strip()  # fmt: skip
+            out["nvidia_smi"] = dict(zip(SMI_FIELDS.split(","), smi.split(", ")))
+        except (OSError, subprocess.SubprocessError) as exc:
+            out["nvidia_smi"] = f"unavailable: {exc}"
+    Path(path).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def first_sync(mode: str) -> int:
+    """In a fresh process, the first CUDA steps of ``check``'s events test (a step around a
+    matmul, five times) under ``torch.cuda.set_sync_debug_mode(mode)``: with ``warn``, every
+    warning caught (its text and where it came from) and every ``torch.cuda.synchronize``
+    with its stack; with ``error``, the stack of the first synchronising call, if any."""
+    import traceback
+    import warnings
+
+    import torch
+
+    from instrumented_convs import registry
+    from instrumented_convs.layers import step
+
+    dev = torch.device("cuda", 0)
+    x = torch.randn(2048, 2048, device=dev)
+    x @ x
+    torch.cuda.synchronize(dev)
+    registry.reset()
+    real = torch.cuda.synchronize
+    stacks: List[str] = []
+
+    def counted(*a: Any, **k: Any) -> Any:
+        stacks.append("".join(traceback.format_stack(limit=12)))
+        return real(*a, **k)
+
+    torch.cuda.synchronize = counted  # type: ignore[assignment]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode(mode)
+        try:
+            for _ in range(5):
+                with step("check: matmul", device=dev):
+                    x @ x
+        except RuntimeError:
+            print(f"first-sync ({mode}): a synchronising call raised:")
+            traceback.print_exc()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+            torch.cuda.synchronize = real  # type: ignore[assignment]
+    for w in caught:
+        print(f"first-sync ({mode}): warning {w.category.__name__} at {w.filename}:{w.lineno}: "
+              f"{str(w.message)[:300]}")  # fmt: skip
+    for st in stacks:
+        print(f"first-sync ({mode}): torch.cuda.synchronize called from:\n{st}")
+    print(f"first-sync ({mode}): {len(caught)} warnings, {len(stacks)} synchronize calls")
+    return 0
+
+
+def _spans(trace: Any) -> List[Dict[str, Any]]:
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def run_folder(folder: str, device: str) -> int:
+    """Check a ``run`` folder: its table, page and timeline, and the GPU track on CUDA."""
+    d = Path(folder)
+    problems = [f"{n} missing or empty" for n in ("run.json", "page.html", "trace.json.gz")
+                if not (d / n).is_file() or (d / n).stat().st_size == 0]  # fmt: skip
+    if problems:
+        print(f"{folder}: " + "; ".join(problems))
+        return 1
+    with gzip.open(d / "trace.json.gz", "rt") as fh:
+        spans = _spans(json.load(fh))
+    gpu = [e for e in spans if str(e.get("cat", "")).endswith(",gpu")]
+    cpu = [e for e in spans if not str(e.get("cat", "")).endswith(",gpu")]
+    names = sorted({e["name"] for e in gpu})
+    print(f"{folder}: {len(cpu)} CPU spans, {len(gpu)} GPU spans ({', '.join(names[:12])})")
+    if device.startswith("cuda"):
+        if not gpu:
+            print("FAILED: no GPU track in the timeline of a CUDA run")
+            return 1
+        lo = min(e["ts"] for e in cpu)
+        hi = max(e["ts"] + e["dur"] for e in cpu)
+        # the GPU finishes a step after its launches: allow the run's last second beyond
+        out = [e for e in gpu if e["ts"] < lo - 1e3 or e["ts"] + e["dur"] > hi + 1e6]
+        if out:
+            print(f"FAILED: {len(out)} GPU spans outside the run, e.g. {out[0]}")
+            return 1
+        if not {"GCNConv", "propagate"} <= set(names):
+            print("FAILED: the GPU track lacks the layer's steps")
+            return 1
+    elif gpu:
+        print("FAILED: GPU spans in a CPU run")
+        return 1
+    return 0
+
+
+def _load(path: Path) -> Optional[Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def summary(folder: str) -> int:
+    """Print the figures of the run's results (what docs/performance.md records)."""
+    d = Path(folder)
+    f = _load(d / "facts.json") or {}
+    print(f"device: {f.get('device', 'CPU')}; torch {f.get('torch')}, PyG "
+          f"{f.get('torch_geometric')}, Python {f.get('python')}, fast path "
+          f"{f.get('fast_path')}")  # fmt: skip
+    if isinstance(f.get("nvidia_smi"), dict):
+        print("nvidia-smi: " + ", ".join(f"{k} {v}" for k, v in f["nvidia_smi"].items()))
+    check = _load(d / "check.json")
+    if check:
+        for s in check.get("sections", []):
+            for line in s.get("lines", []):
+                print(f"check | {s.get('title', '')[:28]:28s} | {line.get('status'):7s} | "
+                      f"{line.get('name')}: {str(line.get('detail'))[:150]}")  # fmt: skip
+    lb = _load(d / "launch_bound.json")
+    if lb:
+        for label, r in lb.get("results", {}).items():
+            q = r["ratio"]
+            print(
+                f"launch-bound | {label:12s} stock {r['median_us']['stock']:.0f} us/epoch | "
+                + ", ".join(f"{k} {v:.3f}" for k, v in q.items())
+                + f" | rows {r['rows']['defaults']}, {r['us_per_row']['defaults']:.2f} us/row"
+            )
+    mem = _load(d / "memory.json")
+    if mem:
+        for e in mem.get("layers", []):
+            o, a = e.get("ours") or {}, e.get("allocator")
+            if a:
+                print(
+                    f"memory | {e['layer']}: left ours {o.get('left')} B, allocator "
+                    f"{a['left']} B; peak ours {o.get('peak')} B, allocator {a['peak']} B"
+                )
+        print(f"memory | violations: {mem.get('violations')}")
+    acc = _load(d / "accuracy.json")
+    if acc:
+        for r in acc.get("rows", []):
+            print(
+                f"accuracy (forward, arxiv) | {r['step']}: ours {r['ours_s'] * 1e3:.3f} ms, "
+                f"kernels {r['kernels_s'] * 1e3:.3f} ms"
+            )
+        print(f"accuracy | syncs {acc.get('syncs')}, coverage {acc.get('coverage'):.3f}")
+    steps = d / "steps.txt"
+    if steps.is_file():
+        print(steps.read_text().rstrip())
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """The command line (see the module's docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("facts").add_argument("file")
+    r = sub.add_parser("run-folder")
+    r.add_argument("folder")
+    r.add_argument("--device", default="cpu")
+    sub.add_parser("summary").add_argument("folder")
+    sub.add_parser("first-sync").add_argument("mode", choices=("warn", "error"))
+    a = p.parse_args(argv)
+    if a.cmd == "facts":
+        return facts(a.file)
+    if a.cmd == "first-sync":
+        return first_sync(a.mode)
+    if a.cmd == "run-folder":
+        return run_folder(a.folder, a.device)
+    return summary(a.folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
