@@ -29,7 +29,7 @@ from typing import Any, Dict, List
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs.study import SHAPES, build_model, load_graph
+from instrumented_convs.commands.study import SHAPES, build_model, load_graph
 
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 

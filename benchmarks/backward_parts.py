@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import _anchor, _sampling  # noqa: E402
+from instrumented_convs.core import anchor, sampling  # noqa: E402
 
 CALLS = 3  # layer calls per epoch (the proxy's three layers)
 
@@ -56,25 +56,25 @@ def _with(settings: Dict[str, Any], count_all: Any, fn: Callable[[], float]) -> 
     """Run ``fn`` with ``settings``; ``count_all``: every call counted (``"ranges"``: and the
     anchor's exit skipped; ``"python"``: the anchor's exit and the count hook in Python);
     everything put back afterwards."""
-    saved, draw, finish, fast = ic.configure(), _sampling._random, _anchor.finish, _anchor.fast_exit
-    hook = _sampling.Count
+    saved, draw, finish, fast = ic.configure(), sampling._random, anchor.finish, anchor.fast_exit
+    hook = sampling.Count
     if count_all:
-        _sampling._random = lambda: 1.0  # never chosen at random: counted
+        sampling._random = lambda: 1.0  # never chosen at random: counted
     if count_all in ("ranges", "python"):
-        _anchor.fast_exit = False  # the anchor's exit in Python (the C extension's is skipped)
+        anchor.fast_exit = False  # the anchor's exit in Python (the C extension's is skipped)
     if count_all == "python":
-        _sampling.Count = _sampling._Count  # and the count hook's
+        sampling.Count = sampling._Count  # and the count hook's
     if count_all == "ranges":
-        _anchor.finish = _no_finish
+        anchor.finish = _no_finish
     ic.configure(**settings)
     try:
         return fn()
     finally:
         saved.restore()
-        _sampling._random = draw
-        _anchor.finish = finish
-        _anchor.fast_exit = fast
-        _sampling.Count = hook
+        sampling._random = draw
+        anchor.finish = finish
+        anchor.fast_exit = fast
+        sampling.Count = hook
 
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, float]:
@@ -115,13 +115,13 @@ def functions(label: str, epochs: int) -> Dict[str, float]:
     epoch = lb._epoch(lb.Net(make_ours, call), x, graph, y)
     spent: Dict[str, int] = {}
     targets = [
-        (_anchor, "finish"),
-        (_anchor, "_tensors"),
-        (_anchor, "_newest"),
-        (_sampling, "choose"),
-        (_sampling, "count"),
-        (_sampling._Count, "__call__"),
-        (_sampling, "counted"),
+        (anchor, "finish"),
+        (anchor, "_tensors"),
+        (anchor, "_newest"),
+        (sampling, "choose"),
+        (sampling, "count"),
+        (sampling._Count, "__call__"),
+        (sampling, "counted"),
     ]
     real = [(owner, name, getattr(owner, name)) for owner, name in targets]
 

@@ -85,7 +85,7 @@ def child(label: str, epochs: int, passes: int, lib_path: str) -> None:
     import backward_parts as bp
     import launch_bound as lb
 
-    from instrumented_convs import _config
+    from instrumented_convs.core import settings as _config
 
     torch.set_num_threads(1)
     if label.startswith("DGL"):

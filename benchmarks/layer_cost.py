@@ -11,7 +11,7 @@ A fourth variant, ``no-op steps``, runs a detailed layer (GCNConv, GraphConv) wi
 of its step objects replaced by a do-nothing context manager: its difference to ``stock`` is
 the cost of the instrumented forward's own structure (extra Python frames, the per-forward
 checks), and ``enabled`` minus ``no-op steps`` is the cost of the steps themselves. Generic
-layers (SAGEConv, GATConv: wrappers, no copied code, see ``instrumented_convs._generic``) have no
+layers (SAGEConv, GATConv: wrappers, no copied code, see ``instrumented_convs.layers.generic``) have no
 such variant. For DGL's generic layers a fifth, ``stock, DGL unwrapped``, runs the stock layer
 with DGL's own functions put back (``_dgl_generic.uninstall``): its difference to ``stock``
 is what our wrappers of ``update_all`` and the kernels cost stock layers (one check each).
@@ -34,7 +34,7 @@ import torch
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs import _step  # noqa: E402
+from instrumented_convs.core import step  # noqa: E402
 
 
 class _NoOp:
@@ -59,15 +59,13 @@ def _noop_steps() -> Callable[[], None]:
         except ImportError:
             continue
         for name, value in vars(mod).items():
-            if isinstance(value, _step.Step) or name == "step":
+            if isinstance(value, step.Step) or name == "step":
                 saved.append((mod, name, value))
         for mod_, name, value in saved:
             if mod_ is mod:
-                setattr(
-                    mod, name, noop if isinstance(value, _step.Step) else (lambda *a, **k: noop)
-                )
+                setattr(mod, name, noop if isinstance(value, step.Step) else (lambda *a, **k: noop))
     # the layer's own step comes from the layer contract
-    from instrumented_convs._layers import InstrumentedLayer
+    from instrumented_convs.layers.contract import InstrumentedLayer
 
     saved.append((InstrumentedLayer, "_ic_step", InstrumentedLayer.__dict__["_ic_step"]))
     InstrumentedLayer._ic_step = lambda self, device: noop  # type: ignore[method-assign]
@@ -176,7 +174,7 @@ def measure(fns: Dict[str, Callable[[], Any]], calls: int, rounds: int) -> Dict[
             restore()
 
     def unwrapped() -> float:
-        from instrumented_convs import _dgl_generic
+        from instrumented_convs.dgl import generic as _dgl_generic
 
         _dgl_generic.uninstall()
         try:

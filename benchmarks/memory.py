@@ -2,7 +2,7 @@
 
 With ``configure(counters=True)`` on CUDA, each step call reads
 ``torch.cuda.memory_allocated()`` before and after every op it runs
-(:mod:`instrumented_convs._counters`): its *left* is the reading after its last op less the
+(:mod:`instrumented_convs.core.counters`): its *left* is the reading after its last op less the
 one before its first, its *peak* the highest reading after any of its ops less that first one.
 Here the same calls are measured from outside by the allocator itself: forward pre- and
 post-hooks on each conv layer (and around the whole forward) call
@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.study import SHAPES, build_model, synthetic_graph  # noqa: E402
+from instrumented_convs.commands.study import SHAPES, build_model, synthetic_graph  # noqa: E402
 
 MiB = 1024 * 1024
 

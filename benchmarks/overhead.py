@@ -4,7 +4,7 @@ Four copies of the study's 3-layer GCN with the same weights (stock, instrumente
 instrumented disabled, and a second stock copy whose ratio to the first is the A/A noise
 floor), one training epoch of each timed in turn, for ogbn-arxiv's and Cora's shapes and each
 input kind. The method (interleaving, medians, ratios) is described in
-instrumented_convs.study.bench, which holds the measuring code (``python -m
+instrumented_convs.commands.study.bench, which holds the measuring code (``python -m
 instrumented_convs bench`` runs it too, on Cora's shape by default).
 
     python benchmarks/overhead.py                         # CPU, arxiv and Cora shapes
@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-from instrumented_convs.study.bench import add_bench_arguments, run_bench
+from instrumented_convs.commands.study.bench import add_bench_arguments, run_bench
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.launch.hooks import Hooks  # noqa: E402
+from instrumented_convs.commands.launch.hooks import Hooks  # noqa: E402
 
 VARIANTS = (
     "stock",
@@ -97,7 +97,7 @@ def _noted_calls(hooks: Hooks, epoch: Any) -> int:
 def _in_place(hooks: Hooks, epoch: Any, epochs: int) -> Dict[str, float]:
     """Median ns of one call of the hooks' ``note_inputs`` inside the epochs, and of a no-op
     timed the same way (every other epoch each)."""
-    from instrumented_convs.launch import hooks as module
+    from instrumented_convs.commands.launch import hooks as module
 
     real, clock = module.note_inputs, time.perf_counter_ns
     times: Dict[str, List[int]] = {"notes": [], "floor": []}

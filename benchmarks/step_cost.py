@@ -147,7 +147,8 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
     This part reaches into the machinery on purpose: it swaps the frame lifecycle's bound
     ``registry.record`` for a no-op function.
     """
-    from instrumented_convs import _frame, _stack
+    from instrumented_convs.core import lifecycle
+    from instrumented_convs.core import stack as _stack
 
     s = step("bench")
     stack = _stack.thread_stack()
@@ -167,12 +168,12 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
             full(k)
 
     def no_record(k: int) -> None:
-        real = _frame._record
-        _frame._record = lambda entry, ns, error: None
+        real = lifecycle._record
+        lifecycle._record = lambda entry, ns, error: None
         try:
             full(k)
         finally:
-            _frame._record = real
+            lifecycle._record = real
 
     variants = {
         "bare": _loop_bare,

@@ -27,9 +27,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from instrumented_convs import region, registry  # noqa: E402
+from instrumented_convs.commands.study import SHAPES, load_graph  # noqa: E402
 from instrumented_convs.dgl import GraphConv  # noqa: E402
 from instrumented_convs.layers import step  # noqa: E402
-from instrumented_convs.study import SHAPES, load_graph  # noqa: E402
 
 
 class AGGNet(torch.nn.Module):

@@ -20,7 +20,7 @@ the real ogb loaders when the data is under --root.
 
 import sys
 
-from instrumented_convs.study import study_main
+from instrumented_convs.commands.study import study_main
 
 if __name__ == "__main__":
     sys.exit(study_main(__doc__, ("synthetic-arxiv", "ogbn-arxiv"), "synthetic-arxiv"))

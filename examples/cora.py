@@ -14,7 +14,7 @@ PyG's Planetoid loader when the files are under --root.
 
 import sys
 
-from instrumented_convs.study import study_main
+from instrumented_convs.commands.study import study_main
 
 if __name__ == "__main__":
     sys.exit(study_main(__doc__, ("synthetic-cora", "cora"), "synthetic-cora"))

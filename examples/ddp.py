@@ -30,14 +30,14 @@ import torch
 import torch.distributed as dist
 
 from instrumented_convs import registry
-from instrumented_convs.report import Summary
-from instrumented_convs.study.data import MissingDependency
-from instrumented_convs.study.minibatch import describe
-from instrumented_convs.study.minibatch_cli import (
+from instrumented_convs.commands.study.data import MissingDependency
+from instrumented_convs.commands.study.minibatch import describe
+from instrumented_convs.commands.study.minibatch_cli import (
     add_minibatch_arguments,
     epoch_line,
     run_minibatch,
 )
+from instrumented_convs.report import Summary
 
 PHASES = ("sample", "to_device", "forward", "backward")
 

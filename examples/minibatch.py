@@ -27,7 +27,7 @@ pyg-lib or torch-sparse to sample; DGL needs nothing more.
 
 import sys
 
-from instrumented_convs.study.minibatch_cli import minibatch_main
+from instrumented_convs.commands.study.minibatch_cli import minibatch_main
 
 if __name__ == "__main__":
     sys.exit(minibatch_main(__doc__))

@@ -24,10 +24,14 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 import torch  # noqa: E402
 
 from instrumented_convs import configure, registry  # noqa: E402
+from instrumented_convs.commands.study.data import (  # noqa: E402
+    SHAPES,
+    MissingDependency,
+    load_graph,
+)
+from instrumented_convs.commands.study.loop import train  # noqa: E402
+from instrumented_convs.commands.study.models import build_model  # noqa: E402
 from instrumented_convs.roofline import given, plot, probe  # noqa: E402
-from instrumented_convs.study.data import SHAPES, MissingDependency, load_graph  # noqa: E402
-from instrumented_convs.study.loop import train  # noqa: E402
-from instrumented_convs.study.models import build_model  # noqa: E402
 
 SETUPS = (("PyG, edge_index", "pyg", False), ("PyG, SparseTensor", "pyg", True),
           ("DGL", "dgl", False))  # fmt: skip

@@ -21,7 +21,7 @@ directed edges, 1,433 features, 7 classes); every flag of ``compare`` passes thr
 
 import sys
 
-from instrumented_convs.study.cli import main
+from instrumented_convs.commands.study.cli import main
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -20,11 +20,11 @@ What a summary is made of (``Summary``, ``Row``, the renderers) is in
 """
 
 from . import distributed as _distributed  # noqa: F401  (registers registry.summary()'s reader)
-from ._config import Settings, configure
-from ._instrument import instrument, uninstrument
-from ._layers import name_layers
-from ._registry import registry
-from ._step import region
+from .core.registry import registry
+from .core.settings import Settings, configure
+from .core.step import region
+from .layers.contract import name_layers
+from .layers.instrument import instrument, uninstrument
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,8 @@
-"""``python -m instrumented_convs COMMAND``: see :mod:`instrumented_convs.cli`."""
+"""``python -m instrumented_convs COMMAND``: see :mod:`instrumented_convs.commands.cli`."""
 
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

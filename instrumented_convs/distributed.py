@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from . import _registry, _timeline
-from ._entry import EntryStats
-from ._stats import check_by, merge_ranks, summarize
+from .core import registry, timeline
+from .core.entry import EntryStats
 from .report import Summary, Timeline
+from .report.stats import check_by, merge_ranks, summarize
 
 __all__ = ["merged_summary", "read"]
 
@@ -97,5 +97,5 @@ def read(
     return summarize(snapshot, by=by, unit=unit)
 
 
-_registry.on_read(read)
-_timeline.on_read(Timeline)
+registry.on_read(read)
+timeline.on_read(Timeline)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, TypeVar
 
-from . import _clock, _stack
-from ._clock import set_cpu_clock
+from .core import clock as _clock
+from .core import stack
+from .core.clock import set_cpu_clock
 
 __all__ = ["FakeClock", "cpu_clock", "set_cpu_clock", "cuda_event_factory", "open_steps", "depth"]
 
@@ -71,9 +72,9 @@ def cuda_event_factory(factory: Callable[[], Any]) -> Iterator[_clock.EventPool]
 
 def open_steps() -> List[str]:
     """The paths of the steps open on this thread, outermost first (``[]`` when none)."""
-    return _stack.open_steps()
+    return stack.open_steps()
 
 
 def depth() -> int:
     """How many steps are open on this thread (a test should end with 0)."""
-    return _stack.depth()
+    return stack.depth()

@@ -79,7 +79,7 @@ fi
 
 build_fast_path() {  # for this Python (its own file name: a 3.11 build beside stays)
   "$py" setup.py -q build_ext --inplace >"$res/build.txt" 2>&1 || { cat "$res/build.txt"; return 1; }
-  "$py" -c 'from instrumented_convs import _native as n; print("fast path:", n.IMPLEMENTATION)
+  "$py" -c 'from instrumented_convs.core import native as n; print("fast path:", n.IMPLEMENTATION)
 assert n.IMPLEMENTATION == "C"'
 }
 step "the C fast path, built here" 120 build_fast_path

@@ -40,9 +40,9 @@ def facts(path: str) -> int:
             out[name] = getattr(mod, "__version__", "?")
         except Exception as exc:  # not there (DGL, torch-sparse on the GPU machine)
             out[name] = f"not importable: {type(exc).__name__}"
-    from instrumented_convs import _native
+    from instrumented_convs.core import native
 
-    out["fast_path"] = _native.IMPLEMENTATION
+    out["fast_path"] = native.IMPLEMENTATION
     out["cuda"] = torch.cuda.is_available()
     if out["cuda"]:
         p = torch.cuda.get_device_properties(0)

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs._generic import GenericLayer  # noqa: E402
+from instrumented_convs.layers.generic import GenericLayer  # noqa: E402
 
 STOCK = {
     "pyg": ("torch_geometric", "torch_geometric.nn.conv"),

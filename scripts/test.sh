@@ -67,9 +67,9 @@ from importlib.metadata import version
 import torch, torch_geometric, dgl, nvtx  # noqa: F401
 print(" | ".join(f"{p} {version(p)}" for p in ("torch", "torch-geometric", "dgl", "nvtx")))
 PY
-# The C fast path of steps (instrumented_convs/_speedups*.c), built in place: every run below
+# The C fast path of steps (instrumented_convs/core/native/_speedups*.c), built in place: every run below
 # uses it (the dgl2 environment is the same Python); the tests check that it is in use.
-rm -f instrumented_convs/_speedups*.so
+rm -f instrumented_convs/core/native/_speedups*.so
 "$main/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1 || "$main/bin/python" setup.py build_ext --inplace
 export INSTRUMENTED_CONVS_EXPECT=C
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@"
@@ -105,7 +105,7 @@ python3.11 -m venv "$user/venv"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m pip install --disable-pip-version-check -q \
   -c "$root/requirements/main.txt" -e "$root[pyg,dgl,nvtx]")
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -c \
-  'from instrumented_convs import _native; print("fast path:", _native.IMPLEMENTATION); assert _native.IMPLEMENTATION == "C"')
+  'from instrumented_convs.core import native; print("fast path:", native.IMPLEMENTATION); assert native.IMPLEMENTATION == "C"')
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs demo --quick --no-progress | tail -n 3)
 # the library's own check of its claims, on this CPU: it must pass (exit status 0)

@@ -19,7 +19,7 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs import registry
-from instrumented_convs._generic import GenericLayer
+from instrumented_convs.layers.generic import GenericLayer
 
 _STOCK_MODULES = {"pyg": "torch_geometric.nn.conv", "dgl": "dgl.nn.pytorch.conv"}
 
@@ -68,7 +68,7 @@ def _run(cases: Any, layer: torch.nn.Module, case: Any) -> Dict[str, torch.Tenso
 
 
 def _children(layer: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
-    from instrumented_convs._generic import _children as children
+    from instrumented_convs.layers.generic import _children as children
 
     return [(n, c) for n, c in children(layer) if n not in GenericLayer._ic_skip]
 
@@ -157,7 +157,7 @@ def test_instrument_converts_a_stock_layer_in_place_and_back(fw, case):
     assert registry.summary()[case.name].count >= 1
     ic.uninstrument(layer)
     assert type(layer) is stock_cls
-    from instrumented_convs._layers import Timed
+    from instrumented_convs.layers.contract import Timed
 
     ours_left = [n for n, v in layer.__dict__.items() if n.startswith("_ic_") or type(v) is Timed]
     assert not ours_left, ours_left  # nothing of ours left, detailed layer or generic

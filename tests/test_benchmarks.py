@@ -105,8 +105,8 @@ def test_overhead_variants_leave_the_switches_as_they_found_them(monkeypatch):
     'enabled' epochs after it record their backward (a regression: they once did not)."""
     pytest.importorskip("torch_geometric")
     import instrumented_convs as ic
-    from instrumented_convs.study import bench
-    from instrumented_convs.study.data import load_graph
+    from instrumented_convs.commands.study import bench
+    from instrumented_convs.commands.study.data import load_graph
 
     seen = []
     real = bench.training_epoch
@@ -142,8 +142,8 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
         "every call timed",
         "node ranges only",
         "stock again",
-        "_anchor.finish",
-        "_sampling.count",
+        "anchor.finish",
+        "sampling.count",
         "_Count.__call__",
     ):
         assert part in proc.stdout, proc.stdout
@@ -151,24 +151,24 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     import os
 
     import instrumented_convs as ic
-    from instrumented_convs import _sampling
+    from instrumented_convs.core import sampling
 
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "backward_parts.py")
     spec = importlib.util.spec_from_file_location("backward_parts", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    before, draw = ic.configure(), _sampling._random
+    before, draw = ic.configure(), sampling._random
     seen = mod._with(
-        {"backward_every": 1}, True, lambda: (_sampling._random(), ic.configure().backward_every)
+        {"backward_every": 1}, True, lambda: (sampling._random(), ic.configure().backward_every)
     )
     assert seen == (1.0, 1)  # inside: every call counted, the switch set
-    assert ic.configure() == before and _sampling._random is draw  # after: both put back
-    from instrumented_convs import _anchor
+    assert ic.configure() == before and sampling._random is draw  # after: both put back
+    from instrumented_convs.core import anchor
 
-    finish = _anchor.finish
-    seen = mod._with({}, "ranges", lambda: (_sampling._random(), _anchor.finish is finish))
+    finish = anchor.finish
+    seen = mod._with({}, "ranges", lambda: (sampling._random(), anchor.finish is finish))
     assert seen == (1.0, False)  # inside: counted, and the anchor's exit skipped
-    assert _anchor.finish is finish and _sampling._random is draw
+    assert anchor.finish is finish and sampling._random is draw
 
 
 def test_row_floor_reports_the_floors_and_the_implied_ratio_and_records_its_rows():

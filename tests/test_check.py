@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from instrumented_convs import registry
-from instrumented_convs.check import (
+from instrumented_convs.commands.check import (
     FAIL,
     PASS,
     SKIPPED,
@@ -25,8 +25,8 @@ from instrumented_convs.check import (
     equivalence,
     run,
 )
-from instrumented_convs.check._cases import Case, cases
-from instrumented_convs.check._profile import Event, label_times, read
+from instrumented_convs.commands.check._cases import Case, cases
+from instrumented_convs.commands.check._profile import Event, label_times, read
 
 from .helpers import ROOT, run_script
 from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
@@ -60,7 +60,7 @@ def test_check_refuses_cuda_without_a_device_and_fails_with_status_1(monkeypatch
         pytest.skip("this machine has CUDA")
     proc = run_script("-m", "instrumented_convs", "check", "--device", "cuda", expect=2)
     assert "torch sees no CUDA device" in proc.stderr
-    from instrumented_convs import check
+    from instrumented_convs.commands import check
 
     def failing(device, quick, progress):
         s = Section("x", "")
@@ -178,7 +178,7 @@ def test_equivalence_on_cuda_needs_cuda_events(fake_cuda, monkeypatch):  # noqa:
     """The CUDA branch, with fake events: a layer timed on the CPU clock fails it; one timed
     with (fake) CUDA events passes."""
     pytest.importorskip("torch_geometric")
-    from instrumented_convs._layers import InstrumentedLayer
+    from instrumented_convs.layers.contract import InstrumentedLayer
 
     case = _case("GCNConv")
     status, detail, _ = equivalence.run_case(case, CUDA, 20, place=CPU)
@@ -480,7 +480,7 @@ def test_cost_verdicts_against_the_promise_within_the_runs_noise():
 
 
 def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatch):
-    import instrumented_convs.study.bench as bench
+    import instrumented_convs.commands.study.bench as bench
 
     seen = []
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from instrumented_convs import configure, region, registry
-from instrumented_convs._entry import EntryStats
-from instrumented_convs._roof import Peak
-from instrumented_convs._stats import summarize
+from instrumented_convs.core.entry import EntryStats
 from instrumented_convs.layers import mark_outputs, step
+from instrumented_convs.report.roofline import Peak
+from instrumented_convs.report.stats import summarize
 from instrumented_convs.testing import FakeClock, cpu_clock
 
 F4, I8 = 4, 8  # bytes of a float32 and of an int64
@@ -133,8 +133,8 @@ def test_the_roofline_columns_from_a_fixed_peak_are_exact():
 
 
 def test_counters_survive_saving_and_merging_ranks():
-    from instrumented_convs._stats import merge_ranks
     from instrumented_convs.report import Summary
+    from instrumented_convs.report.stats import merge_ranks
 
     with configure(counters=True):
         with cpu_clock(FakeClock()):
@@ -210,17 +210,17 @@ def test_run_counters_saves_the_peak_and_view_prints_the_roofline(tmp_path):
 def test_the_peak_given_in_place_of_the_probe_and_on_which_device_it_is_probed(monkeypatch):
     import argparse
 
-    from instrumented_convs import _probe
-    from instrumented_convs.launch import peaks
+    from instrumented_convs import roofline
+    from instrumented_convs.commands.launch import peaks
 
     probed = Peak(20.0, 100.0, "probe on here")
-    assert _probe.given(probed) is probed
-    assert _probe.given(probed, tflops=0.5) == Peak(
+    assert roofline.given(probed) is probed
+    assert roofline.given(probed, tflops=0.5) == Peak(
         20.0, 500.0, "0.5 TFLOP/s given; the rest from the probe on here"
     )
-    assert _probe.given(None, 1, 2) == Peak(1, 2000, "1 GB/s given, 2 TFLOP/s given")
+    assert roofline.given(None, 1, 2) == Peak(1, 2000, "1 GB/s given, 2 TFLOP/s given")
     with pytest.raises(ValueError):
-        _probe.given(None, gbs=1)
+        roofline.given(None, gbs=1)
     seen = []
     monkeypatch.setattr(peaks, "probe", lambda device: seen.append(device) or probed)
     args = argparse.Namespace(peak_gbs=None, peak_tflops=None)
@@ -237,16 +237,16 @@ def test_the_peak_given_in_place_of_the_probe_and_on_which_device_it_is_probed(m
 
 
 def test_the_probe_says_on_which_device_it_ran(tmp_path, monkeypatch):
-    from instrumented_convs import _probe
+    from instrumented_convs import roofline
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="no CUDA device"):
-        _probe.probe(device="cuda", folder=tmp_path)
-    monkeypatch.setattr(_probe, "_MB", 1 << 12)  # a small copy: this test is about the source
-    peak = _probe.probe(folder=tmp_path)
+        roofline.probe(device="cuda", folder=tmp_path)
+    monkeypatch.setattr(roofline, "_MB", 1 << 12)  # a small copy: this test is about the source
+    peak = roofline.probe(folder=tmp_path)
     assert peak.gbs > 0 and peak.gflops > 0
     assert f"(cpu, torch threads {torch.get_num_threads()})" in peak.source
-    assert _probe.probe(folder=tmp_path) == peak  # cached
+    assert roofline.probe(folder=tmp_path) == peak  # cached
 
 
 def test_dgl_kernels_the_dispatcher_cannot_see_are_listed_forward_and_backward():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from instrumented_convs import _clock, registry
-from instrumented_convs._clock import EventPool, PendingTimes
-from instrumented_convs.check import PASS
-from instrumented_convs.check import cuda as cuda_check
+from instrumented_convs import registry
+from instrumented_convs.commands.check import PASS
+from instrumented_convs.commands.check import cuda as cuda_check
+from instrumented_convs.core import clock
+from instrumented_convs.core.clock import EventPool, PendingTimes
 from instrumented_convs.layers import step
 from instrumented_convs.testing import cuda_event_factory, depth
 
@@ -215,32 +216,32 @@ def test_current_stream_is_read_at_every_call_and_its_object_reused(monkeypatch)
         made.append((stream_id, device_index, device_type))
         return f"stream {stream_id}"
 
-    monkeypatch.setattr(_clock, "_stream_data", data)
-    monkeypatch.setattr(_clock, "_make_stream", make)
-    monkeypatch.setattr(_clock, "_streams", {})
-    monkeypatch.setattr(_clock, "_streams_ready", True)
-    assert [_clock.current_stream(0) for _ in range(3)] == ["stream 3"] * 3
+    monkeypatch.setattr(clock, "_stream_data", data)
+    monkeypatch.setattr(clock, "_make_stream", make)
+    monkeypatch.setattr(clock, "_streams", {})
+    monkeypatch.setattr(clock, "_streams_ready", True)
+    assert [clock.current_stream(0) for _ in range(3)] == ["stream 3"] * 3
     now["data"] = (35, 0, 1)  # inside a `with torch.cuda.stream(s)`
-    assert _clock.current_stream(0) == "stream 35"
+    assert clock.current_stream(0) == "stream 35"
     now["data"] = (3, 0, 1)
-    assert _clock.current_stream(0) == "stream 3"
+    assert clock.current_stream(0) == "stream 3"
     assert reads == [0] * 5 and made == [(3, 0, 1), (35, 0, 1)]
-    monkeypatch.setattr(_clock, "_STREAMS_KEPT", 2)
+    monkeypatch.setattr(clock, "_STREAMS_KEPT", 2)
     now["data"] = (99, 0, 1)  # a third stream: the cache is emptied, not grown
-    assert _clock.current_stream(0) == "stream 99" and len(_clock._streams) == 1
+    assert clock.current_stream(0) == "stream 99" and len(clock._streams) == 1
     # torch.cuda.current_stream replaced (a test's fake): the replacement answers
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"fake {device}")
-    assert _clock.current_stream(0) == "fake 0"
+    assert clock.current_stream(0) == "fake 0"
 
 
 @gpu
 def test_current_stream_is_torchs_on_a_gpu():
     torch.cuda.current_stream(0)  # torch's lazy init has run
-    assert _clock.current_stream(0) == torch.cuda.current_stream(0)
+    assert clock.current_stream(0) == torch.cuda.current_stream(0)
     side = torch.cuda.Stream(0)
     with torch.cuda.stream(side):
-        assert _clock.current_stream(0) == side == torch.cuda.current_stream(0)
-    assert _clock.current_stream(0) == torch.cuda.current_stream(0) != side
+        assert clock.current_stream(0) == side == torch.cuda.current_stream(0)
+    assert clock.current_stream(0) == torch.cuda.current_stream(0) != side
 
 
 def test_capture_is_not_timed_and_does_not_fail(fake_cuda, monkeypatch):

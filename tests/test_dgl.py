@@ -15,9 +15,9 @@ from dgl.nn import EdgeWeightNorm as StockEWN  # noqa: E402
 from dgl.nn import GraphConv as Stock  # noqa: E402
 
 from instrumented_convs import configure, region, registry  # noqa: E402
-from instrumented_convs.check import PASS, SKIPPED  # noqa: E402
-from instrumented_convs.check._cases import cases as check_cases  # noqa: E402
-from instrumented_convs.check.equivalence import run_case  # noqa: E402
+from instrumented_convs.commands.check import PASS, SKIPPED  # noqa: E402
+from instrumented_convs.commands.check._cases import cases as check_cases  # noqa: E402
+from instrumented_convs.commands.check.equivalence import run_case  # noqa: E402
 from instrumented_convs.dgl import EdgeWeightNorm, GraphConv  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 

@@ -11,8 +11,8 @@ import math
 import pytest
 
 import instrumented_convs as ic
-from instrumented_convs.cli import main as cli_main
-from instrumented_convs.launch.runs import write_run
+from instrumented_convs.commands.cli import main as cli_main
+from instrumented_convs.commands.launch.runs import write_run
 from instrumented_convs.report import Row, Summary, SummaryDiff
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs._registry import Registry
-from instrumented_convs._stats import merge_ranks
+from instrumented_convs.core.registry import Registry
 from instrumented_convs.report import Summary
+from instrumented_convs.report.stats import merge_ranks
 
 from .helpers import ROOT, gpu, run_torchrun
 

@@ -14,7 +14,7 @@ pytest.importorskip("dgl")
 
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import registry  # noqa: E402
-from instrumented_convs.study import (  # noqa: E402
+from instrumented_convs.commands.study import (  # noqa: E402
     SHAPES,
     DatasetNotFound,
     MissingDependency,
@@ -23,7 +23,7 @@ from instrumented_convs.study import (  # noqa: E402
     synthetic_graph,
     train,
 )
-from instrumented_convs.study.compare import (  # noqa: E402
+from instrumented_convs.commands.study.compare import (  # noqa: E402
     BACKWARD_OF,
     LAYER,
     ROLES,
@@ -288,7 +288,7 @@ def test_breakdown_without_backward_timing_has_one_backward_role(platform):
 
 def test_side_by_side_and_plot_take_split_and_unsplit_runs_together(tmp_path):
     pytest.importorskip("matplotlib")
-    from instrumented_convs.study.plot import plot
+    from instrumented_convs.commands.study.plot import plot
 
     split = breakdown(_study_summary("dgl", backward=True, epochs=1), "dgl", "split")
     whole = breakdown(_study_summary("pyg", backward=False, epochs=1), "pyg", "whole")
@@ -302,7 +302,8 @@ def test_side_by_side_and_plot_take_split_and_unsplit_runs_together(tmp_path):
 
 
 def test_study_uses_only_the_public_face():
-    study = ROOT / "instrumented_convs" / "study"
+    study = ROOT / "instrumented_convs" / "commands" / "study"
+    assert list(study.glob("*.py"))
     for path in study.glob("*.py"):
         text = path.read_text()
         for private in (

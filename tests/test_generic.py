@@ -321,7 +321,7 @@ def test_users_subclasses_of_our_layers_work_and_record():
 def test_the_layer_device_comes_from_a_tensor_first_and_other_devices_last():
     """A DGL graph's ``device`` costs DGL several Python calls: a tensor argument is looked
     at first, wherever it is, and a graph's device only when there is no tensor."""
-    from instrumented_convs._generic import device_of
+    from instrumented_convs.layers.generic import device_of
 
     class Graph:
         reads = 0

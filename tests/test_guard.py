@@ -17,8 +17,8 @@ import types
 
 import pytest
 
-from instrumented_convs._guard import fingerprint, function_tree, global_names, guard
-from instrumented_convs._step import Step
+from instrumented_convs.core.step import Step
+from instrumented_convs.layers.guard import fingerprint, function_tree, global_names, guard
 
 from .helpers import run_script
 
@@ -109,7 +109,7 @@ def test_copy_has_steps_and_only_steps_are_stripped(module, name, ours, upstream
     ]
     assert len(steps) >= 3
     step_names = {i.context_expr.id for w in steps for i in w.items}
-    from instrumented_convs._guard import _normalised
+    from instrumented_convs.layers.guard import _normalised
 
     left = global_names(_normalised(tree, _is_step(module)))
     assert not step_names & left  # every step block is gone, nothing else refers to them
@@ -135,7 +135,9 @@ def _other_pythons():
     return found
 
 
-GUARD_SOURCE = os.path.join(os.path.dirname(__file__), "..", "instrumented_convs", "_guard.py")
+GUARD_SOURCE = os.path.join(
+    os.path.dirname(__file__), "..", "instrumented_convs", "layers", "guard.py"
+)
 OTHER_PYTHONS = _other_pythons()
 
 

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs._trace import read_trace
-from instrumented_convs.cli import main as cli_main
-from instrumented_convs.launch.hooks import Hooks
+from instrumented_convs.commands.cli import main as cli_main
+from instrumented_convs.commands.launch.hooks import Hooks
 from instrumented_convs.report import Summary
+from instrumented_convs.report.timeline import read_trace
 from instrumented_convs.testing import open_steps
 
 from .helpers import ROOT, assert_nested, run_script, run_torchrun, spans
@@ -348,7 +348,12 @@ def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_p
 
 
 def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
-    from instrumented_convs.launch.runs import load, merge_folder, write_run, write_timeline
+    from instrumented_convs.commands.launch.runs import (
+        load,
+        merge_folder,
+        write_run,
+        write_timeline,
+    )
 
     ic.configure(timeline=100)
     with ic.region("epoch"):
@@ -370,7 +375,7 @@ def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
 
 def _job(monkeypatch, rank, agent):
     """Pretend to be ``rank`` of a 2-rank torchrun job whose agent is ``(pid, start)``."""
-    from instrumented_convs.launch import folders
+    from instrumented_convs.commands.launch import folders
 
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -380,7 +385,7 @@ def _job(monkeypatch, rank, agent):
 def test_default_folders_of_runs_started_in_the_same_second_are_distinct(tmp_path, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
-    from instrumented_convs.launch.runs import default_folder
+    from instrumented_convs.commands.launch.runs import default_folder
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -416,7 +421,7 @@ def _saved_run(tmp_path):
     model = torch.nn.Linear(3, 2)
     with ic.region("epoch"):
         model(torch.randn(4, 3)).sum().backward()
-    from instrumented_convs.launch.runs import write_run
+    from instrumented_convs.commands.launch.runs import write_run
 
     write_run(tmp_path / "r", ic.registry.snapshot(), {"exit_code": 0})
     return tmp_path / "r"

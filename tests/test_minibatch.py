@@ -12,11 +12,16 @@ pytest.importorskip("dgl")
 
 import torch_geometric.typing as pyg_typing  # noqa: E402
 
+from instrumented_convs.commands.study import (  # noqa: E402
+    SHAPES,
+    build_model,
+    scaled_shape,
+    synthetic_graph,
+)
+from instrumented_convs.commands.study.data import MissingDependency  # noqa: E402
+from instrumented_convs.commands.study.minibatch import make_loader, setup  # noqa: E402
+from instrumented_convs.commands.study.sharding import require_pyg_sampler, shard  # noqa: E402
 from instrumented_convs.report import Summary  # noqa: E402
-from instrumented_convs.study import SHAPES, build_model, scaled_shape, synthetic_graph  # noqa: E402
-from instrumented_convs.study.data import MissingDependency  # noqa: E402
-from instrumented_convs.study.minibatch import make_loader, setup  # noqa: E402
-from instrumented_convs.study.sharding import require_pyg_sampler, shard  # noqa: E402
 
 from .helpers import run_script, run_torchrun  # noqa: E402
 

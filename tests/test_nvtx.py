@@ -145,13 +145,13 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
         tmp_path,
         """
         import torch
-        from instrumented_convs import _frame
+        from instrumented_convs.core import lifecycle
         def broken(name):
             raise RuntimeError("profiler failure")
-        _frame._open_rf = broken
+        lifecycle._open_rf = broken
         class Recording:
             _is_profiler_enabled = True
-        _frame._prof = Recording()
+        lifecycle._prof = Recording()
         try:
             with step("x"):
                 pass
@@ -320,7 +320,7 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         from nvtx._lib import lib
         real_get_domain = nvtx.get_domain
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
-        from instrumented_convs import _frame
+        from instrumented_convs.core import lifecycle
         ic.configure(nvtx="nvtx")
         assert ic.configure().nvtx == "nvtx" and _frame._nvtx.forced
         with step("outer"):

@@ -1,4 +1,4 @@
-"""A layer's own statements as steps (instrumented_convs._own): the same results, the steps
+"""A layer's own statements as steps (instrumented_convs.layers.statements.forward): the same results, the steps
 named after the statements, forward and backward, and no new code where the source is not
 the code that runs."""
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from instrumented_convs import configure, registry
-from instrumented_convs._own import with_steps
 from instrumented_convs.layers import mark_outputs, step
+from instrumented_convs.layers.statements.forward import with_steps
 from instrumented_convs.testing import depth
 
 from .helpers import module_from

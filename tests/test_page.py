@@ -9,10 +9,10 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs import region, registry
-from instrumented_convs._page import embed
-from instrumented_convs._stats import merge_ranks
 from instrumented_convs.layers import mark_outputs, step
 from instrumented_convs.report import Summary
+from instrumented_convs.report.page import embed
+from instrumented_convs.report.stats import merge_ranks
 from instrumented_convs.testing import FakeClock, cpu_clock
 
 from .browser import body_data, count_colour, open_page, read_png, screenshot

@@ -17,9 +17,9 @@ from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor  # noqa: E402
 import instrumented_convs as ic  # noqa: E402
 import instrumented_convs.pyg as ipyg  # noqa: E402
 from instrumented_convs import configure, region, registry  # noqa: E402
-from instrumented_convs.check import PASS, SKIPPED  # noqa: E402
-from instrumented_convs.check._cases import cases as check_cases  # noqa: E402
-from instrumented_convs.check.equivalence import run_case  # noqa: E402
+from instrumented_convs.commands.check import PASS, SKIPPED  # noqa: E402
+from instrumented_convs.commands.check._cases import cases as check_cases  # noqa: E402
+from instrumented_convs.commands.check.equivalence import run_case  # noqa: E402
 from instrumented_convs.pyg import GCNConv  # noqa: E402
 from instrumented_convs.testing import depth  # noqa: E402
 

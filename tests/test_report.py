@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from instrumented_convs import region, registry
-from instrumented_convs._stats import EntryStats, summarize
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary, choose_unit
+from instrumented_convs.report.stats import EntryStats, summarize
 
 GOLDEN = Path(__file__).parent / "golden"
 MS = 1_000_000  # ns

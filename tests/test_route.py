@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from instrumented_convs import registry
-from instrumented_convs._layers import Timed
-from instrumented_convs._route import Route, routes_of
-from instrumented_convs._scan import any_function, helpers, scan, torch_function
 from instrumented_convs.layers import Step, step
+from instrumented_convs.layers.contract import Timed
+from instrumented_convs.layers.statements.calls import any_function, helpers, scan, torch_function
+from instrumented_convs.layers.statements.routes import Route, routes_of
 
 
 def _module():
@@ -223,7 +223,7 @@ def test_a_callable_the_instance_holds_is_a_step_where_forward_only_calls_or_tes
     """DGL's ``activation=``: a function on the instance, timed as a step named after the
     attribute while the forward runs; not where the forward hands it on (it may run later),
     nor where the instance holds None; a child module stays a child (one step)."""
-    from instrumented_convs import _generic
+    from instrumented_convs.layers import generic
 
     class Layer(torch.nn.Module):
         def __init__(self, act=None):
@@ -242,12 +242,12 @@ def test_a_callable_the_instance_holds_is_a_step_where_forward_only_calls_or_tes
     methods = tuple((n, Step(n)) for n in ("act", "norm"))
     for act, timed in ((torch.relu, True), (None, False)):
         layer = Layer(act)
-        undo = _generic.install(layer, children=False, methods=methods)
+        undo = generic.install(layer, children=False, methods=methods)
         try:
             assert (type(layer.__dict__.get("act")) is Timed) == timed
             assert "norm" not in layer.__dict__  # a child: timed as one, not as a method
         finally:
-            _generic.uninstall(undo)
+            generic.uninstall(undo)
         assert layer.act is act and "norm" not in layer.__dict__
 
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _anchor, _native, _sampling, region, registry
+from instrumented_convs import region, registry
+from instrumented_convs.core import anchor, native, sampling
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 
@@ -24,7 +25,7 @@ SEC = 1e-9
 def every_fourth(monkeypatch):
     """backward_every=4, and the random draw deterministic: one call in four after the census."""
     draws = itertools.cycle([0.0, 0.9, 0.9, 0.9])  # 0.0 * 4 < 1: timed; 0.9 * 4 >= 1: counted
-    monkeypatch.setattr(_sampling, "_random", lambda: next(draws))
+    monkeypatch.setattr(sampling, "_random", lambda: next(draws))
     ic.configure(backward_every=4)
     yield
 
@@ -32,7 +33,7 @@ def every_fourth(monkeypatch):
 @pytest.fixture(params=["fast exit", "Python exit"])
 def exit_path(request, monkeypatch):
     """Both paths of an anchor's exit: the C extension's (when in use) and _anchor's."""
-    monkeypatch.setattr(_anchor, "fast_exit", request.param == "fast exit")
+    monkeypatch.setattr(anchor, "fast_exit", request.param == "fast exit")
     return request.param
 
 
@@ -123,11 +124,11 @@ def test_the_c_extension_counts_at_the_anchors_exit_without_pythons_finish(
     """After the census, the C fast path chooses and counts (or hands a sampled call to
     _anchor.chosen) itself: _anchor.finish runs for the census calls only."""
     finished = []
-    real = _anchor.finish
-    monkeypatch.setattr(_anchor, "finish", lambda *a: finished.append(1) or real(*a))
+    real = anchor.finish
+    monkeypatch.setattr(anchor, "finish", lambda *a: finished.append(1) or real(*a))
     s = _run(clock, 100, lambda i: 100)
     assert (s["bwd/f"].count, s["bwd/f"].estimated) == (100, 100 - (4 + 96 // 4))
-    fast = exit_path == "fast exit" and _native.speedups is not None
+    fast = exit_path == "fast exit" and native.speedups is not None
     assert len(finished) == (4 if fast else 100)
 
 
@@ -205,8 +206,8 @@ def test_counted_calls_stay_exact_past_the_registrys_queue_of_skipped_calls(
     (1,024) queued the Python path appends and folds them: no count is lost either way."""
     s = _run(clock, 1500, lambda i: 100)
     assert (s["bwd/f"].count, s["bwd/f"].estimated) == (1500, 1500 - (4 + 1496 // 4))
-    if _native.speedups is not None:
-        assert _sampling.Count is _native.speedups.CountHook
+    if native.speedups is not None:
+        assert sampling.Count is native.speedups.CountHook
 
 
 def test_a_backward_run_on_a_thread_with_no_step_open_counts_under_the_forwards(

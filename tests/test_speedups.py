@@ -1,4 +1,4 @@
-"""The optional C fast path (instrumented_convs/_speedups*.c) and its Python twin.
+"""The optional C fast path (instrumented_convs/core/native/_speedups*.c) and its Python twin.
 
 The whole suite runs with whichever is in use; scripts/test.sh builds the extension, runs
 the suite with it (and says so through INSTRUMENTED_CONVS_EXPECT=C), then runs the core
@@ -20,8 +20,9 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs import _entry, _native, registry
-from instrumented_convs._step import Step
+from instrumented_convs import registry
+from instrumented_convs.core import entry, native
+from instrumented_convs.core.step import Step
 from instrumented_convs.layers import step
 from instrumented_convs.testing import depth
 
@@ -32,18 +33,18 @@ def test_the_implementation_in_use_is_the_one_expected():
     expected = os.environ.get("INSTRUMENTED_CONVS_EXPECT")
     if expected is None:
         pytest.skip("INSTRUMENTED_CONVS_EXPECT not set (scripts/test.sh sets it)")
-    assert _native.IMPLEMENTATION == expected
+    assert native.IMPLEMENTATION == expected
 
 
 def _counters() -> tuple:
-    return _native.speedups.seq_nr(), torch._C._autograd._get_sequence_nr()
+    return native.speedups.seq_nr(), torch._C._autograd._get_sequence_nr()
 
 
 def test_the_c_path_reads_autograds_sequence_counter_as_torch_does_on_every_thread():
-    if _native.speedups is None:
+    if native.speedups is None:
         pytest.skip("the C extension is not in use")
     if os.environ.get("INSTRUMENTED_CONVS_EXPECT") == "C" and sys.platform.startswith("linux"):
-        assert _native.speedups.seq_is_native()  # ATen's counter read directly, not the Python call
+        assert native.speedups.seq_is_native()  # ATen's counter read directly, not the Python call
     seen = {}
 
     def on_thread(key: str) -> None:
@@ -63,18 +64,18 @@ def test_the_c_path_reads_autograds_sequence_counter_as_torch_does_on_every_thre
 
 
 def test_the_counter_address_is_refused_where_the_function_disagrees(monkeypatch):
-    monkeypatch.setattr(_native, "_PEEK", "_ZN2at15sequence_number17get_and_incrementEv")
-    assert _native.seq_counter_address() is None  # moves the counter itself: never agrees
-    monkeypatch.setattr(_native, "_PEEK", "no_such_symbol_here")
-    assert _native.seq_counter_address() is None
+    monkeypatch.setattr(native, "_PEEK", "_ZN2at15sequence_number17get_and_incrementEv")
+    assert native.seq_counter_address() is None  # moves the counter itself: never agrees
+    monkeypatch.setattr(native, "_PEEK", "no_such_symbol_here")
+    assert native.seq_counter_address() is None
 
 
 def test_pure_python_can_be_forced_and_records_the_same_steps():
     code = (
-        "import instrumented_convs as ic\nfrom instrumented_convs import _native\nfrom "
+        "import instrumented_convs as ic\nfrom instrumented_convs.core import native\nfrom "
         "instrumented_convs.layers import step\n"
         "with step('a'):\n    with step('b'):\n        pass\n    with step('b'):\n        pass\n"
-        "print(_native.IMPLEMENTATION, [(r.name, r.count) for r in ic.registry.summary()])\n"
+        "print(native.IMPLEMENTATION, [(r.name, r.count) for r in ic.registry.summary()])\n"
     )
     out = {}
     for pure in ("0", "1"):
@@ -106,9 +107,9 @@ def test_pure_python_can_be_forced_and_records_the_same_steps():
     ],
 )
 def test_fold_arithmetic_is_exact(values):
-    e = _entry.Entry("x", "x", None, "step", None, 0)
+    e = entry.Entry("x", "x", None, "step", None, 0)
     e.buf.extend(values)
-    _entry.fold_buffer(e)
+    entry.fold_buffer(e)
     assert (e.count, e.total, e.sumsq, e.min, e.max) == (
         len(values),
         sum(values),
@@ -120,10 +121,10 @@ def test_fold_arithmetic_is_exact(values):
 
 
 def test_fold_of_values_beyond_64_bits_falls_back_to_python_ints():
-    e = _entry.Entry("x", "x", None, "step", None, 0)
+    e = entry.Entry("x", "x", None, "step", None, 0)
     big = [2**70, 1]
     e.buf.extend(big)
-    _entry.fold_buffer(e)
+    entry.fold_buffer(e)
     assert (e.total, e.sumsq) == (2**70 + 1, 2**140 + 1)
 
 
@@ -160,7 +161,7 @@ def test_threads_keep_their_own_stacks_and_exact_counts():
 
 
 def test_a_timed_callable_closes_its_step_when_the_call_raises():
-    from instrumented_convs._generic import Timed
+    from instrumented_convs.layers.generic import Timed
 
     st = Step("t")
 
@@ -224,7 +225,7 @@ def test_a_step_open_while_other_threads_open_and_close_theirs_closes_on_its_own
 def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(clock):
     """The C enter keeps its clock reading as a C integer; Python reads it as ``start`` (an
     exception's exit is Python's) and a Python enter sets it back to an object."""
-    from instrumented_convs._stack import thread_stack
+    from instrumented_convs.core.stack import thread_stack
 
     t0 = clock.now
     with pytest.raises(ValueError):

@@ -1,4 +1,4 @@
-"""A statement that calls steps and does work of its own, split (instrumented_convs._split):
+"""A statement that calls steps and does work of its own, split (instrumented_convs.layers.statements.split):
 the same results, evaluated in the same order, temporaries let go as soon as used, the
 calls' steps where they always were and the work in a step named after its source; and a
 function defined in the forward, and a forward under a decorator, with steps too."""
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from instrumented_convs import configure, registry
-from instrumented_convs._own import with_steps
-from instrumented_convs._route import routes_of
 from instrumented_convs.layers import mark_outputs, step
+from instrumented_convs.layers.statements.forward import with_steps
+from instrumented_convs.layers.statements.routes import routes_of
 from instrumented_convs.testing import depth
 
 from .helpers import module_from
@@ -132,7 +132,7 @@ def upstream(tmp_path, monkeypatch):
 
 def _run(fn, layer, *args, **kwargs):
     """``fn`` in a step, with ``routed`` and ``torch.cat`` routed through steps (as the
-    generic layers route upstream's functions: instrumented_convs._route)."""
+    generic layers route upstream's functions: instrumented_convs.layers.statements.routes)."""
     routes = routes_of(sys.modules[type(layer).__module__].__dict__)
     routes.add(("routed",), {"torch": ("cat",)})
     with step("Layer"), routes:

@@ -10,8 +10,8 @@ pytest.importorskip("dgl")
 
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs import registry  # noqa: E402
-from instrumented_convs.study import build_model, load_graph, train  # noqa: E402
-from instrumented_convs.study.compare import (  # noqa: E402
+from instrumented_convs.commands.study import build_model, load_graph, train  # noqa: E402
+from instrumented_convs.commands.study.compare import (  # noqa: E402
     BACKWARD_OF,
     LAYER,
     MODEL_LAYER,

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from instrumented_convs import configure, region, registry
-from instrumented_convs._native import IMPLEMENTATION
-from instrumented_convs._trace import merge_traces, read_trace
+from instrumented_convs.core.native import IMPLEMENTATION
 from instrumented_convs.layers import mark_outputs, step
 from instrumented_convs.report import Timeline
+from instrumented_convs.report.timeline import merge_traces, read_trace
 from instrumented_convs.testing import FakeClock, cpu_clock, cuda_event_factory, depth
 
 from .helpers import assert_nested, spans
@@ -300,7 +300,7 @@ def test_the_fast_path_in_use_records_the_same_tuples():
 
 
 def test_noted_inputs_go_to_the_call_they_were_given_to():
-    from instrumented_convs import _timeline
+    from instrumented_convs.core import timeline as _timeline
 
     configure(timeline=100)
     for n in (3, 5):
@@ -337,7 +337,7 @@ class SparseTensor:
 
 
 def test_a_graph_is_noted_by_identity_and_kept_while_compared():
-    from instrumented_convs.launch.inputs import note_inputs
+    from instrumented_convs.commands.launch.inputs import note_inputs
 
     configure(timeline=100)
     graph = SparseTensor(4)

@@ -1,0 +1,108 @@
+"""Section 5: what this machine is. The versions against the ranges this release is tested
+with (setup.cfg: outside them a line fails, since nothing here was checked there), the
+device, the guard's verdict on each copied upstream function (a copy not used is SKIPPED:
+the layer then runs upstream's forward, with coarser steps, the same numbers), the C fast
+path, the NVTX backend and whether a tool is attached, and ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from typing import Optional, Tuple
+
+import torch
+
+from ... import configure
+from ...core.lifecycle import tool_attached
+from ...core.native import IMPLEMENTATION
+from ._report import FAIL, PASS, SKIPPED, Section
+
+__all__ = ["TESTED", "section"]
+
+#: (distribution, lowest tested, first untested): setup.cfg's ranges, copied (an installed
+#: package need not carry setup.cfg; tests/test_check.py holds them equal). setup.cfg bounds
+#: no torch-sparse version: 0.6 is the series CI builds (0.6.18).
+TESTED: Tuple[Tuple[str, str, Optional[str]], ...] = (
+    ("torch", "2.2", "2.14"),
+    ("torch-geometric", "2.3", "2.9"),
+    ("dgl", "1.1.3", "2.2"),
+    ("torch-sparse", "0.6", None),
+    ("nvtx", "0.2.11", "0.3"),
+)
+
+ABOUT = (
+    "Versions against the ranges this release is tested with, the device, the guard's "
+    "verdict on each copied upstream function, the C fast path, NVTX, torch.compile."
+)
+
+
+def _key(v: str) -> Tuple[int, ...]:
+    out = []
+    for part in v.split("+")[0].split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        out.append(int(digits) if digits else 0)
+    return tuple(out)
+
+
+def _version_line(s: Section, dist: str, low: str, high: Optional[str]) -> None:
+    try:
+        v = version(dist)
+    except PackageNotFoundError:
+        s.add(dist, SKIPPED, "not installed")
+        return
+    tested = f">={low}" + (f",<{high}" if high else "")
+    if _key(v) < _key(low) or (high is not None and _key(v) >= _key(high)):
+        s.add(dist, FAIL, f"{v}: outside the tested range {tested}", version=v)
+    else:
+        s.add(dist, PASS, f"{v} (tested {tested})", version=v)
+
+
+def section(device: torch.device, quick: bool = False, progress: object = None) -> Section:
+    """The environment section."""
+    s = Section("5. Environment", ABOUT)
+    s.add("python", PASS, f"{platform.python_version()} on {platform.platform()}",
+          version=platform.python_version())  # fmt: skip
+    for dist, low, high in TESTED:
+        _version_line(s, dist, low, high)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            s.add("device", FAIL, f"{device}: torch sees no CUDA device")
+        else:
+            p = torch.cuda.get_device_properties(device)
+            s.add("device", PASS, f"{device}: {p.name}, compute {p.major}.{p.minor}, "
+                  f"{p.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}",
+                  name=p.name, cuda=torch.version.cuda)  # fmt: skip
+    else:
+        s.add("device", PASS, f"{device}: {platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")  # fmt: skip
+    for framework, module in (("PyG", "instrumented_convs.pyg"), ("DGL", "instrumented_convs.dgl")):
+        try:
+            detailed = import_module(module).DETAILED
+        except ImportError as exc:
+            s.add(f"{framework} copies", SKIPPED, f"needs {exc.name or exc}: not installed")
+            continue
+        for name, ok in detailed.items():
+            s.add(f"{framework} copy of {name}", PASS if ok else SKIPPED,
+                  "the installed release matches the copy: detailed steps" if ok else
+                  "the installed release differs: upstream's forward runs, coarser steps, "
+                  "the same numbers")  # fmt: skip
+    s.add(
+        "C fast path",
+        PASS if IMPLEMENTATION == "C" else SKIPPED,
+        "in use" if IMPLEMENTATION == "C" else "not built: the Python twin runs (slower)",
+    )
+    backend = configure().nvtx
+    attached = tool_attached()
+    s.add("NVTX", PASS, f"backend {backend}; a tool is {'' if attached else 'not '}attached"
+          + ("" if attached else " (ranges cost nothing until one is)"), backend=backend,
+          attached=attached)  # fmt: skip
+    compile_ok = hasattr(torch, "compile")
+    s.add(
+        "torch.compile",
+        PASS if compile_ok else SKIPPED,
+        "available (steps are skipped inside its traces)" if compile_ok else "not in this torch",
+    )
+    return s

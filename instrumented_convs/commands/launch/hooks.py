@@ -1,0 +1,250 @@
+"""What ``run`` hooks into while a script runs: its conv layers, and its loop's phases.
+
+Every hook is process-wide, installed by :meth:`Hooks.install` before the script starts and
+taken off by :meth:`Hooks.remove`:
+
+- ``torch.nn.Module.__call__`` is wrapped. The outermost module call on a thread (a model's
+  forward; nested module calls pass through after one thread-local read) first instruments
+  its model, once (:func:`~instrumented_convs.instrument` in place: the same module objects
+  and parameters, so an optimizer built before keeps working; each layer named after its
+  attribute path unless it was named already), then runs inside the region ``forward``
+  with grad enabled, or ``forward (no grad)`` without: evaluation apart from training.
+- ``torch.autograd.backward`` (which ``Tensor.backward`` calls) runs inside ``backward``.
+- torch's global optimizer step hooks open and close ``optimizer.step``.
+- A data loader's ``__next__`` runs inside ``data`` (:mod:`.loaders`).
+- ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
+- While the timeline records, what each model call and conv layer call is given (shapes,
+  graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
+
+Regions nest like the user's own: a ``region("epoch")`` in the script contains them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Collection, Dict, List, Optional, Set
+
+import torch
+
+from ...core import timeline
+from ...core.registry import registry
+from ...layers import Step, recording
+from ...layers.contract import InstrumentedLayer
+from ...layers.instrument import instrument
+from . import loaders
+from .inputs import note_inputs
+
+__all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA"]
+
+logger = logging.getLogger(__name__)
+
+FORWARD = "forward"
+NO_GRAD = "forward (no grad)"
+BACKWARD = "backward"
+OPTIMIZER = "optimizer.step"
+DATA = "data"
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.depth = 0  # inside a module call
+        self.backward = 0  # inside torch.autograd.backward
+        self.data = 0  # inside a loader's __next__
+        self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside DDP, DataParallel and ``torch.compile`` wrappers (for naming)."""
+    while True:
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(model, "module", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
+
+
+class Hooks:
+    """The hooks of one ``run``; :meth:`install` them, run the script, :meth:`remove` them."""
+
+    def __init__(
+        self,
+        only: Optional[Collection[str]] = None,
+        exclude: Collection[str] = (),
+        warmup: int = 0,
+        inputs: bool = True,
+    ) -> None:
+        """``only``/``exclude``: class names to instrument or leave stock (``instrument``'s);
+        ``warmup``: optimizer steps whose records are dropped; ``inputs``: note what model
+        and conv layer calls are given while the timeline records (read at :meth:`install`)."""
+        self.only = None if only is None else frozenset(only)
+        self.exclude = frozenset(exclude)
+        self.warmup = warmup
+        self.inputs = inputs
+        self.steps = 0  #: optimizer steps taken
+        self.built: Set[str] = set()  #: class names of the conv layers seen in models
+        self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
+        self._tls = _Local()
+        self._undo: List[Callable[[], None]] = []
+        # Each region twice: on the CPU clock, and with the device of a top-level step (CUDA
+        # events once CUDA is initialised); picked per call by torch.cuda.is_initialized(),
+        # which is what a top-level step picks by, without its slower general path.
+        self._regions = {
+            n: (Step(n, None, "cpu", "region"), Step(n, None, None, "region"))
+            for n in (FORWARD, NO_GRAD, BACKWARD, OPTIMIZER)
+        }
+        self._data = Step(DATA, None, "cpu", "region")
+        self._finder: Optional[Any] = None
+        self._lock = threading.Lock()
+
+    # -- install and remove ------------------------------------------------------------------
+    def install(self) -> "Hooks":
+        """Put every hook in place (see the module docstring); returns ``self``."""
+        self._wrap_module_call()
+        self._wrap_backward()
+        self._hook_optimizers()
+        self._finder = loaders.install(self._data, self._tls, self._undo)
+        return self
+
+    def remove(self) -> None:
+        """Take every hook off again (layers instrumented stay instrumented)."""
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        while self._undo:
+            self._undo.pop()()
+
+    def close(self) -> None:
+        """Close optimizer regions left open by a step that raised (nothing recorded)."""
+        pending = self._tls.optimizers
+        while pending:
+            region = pending.pop()[1]
+            if region is not None:
+                region.discard()
+
+    # -- models and their forward ----------------------------------------------------------
+    def _wrap_module_call(self) -> None:
+        cls = torch.nn.Module
+        call = cls.__call__
+        tls, seen, adopt = self._tls, self._seen, self._adopt
+        forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
+        grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
+        noting = self.inputs
+
+        @functools.wraps(call)
+        def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if tls.depth or not recording():
+                if noting and timeline.events is not None and isinstance(module, InstrumentedLayer):
+                    note_inputs((module.scope,), args, kwargs)  # for the trace
+                return call(module, *args, **kwargs)
+            if id(module) not in seen:
+                adopt(module)
+            tls.depth = 1
+            try:
+                training = grad()
+                if noting and timeline.events is not None:
+                    region = ("region", FORWARD if training else NO_GRAD)
+                    if isinstance(module, InstrumentedLayer):  # a conv layer called alone
+                        note_inputs((region, module.scope), args, kwargs)
+                    else:
+                        note_inputs((region,), args, kwargs)
+                with (forward if training else no_grad)[cuda()]:
+                    return call(module, *args, **kwargs)
+            finally:
+                tls.depth = 0
+
+        cls.__call__ = __call__  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(cls, "__call__", call))
+
+    def _adopt(self, model: torch.nn.Module) -> None:
+        """Instrument ``model``'s conv layers and name them, once per model."""
+        with self._lock:
+            target = _unwrap(model)
+            instrument(target, name=False, only=self.only, exclude=self.exclude)
+            for path, module in target.named_modules():
+                if isinstance(module, InstrumentedLayer):
+                    stock = type(module)._ic_stock.__name__
+                    self.built.add(stock)
+                    if path and module.scope.startswith(stock + "#"):  # not named by the user
+                        module.scope = path
+                elif type(module).__module__.startswith(("torch_geometric.nn.conv", "dgl.nn")):
+                    self.built.add(type(module).__name__)  # left stock by only/exclude
+            seen = self._seen
+            for module in model.modules():
+                key = id(module)
+                seen[key] = weakref.ref(module, lambda _, key=key: seen.pop(key, None))
+
+    # -- backward and optimizer steps -------------------------------------------------------
+    def _wrap_backward(self) -> None:
+        autograd = torch.autograd
+        backward = autograd.backward
+        tls, regions, cuda = self._tls, self._regions[BACKWARD], torch.cuda.is_initialized
+
+        @functools.wraps(backward)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if tls.backward or not recording():
+                return backward(*args, **kwargs)
+            tls.backward = 1
+            try:
+                with regions[cuda()]:
+                    return backward(*args, **kwargs)
+            finally:
+                tls.backward = 0
+
+        autograd.backward = wrapped  # Tensor.backward looks it up at each call
+        self._undo.append(lambda: setattr(autograd, "backward", backward))
+
+    def _hook_optimizers(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        tls, regions, cuda = self._tls, self._regions[OPTIMIZER], torch.cuda.is_initialized
+
+        def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+            pending = tls.optimizers
+            for i, (opt, _) in enumerate(pending):
+                if opt is optimizer:  # its last step raised: those regions never ended
+                    for _, stale in reversed(pending[i:]):
+                        if stale is not None:
+                            stale.discard()
+                    del pending[i:]
+                    break
+            if pending or not recording():  # an optimizer stepping another: one region
+                pending.append((optimizer, None))
+            else:
+                region = regions[cuda()]
+                region.__enter__()
+                pending.append((optimizer, region))
+
+        def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            pending = tls.optimizers
+            if not pending or pending[-1][0] is not optimizer:
+                return
+            opened = pending.pop()[1]
+            if opened is not None:
+                opened.__exit__(None, None, None)
+            if not pending:
+                self._stepped()
+
+        handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+        self._undo.append(lambda: [h.remove() for h in handles])
+
+    def _stepped(self) -> None:
+        self.steps += 1
+        if self.steps == self.warmup:
+            registry.reset()
+            logger.info("run: %d warm-up steps done, recording from now", self.warmup)
+
+    def unmatched(self) -> Dict[str, List[str]]:
+        """``only``/``exclude`` names that matched no conv class built in a model."""
+        out = {}
+        for flag, names in (("only", self.only or ()), ("exclude", self.exclude)):
+            missing = sorted(set(names) - self.built)
+            if missing:
+                out[flag] = missing
+        return out

@@ -1,0 +1,105 @@
+"""What a model or conv layer call was given, for the timeline's ``args``: described, and noted
+only when it changed.
+
+Describing a call's inputs (``float32[2708, 1433]``, a graph's size) costs microseconds: a
+string per tensor, and two or three calls into DGL for a graph. So :func:`note_inputs` first
+makes the call's :func:`signature`, a tuple of cheap parts (a tensor's dtype and shape, a
+number, a graph's identity), and describes and notes the inputs only when the signature
+differs from the last one noted on this thread for the same layer or region
+(``_timeline.noted``). A training loop calls a model with the same shapes again and again:
+most calls then cost the signature and one comparison. Nothing is lost on the trace: a call
+without a note of its own was given what the last note says (``_trace`` puts it in its args).
+
+A graph's part is its identity, not its size: a DGL graph's structure object (which an edit
+such as ``add_edges`` replaces), a ``SparseTensor`` itself. The note keeps those objects until
+the next note for the same key replaces it, so that no other graph can take their ids
+meanwhile; at most one set of them per layer and thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from ...core import timeline
+
+__all__ = ["describe", "inputs", "signature", "note_inputs"]
+
+_Tensor = torch.Tensor
+_SCALARS = (bool, int, float)
+_GRAPHS = frozenset({"SparseTensor", "DGLGraph", "DGLBlock", "DGLHeteroGraph"})
+
+
+def describe(value: Any, nested: bool = False) -> str:
+    """A short text for one input of a call, for the timeline: ``float32[2708, 1433]``, a
+    graph's size, a number; the type's name for anything else."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')}[{', '.join(map(str, value.shape))}]"
+    kind = type(value).__name__
+    try:
+        if kind == "SparseTensor":
+            return f"SparseTensor[{', '.join(map(str, value.sizes()))}], nnz {value.nnz()}"
+        if kind in ("DGLGraph", "DGLBlock", "DGLHeteroGraph"):
+            nodes = (
+                f"{value.num_src_nodes()} -> {value.num_dst_nodes()}"
+                if value.is_block
+                else (value.num_nodes())
+            )
+            return f"{kind}(nodes {nodes}, edges {value.num_edges()})"
+    except Exception:  # a graph type of another version: its name is enough
+        return kind
+    if isinstance(value, (tuple, list)) and not nested:
+        return (
+            "("
+            + ", ".join(describe(v, True) for v in value[:4])
+            + (", ...)" if len(value) > 4 else ")")
+        )
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    return kind
+
+
+def inputs(args: tuple, kwargs: Dict[str, Any]) -> List[str]:
+    """What a module call was given, described (positional first, then ``name=...``)."""
+    out = [describe(a) for a in args[:8]]
+    out += [f"{k}={describe(v)}" for k, v in list(kwargs.items())[:8]]
+    return out
+
+
+def _part(value: Any, keep: List[Any], nested: bool = False) -> Any:
+    """One input's part of a signature: equal parts are described alike (by :func:`describe`)."""
+    if isinstance(value, _Tensor):
+        return value.dtype, value.shape
+    cls = type(value)
+    if value is None or cls in _SCALARS:
+        return cls, value  # the type too: True == 1 == 1.0, but they are shown apart
+    if cls.__name__ in _GRAPHS:
+        structure = getattr(value, "_graph", value)  # DGL: replaced when the graph is edited
+        keep.append(structure)
+        return cls, id(structure)
+    if isinstance(value, (tuple, list)) and not nested:
+        return cls, len(value), tuple([_part(v, keep, True) for v in value[:4]])
+    return cls
+
+
+def signature(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, List[Any]]:
+    """``(signature, objects)``: a cheap key of what a call was given (equal keys: the same
+    :func:`inputs`), and the objects whose ids it holds (keep them while it is compared)."""
+    keep: List[Any] = []
+    sig = tuple([_part(a, keep) for a in args[:8]])
+    if kwargs:
+        sig += tuple([(k, _part(v, keep)) for k, v in list(kwargs.items())[:8]])
+    return sig, keep
+
+
+def note_inputs(keys: Tuple[Any, ...], args: tuple, kwargs: Dict[str, Any]) -> None:
+    """Note what the call about to start was given, for each of ``keys`` (a layer's scope, or
+    ``("region", name)``), where it differs from the last note for that key on this thread."""
+    sig, keep = signature(args, kwargs)
+    given = None
+    for key in keys:
+        if not timeline.noted(key, sig):
+            if given is None:
+                given = inputs(args, kwargs)
+            timeline.note(key, given, sig, keep)

@@ -1,0 +1,60 @@
+"""The machine's limits for ``run --counters`` and ``view --counters``: probed or given.
+
+``run --counters`` saves in the run the peak it read its roofline against: the probe
+(:func:`instrumented_convs.roofline.probe`) of the device the script used (a GPU run is read
+against its GPU, never against the CPU), with ``--peak-gbs``/``--peak-tflops`` in place of
+the probe's figures where given (with both given, nothing is probed). ``view --counters``
+reads a saved run against its saved peak, or against the figures given to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict, Optional
+
+from ...report.roofline import Peak
+from ...roofline import device_of_run, given, probe
+
+__all__ = ["add_peak_options", "run_peak", "view_peak"]
+
+
+def add_peak_options(parser: argparse.ArgumentParser) -> None:
+    """``--peak-gbs`` and ``--peak-tflops``: the machine's limits, in place of the probe's."""
+    parser.add_argument(
+        "--peak-gbs",
+        type=float,
+        metavar="GBS",
+        help="with --counters: the memory bandwidth to read the roofline against, GB/s "
+        "(default: the probe's)",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        metavar="TFLOPS",
+        help="with --counters: the arithmetic peak, TFLOP/s (default: the probe's)",
+    )
+
+
+def _check(args: argparse.Namespace) -> None:
+    for flag in ("peak_gbs", "peak_tflops"):
+        value = getattr(args, flag)
+        if value is not None and not value > 0:
+            raise SystemExit(f"--{flag.replace('_', '-')} takes a positive number")
+
+
+def run_peak(args: argparse.Namespace) -> Peak:
+    """The peak a ``run --counters`` reads its roofline against (see the module)."""
+    _check(args)
+    both = args.peak_gbs is not None and args.peak_tflops is not None
+    peak = None if both else probe(device=device_of_run())
+    out = given(peak, args.peak_gbs, args.peak_tflops)
+    assert out is not None
+    return out
+
+
+def view_peak(args: argparse.Namespace, run: Dict[str, Any]) -> Optional[Peak]:
+    """The peak a ``view --counters`` reads a saved run against: the run's own, with the
+    figures given on the command line in its place."""
+    _check(args)
+    saved = Peak(**run["peak"]) if run.get("peak") else None
+    return given(saved, args.peak_gbs, args.peak_tflops)

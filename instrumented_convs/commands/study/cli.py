@@ -1,0 +1,250 @@
+"""The study's command lines: ``python -m instrumented_convs demo|compare|bench`` and the examples'.
+
+The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG and DGL,
+which timed the layers' internal steps by copying the layers' source and inserting timers;
+here the same model and loop run with the instrumented layers instead.
+
+- ``demo``: the first thing to run. The 3-layer GCN on a generated graph of ogbn-arxiv's
+  shape for PyG and DGL, a few epochs each; prints each framework's tables and both side by
+  side. Needs PyG and DGL, not torch-sparse.
+- ``compare``: the same with every flag of the study (dataset, epochs, width, device, plot...).
+- ``bench``: what the instrumentation costs on this machine (stock vs instrumented layers).
+
+:func:`~.run.study_main` (:mod:`.run`) is the whole command line of ``examples/arxiv.py``
+and ``examples/cora.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from .data import DatasetNotFound, MissingDependency
+from .models import require_torch_sparse
+from .run import add_study_arguments, report, run_study
+
+__all__ = ["main"]
+
+PROG = "python -m instrumented_convs"
+#: The study ran 100 epochs; demo and compare default to a few, enough for a first look.
+DEMO_EPOCHS = 3
+COMPARE_DATASETS = ("synthetic-arxiv", "ogbn-arxiv", "synthetic-cora", "cora")
+DEMO_HELP = (
+    "Start here. Trains the study's 3-layer GCN (in -> 128 -> 128 -> classes, ReLU, log_softmax,\n"
+    "Adam) on a generated graph of ogbn-arxiv's shape (169,343 nodes, 128 features, 40 classes),\n"
+    f"{DEMO_EPOCHS} timed epochs with the instrumented PyG GCNConv and as many with DGL "
+    "GraphConv.\n"
+    "Prints each framework's accuracy, epoch-phase table and per-step table, then one table of\n"
+    "both frameworks' time per epoch aligned by role (normalisation, dense transform, sparse\n"
+    "aggregation, ...). Needs torch-geometric and dgl; torch-sparse only for --with-sparse."
+)
+COMPARE_HELP = (
+    "Runs the study (as examples/arxiv.py does) with the instrumented PyG GCNConv and DGL\n"
+    "GraphConv (--model sage: SAGEConv, mean aggregation) on the same data, prints each\n"
+    "framework's accuracy and tables, then one table of both frameworks' time per epoch aligned\n"
+    "by role, and with --plot FILE.png a stacked bar chart."
+)
+BENCH_DEFAULTS = (
+    "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv "
+    "synthetic-cora for the\nstudy's size too (minutes on a CPU)."
+)
+
+
+# -- python -m instrumented_convs ------------------------------------------------------------
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Run the study per framework, print each report (unless ``--brief``), then side by side."""
+    from .compare import breakdown, side_by_side
+
+    platforms = (
+        [("pyg", False), ("pyg", True), ("dgl", False)]
+        if args.with_sparse
+        else [("pyg", False), ("dgl", False)]
+    )
+    try:
+        if args.with_sparse:
+            require_torch_sparse()  # say so before spending minutes on the other runs
+        if args.epochs != 100 and not args.quick and not getattr(args, "demo", False):
+            print(
+                f"Running {args.epochs} timed epochs per framework (the published study ran 100; "
+                "pass --epochs 100 for the full run)."
+            )
+        runs = []
+        for platform, sparse in platforms:
+            ns = SimpleNamespace(**vars(args))
+            ns.platform, ns.sparse = platform, sparse
+            run = run_study(ns)
+            if not args.brief:
+                print(report(run))
+                print()
+            label = (
+                "PyG (SparseTensor)"
+                if sparse
+                else {"pyg": "PyG (edge_index)", "dgl": "DGL"}[platform]
+            )
+            runs.append(breakdown(run.summary, platform, label, model=args.model))
+        print(side_by_side(runs))
+        for b in runs:
+            print(f"{b.label}: {b.epoch_ms:.2f} ms per epoch")
+        if args.plot:
+            from .plot import plot
+
+            plot(runs, args.plot)
+            print(f"plot written to {args.plot}")
+    except (DatasetNotFound, MissingDependency) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """``compare`` with the study's defaults, an introduction and what to run next."""
+    defaults = argparse.ArgumentParser()
+    add_study_arguments(defaults, COMPARE_DATASETS, "synthetic-arxiv", epochs=DEMO_EPOCHS)
+    ns = defaults.parse_args([])
+    for key, value in vars(args).items():
+        setattr(ns, key, value)
+    ns.brief, ns.demo = False, True
+    if ns.with_sparse:
+        try:
+            require_torch_sparse()
+        except MissingDependency as exc:
+            print(exc, file=sys.stderr)
+            return 2
+    shape = (
+        "a 1,000-node generated graph (--quick)"
+        if ns.quick
+        else "a generated graph of ogbn-arxiv's shape"
+    )
+    epochs = min(ns.epochs, 3) if ns.quick else ns.epochs
+    layers = "PyG GCNConv (edge_index" + (
+        " and SparseTensor input)" if ns.with_sparse else " input)"
+    )
+    print(
+        _wrap(
+            f"The study's 3-layer GCN (in -> 128 -> 128 -> classes) on {shape}, {epochs} timed "
+            f"epochs "
+            f"(the published study ran 100) with the instrumented {layers} and DGL GraphConv."
+        )
+        + "\n"
+    )
+    rc = _compare(ns)
+    if rc == 0:
+        print(
+            "\nNext:\n"
+            f"  {PROG} compare --help   every flag: epochs, dataset, width, device, --plot\n"
+            f"  {PROG} bench            what the instrumentation costs on this machine"
+        )
+    return rc
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Time stock vs instrumented epochs and say how to read the ratios."""
+    from .bench import run_bench
+
+    run_bench(args)
+    print(
+        _wrap(
+            "Ratios are medians of per-round ratios to stock. enabled/stock is what recording "
+            "costs, "
+            "disabled/stock what the instrumented layers cost when switched off; again/stock "
+            "compares "
+            "two identical stock models, so it is the noise floor: a ratio no further from 1 than "
+            "again/stock is not a measurable cost."
+        )
+    )
+    return 0
+
+
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width=100)
+
+
+DESCRIPTION = (
+    "instrumented_convs: where the time goes inside graph convolution layers.\n\n"
+    "The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG and "
+    "DGL,\nwhich timed the layers' internal steps by copying the layers' source and inserting "
+    "timers;\nthese commands run it with the instrumented layers instead. Start with: "
+    + PROG
+    + " demo"
+)
+
+
+def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
+    """Add ``demo``, ``compare`` and ``bench`` to the subparsers ``sub``; returns what runs
+    each (the package's command line, ``instrumented_convs.commands.cli``, adds its others)."""
+    from .bench import __doc__ as bench_doc
+    from .bench import add_bench_arguments
+
+    raw = argparse.RawDescriptionHelpFormatter
+    demo = sub.add_parser(
+        "demo",
+        formatter_class=raw,
+        help="start here: the 3-layer GCN study for PyG and DGL, tables and side by side",
+        description=DEMO_HELP,
+    )
+    demo.add_argument(
+        "--epochs",
+        type=int,
+        default=DEMO_EPOCHS,
+        help="timed epochs per framework (default: %(default)s)",
+    )
+    demo.add_argument("--device", default="cpu", help="cpu or cuda")
+    demo.add_argument(
+        "--with-sparse",
+        action="store_true",
+        help="also run PyG with SparseTensor input (needs torch-sparse)",
+    )
+    demo.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a stacked bar chart of the breakdown (needs matplotlib)",
+    )
+    demo.add_argument(
+        "--quick", action="store_true", help="a tiny generated graph and 3 epochs: a smoke run"
+    )
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    cmp = sub.add_parser(
+        "compare",
+        formatter_class=raw,
+        help="the study for PyG and DGL side by side, with every flag "
+        "(dataset, epochs, device, plot)",
+        description=COMPARE_HELP,
+    )
+    add_study_arguments(cmp, COMPARE_DATASETS, "synthetic-arxiv", epochs=DEMO_EPOCHS)
+    cmp.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a stacked bar chart of the breakdown (needs matplotlib)",
+    )
+    cmp.add_argument(
+        "--with-sparse",
+        action="store_true",
+        help="also run PyG with SparseTensor input (needs torch-sparse)",
+    )
+    cmp.add_argument("--brief", action="store_true", help="print only the side-by-side table")
+    bench = sub.add_parser(
+        "bench",
+        formatter_class=raw,
+        help="what the instrumentation costs on this machine: stock vs instrumented epochs",
+        description=(bench_doc or "").split("\nUsed by")[0].strip() + BENCH_DEFAULTS,
+    )
+    add_bench_arguments(bench, default_shapes=("synthetic-cora",))
+    return {"demo": _demo, "compare": _compare, "bench": _bench}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The study's commands alone (``demo``, ``compare``, ``bench``): parse and dispatch."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION
+    )
+    commands = add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    return commands[args.command](args)

@@ -1,0 +1,303 @@
+"""Counters: the FLOPs, bytes and memory of the ops each step runs (``configure(counters=True)``).
+
+Off by default: a debugging mode, with a cost (docs/performance.md). On, two modes watch
+the thread that turned them on:
+
+- a ``TorchDispatchMode`` sees every aten op, there and on autograd's threads for the
+  backward (they inherit it);
+- a ``TorchFunctionMode`` sees the calls of torch-sparse's and torch-scatter's ops
+  (``torch.ops.torch_sparse.*``, ``torch.ops.torch_scatter.*``). Registered as
+  CompositeImplicitAutograd kernels, their C++ runs before a dispatch mode could see them
+  (only the aten ops they call inside, such as ``empty``, reach it), so they are counted
+  where they are called, with their formulas or by name, and the aten ops inside them are
+  not counted again. Their backward runs in C++ too: a hook on the autograd node a call
+  made lists it by name (``torch_sparse.spmm_sum.backward``) in the backward step it runs
+  in, beside the aten ops it calls (counted).
+
+Each op is charged to the innermost step open on its thread: its FLOPs, bytes read and
+written (:mod:`._formulas`), one op, and the bytes of the tensors it allocated (the
+storages of its results that none of its arguments holds: views and in-place results
+allocate nothing); an op no formula knows is counted by name (``aten.foo``), never as zero
+silently. Ops outside every step are not counted.
+
+Memory on CUDA (where ``torch.cuda.is_available()``): ``torch.cuda.memory_allocated()`` of
+the current device (the allocator's host-side counter: no synchronize) is read before and
+after every op in a step. A step call's *left* is the reading after its last op less the
+one before its first; its *peak*, the highest reading after any of its ops (its children's
+included) less the one before its first. An op's transient buffers are not seen; what is
+freed after a call's last op (its locals, as it returns) is in its parent's left.
+``torch.cuda.reset_peak_memory_stats`` is never called: the user's ``max_memory_allocated()``
+is untouched. A call is closed when the next op on its thread finds it closed, or at the
+next snapshot (one taken while a step runs on another thread splits that call in two).
+
+While on, every call's backward is timed (``backward_every=1``), so that each backward op
+lands in its own step. Storage only: :func:`of` gives an entry's own counts, which the
+registry's snapshot carries (``EntryStats.flops``...); summaries add them up the tree.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import formulas, settings
+from .stack import _tls
+
+__all__ = ["set_on", "is_on", "of", "clear", "mark", "on_start", "EXTENSIONS"]
+
+#: entry -> [flops, read, written, ops, {op: n}, allocated, cuda calls, cuda left, cuda peak]
+_counts: Dict[Any, List[Any]] = {}
+#: Ops the counters have seen since the process started, in steps or not (for benchmarks).
+seen = 0
+_lock = threading.RLock()
+_cost = formulas.cost
+_tensors = formulas.tensors
+#: The namespaces of the custom ops counted where they are called (see the module).
+EXTENSIONS = ("torch_sparse", "torch_scatter")
+_OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+
+
+class _Thread(threading.local):
+    """Per thread: inside an extension op (its aten ops not counted again); its open calls."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        #: CUDA memory of the step calls open: [frame, its start, entry, base, last, peak]
+        self.calls: List[List[Any]] = []
+        with _lock:
+            _open_calls[threading.get_ident()] = self.calls
+
+
+_open_calls: Dict[int, List[List[Any]]] = {}
+_here = _Thread()
+
+
+class _Counting(TorchDispatchMode):
+    """Charges each aten op to the innermost step open on its thread."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if _here.inside:  # inside an extension op: counted where it was called
+            return func(*args, **kwargs)
+        ns = getattr(func, "namespace", "aten")
+        name = func.overloadpacket.__name__
+        return _counted(func, args, kwargs, name if ns == "aten" else f"{ns}.{name}")
+
+
+class _Extensions(TorchFunctionMode):
+    """Counts the calls of torch-sparse's and torch-scatter's ops (see the module)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if type(func) not in _OP_TYPES:
+            return func(*args, **kwargs)
+        packet = func if type(func) is _OP_TYPES[0] else func.overloadpacket
+        ns, _, name = packet._qualified_op_name.partition("::")
+        if ns not in EXTENSIONS:
+            return func(*args, **kwargs)
+        _here.inside += 1
+        try:
+            out = _counted(func, args, kwargs, f"{ns}.{name}")
+        finally:
+            _here.inside -= 1
+        _mark_backward(out, args, f"{ns}.{name}.backward")
+        return out
+
+
+def _counted(func: Any, args: Any, kwargs: Any, name: str) -> Any:
+    """Run op ``name`` and charge it (and, on CUDA, the allocator's bytes around it)."""
+    global seen
+    seen += 1
+    stack = _tls.stack
+    entry = stack[-1].entry
+    if entry is None:
+        if _here.calls:
+            _close_calls(_here.calls, 0)
+        return func(*args, **kwargs)
+    if _cuda:
+        before = torch.cuda.memory_allocated()
+        _follow(stack, before)
+    out = func(*args, **kwargs)
+    if _cuda:
+        after = torch.cuda.memory_allocated()
+        for call in _here.calls:
+            call[4] = after
+            if after > call[5]:
+                call[5] = after
+    op = name if "." in name else f"aten.{name}"
+    _charge(entry, op, _cost(name, args, kwargs, out), _allocated(args, kwargs, out))
+    return out
+
+
+def _storages(t: torch.Tensor) -> List[Any]:
+    """The storages holding ``t``'s data (a sparse tensor's indices and values)."""
+    if t.layout == torch.strided:
+        return [t.untyped_storage()]
+    if t.layout == torch.sparse_coo:
+        return [t._indices().untyped_storage(), t._values().untyped_storage()]
+    if t.layout == torch.sparse_csr:
+        parts = (t.crow_indices(), t.col_indices(), t.values())
+    elif t.layout == torch.sparse_csc:
+        parts = (t.ccol_indices(), t.row_indices(), t.values())
+    else:
+        return []
+    return [p.untyped_storage() for p in parts]
+
+
+def _allocated(args: Any, kwargs: Any, out: Any) -> int:
+    """Bytes of the storages of ``out`` that none of the op's arguments holds."""
+    try:
+        held = {s.data_ptr() for t in _tensors(list(args) + list(kwargs.values()))
+                for s in _storages(t)}  # fmt: skip
+        total = 0
+        for t in _tensors(out if isinstance(out, (list, tuple)) else (out,)):
+            for s in _storages(t):
+                if s.data_ptr() not in held:
+                    held.add(s.data_ptr())
+                    total += s.nbytes()
+        return total
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass)
+        return 0
+
+
+def _mark_backward(out: Any, args: Any, op: str) -> None:
+    """List ``op`` (an extension op's C++ backward) in the step its backward runs in."""
+    inputs = [t.grad_fn for t in _tensors(args)]
+    for t in _tensors(out if isinstance(out, (list, tuple)) else (out,)):
+        node = t.grad_fn
+        if node is not None and all(node is not n for n in inputs):
+            node.register_hook(lambda grad_inputs, grad_outputs: mark(op))
+            return
+
+
+def _follow(stack: List[Any], before: int) -> None:
+    """Close the tracked calls no longer open on this thread; track those opened since."""
+    calls = _here.calls
+    n = 0
+    while n < len(calls) and n + 1 < len(stack):
+        frame, start = stack[n + 1], stack[n + 1].start
+        same = calls[n][1] is start or (type(start) is int and calls[n][1] == start)
+        if calls[n][0] is not frame or not same:  # a CPU start: a new int per read (the C
+            break  # fast path), compared by value; a CUDA one (pooled events): by identity
+        n += 1
+    if n < len(calls):
+        _close_calls(calls, n)
+    for frame in stack[len(calls) + 1 :]:
+        calls.append([frame, frame.start, frame.entry, before, before, before])
+
+
+def _close_calls(calls: List[List[Any]], keep: int) -> None:
+    """Charge the CUDA memory of ``calls[keep:]`` to their entries and forget them."""
+    with _lock:
+        for _, _, entry, base, last, peak in calls[keep:]:
+            rec = _record(entry)
+            rec[6] += 1
+            rec[7] += last - base
+            rec[8] = max(rec[8], peak - base)
+        del calls[keep:]
+
+
+def _record(entry: Any) -> List[Any]:
+    rec = _counts.get(entry)
+    if rec is None:
+        rec = _counts[entry] = [0, 0, 0, 0, {}, 0, 0, 0, 0]
+    return rec
+
+
+def _charge(entry: Any, op: str, cost: Optional[Any], allocated: int = 0) -> None:
+    """One op for ``entry``: its ``cost`` (FLOPs, bytes read, written), or unknown ``op``."""
+    with _lock:
+        rec = _record(entry)
+        rec[3] += 1
+        rec[5] += allocated
+        if cost is None:
+            rec[4][op] = rec[4].get(op, 0) + 1
+        else:
+            rec[0] += cost[0]
+            rec[1] += cost[1]
+            rec[2] += cost[2]
+
+
+_mode: Optional[_Counting] = None
+_ext: Optional[_Extensions] = None
+_owner: Optional[int] = None
+_cuda = False  # whether the CUDA allocator is read around each op (set when turned on)
+#: Called when the counters are turned on (the DGL kernels' marks install themselves).
+on_start: List[Any] = []
+
+
+def is_on() -> bool:
+    """Whether the counters are on."""
+    return _mode is not None
+
+
+def set_on(on: bool) -> None:
+    """Turn the counters on (on this thread, and autograd's for its backward) or off (on the
+    thread that turned them on; a mode lives on a thread's own stack)."""
+    global _mode, _ext, _owner, _cuda
+    if on and _mode is None:
+        _cuda = torch.cuda.is_available()
+        mode, ext = _Counting(), _Extensions()
+        mode.__enter__()
+        ext.__enter__()
+        _mode, _ext, _owner = mode, ext, threading.get_ident()
+        for hook in on_start:
+            hook()
+    elif not on and _mode is not None:
+        if threading.get_ident() != _owner:
+            raise RuntimeError("counters are turned off on the thread that turned them on")
+        (mode, ext), _mode, _ext, _owner = (_mode, _ext), None, None, None
+        ext.__exit__(None, None, None)  # type: ignore[union-attr]
+        mode.__exit__(None, None, None)
+        _settle()
+        _cuda = False
+
+
+def _settle() -> None:
+    """Close every tracked call on every thread (see the module: a snapshot closes them)."""
+    with _lock:
+        for calls in _open_calls.values():
+            if calls:
+                _close_calls(calls, 0)
+
+
+def of(entry: Any) -> Optional[Dict[str, Any]]:
+    """``entry``'s own counts (``flops``, ``bytes_read``, ``bytes_written``, ``ops``,
+    ``unknown``: ``"aten.foo:3;..."``, ``alloc_bytes``; on CUDA ``cuda_calls``, ``cuda_left``,
+    ``cuda_peak``, its calls' own, children in), or None when nothing was charged to it."""
+    with _lock:
+        if any(_open_calls.values()):
+            _settle()
+        rec = _counts.get(entry)
+        if rec is None:
+            return None
+        unknown = ";".join(f"{k}:{n}" for k, n in sorted(rec[4].items()))
+        return dict(flops=rec[0], bytes_read=rec[1], bytes_written=rec[2], ops=rec[3],
+                    unknown=unknown, alloc_bytes=rec[5], cuda_calls=rec[6], cuda_left=rec[7],
+                    cuda_peak=rec[8])  # fmt: skip
+
+
+def mark(op: str, cost: Optional[Any] = None) -> None:
+    """Count one call of ``op``, run outside the dispatcher (DGL's fused kernels), for the
+    innermost step on this thread: its ``cost`` ``(FLOPs, bytes read, bytes written)``, or
+    without one as an unknown op, listed by name, never zero silently."""
+    if _mode is None:
+        return
+    entry = _tls.stack[-1].entry
+    if entry is not None:
+        _charge(entry, op, cost)
+
+
+def clear() -> None:
+    """Forget every count and every tracked call (``registry.reset()``)."""
+    with _lock:
+        _counts.clear()
+        for calls in _open_calls.values():
+            del calls[:]
+
+
+settings.on_switch("counters", set_on)  # configure(counters=...) turns them on and off

@@ -1,0 +1,177 @@
+"""An entry of the registry: the statistics of one step path in one scope and phase.
+
+An entry is a node of the registry's tree (:mod:`._registry`). Durations arrive in its
+buffer, appended without a lock by the hot path (a list append is atomic), and
+:func:`fold_buffer` folds them into count, total, sum of squares, min and max, integer
+nanoseconds, with C-speed builtins (``sum``, ``min``, ``max``), under the registry's lock.
+A fold removes exactly the durations it read from the front of the buffer, so a duration
+appended by another thread meanwhile is never lost. This module imports nothing from the
+package but the optional C arithmetic (:mod:`._native`).
+"""
+
+from __future__ import annotations
+
+from operator import mul
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+from .native import speedups
+
+_sums = speedups.sums if speedups is not None else None
+
+__all__ = ["Entry", "EntryStats", "FOLD_AT", "backward_key", "fold_buffer"]
+
+Key = Union[str, Tuple[str, Optional[str]]]
+_NO_MIN = 1 << 62  # larger than any duration in ns
+#: Durations an entry buffers before they are folded into its statistics.
+FOLD_AT = 64
+
+
+def backward_key(key: Any) -> Tuple[Any, str]:
+    """The child key of the backward counterpart of a forward step keyed ``key``."""
+    return (key, "backward")
+
+
+class EntryStats(NamedTuple):
+    """One registry entry as plain data (times in integer nanoseconds)."""
+
+    name: str  #: the step name (last path component)
+    path: str  #: the ``/``-separated step path
+    scope: Optional[str]  #: the layer instance, or None
+    kind: str  #: ``step`` or ``region``
+    depth: int  #: 0 for top-level steps
+    parent: int  #: index of the parent record in the snapshot, -1 at the top level
+    count: int  #: timed calls
+    total: int  #: sum of the durations
+    sumsq: int  #: sum of the squared durations
+    min: int  #: shortest duration (0 when ``count`` is 0)
+    max: int  #: longest duration
+    errors: int  #: calls that raised
+    untimed: int  #: calls that could not be timed
+    phase: str = "forward"  #: ``forward`` or ``backward``
+    skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
+    rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
+    rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
+    # The counters (configure(counters=True), see _counters): this entry's own ops.
+    flops: int = 0  #: floating-point operations of its own ops (not its children's)
+    bytes_read: int = 0  #: bytes its own ops read
+    bytes_written: int = 0  #: bytes its own ops wrote
+    ops: int = 0  #: how many ops it ran itself
+    unknown: str = ""  #: ops no formula knows: ``"aten.foo:3;aten.bar:1"``
+    alloc_bytes: int = 0  #: bytes of the tensors its own ops allocated
+    cuda_calls: int = 0  #: calls whose CUDA memory was read (0: not on CUDA, or off)
+    cuda_left: int = 0  #: CUDA allocator bytes its calls left allocated (children in)
+    cuda_peak: int = 0  #: the most CUDA bytes allocated above a call's start (children in)
+
+
+class Entry:
+    """Statistics of one step path in one scope, and the node of the nesting tree."""
+
+    __slots__ = (
+        "name",
+        "path",
+        "scope",
+        "kind",
+        "phase",
+        "parent",
+        "children",
+        "depth",
+        "key",
+        "retired",
+        "buf",
+        "count",
+        "total",
+        "sumsq",
+        "min",
+        "max",
+        "errors",
+        "untimed",
+        "skipped",
+        "rcount",
+        "rtotal",
+        "sampling",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        path: str,
+        scope: Optional[str],
+        kind: str,
+        parent: Optional["Entry"],
+        depth: int,
+        key: Any = None,
+        phase: str = "forward",
+    ) -> None:
+        """Create an empty entry (no calls recorded)."""
+        self.key = key
+        self.phase = phase  #: ``forward`` or ``backward``
+        #: True once ``reset()`` has replaced the tree this entry belongs to; a step still
+        #: open on it asks :meth:`Registry.relocate` for its counterpart in the new tree.
+        self.retired = False
+        self.name = name
+        self.path = path
+        self.scope = scope
+        self.kind = kind
+        self.parent = parent
+        self.depth = depth
+        self.children: Dict[Key, Entry] = {}
+        self.buf: List[int] = []  #: durations (ns) not yet folded into the statistics below
+        self.count = 0
+        self.total = 0
+        self.sumsq = 0
+        self.min = _NO_MIN  # so the hot path needs no "first call?" test
+        self.max = 0
+        self.errors = 0
+        self.untimed = 0
+        #: Calls counted but not timed, by choice (backward sampling): their time is estimated.
+        self.skipped = 0
+        #: Timed calls that were chosen at random (a subset of ``count``), and their total:
+        #: the unbiased sample that the time of ``skipped`` calls is estimated from.
+        self.rcount = 0
+        self.rtotal = 0
+        #: State the step machinery keeps for this entry (backward sampling); never read here.
+        self.sampling: Any = None
+
+    def walk(self) -> Iterator["Entry"]:
+        """This entry's descendants, depth first, siblings in order of first use."""
+        for child in list(self.children.values()):
+            yield child
+            yield from child.walk()
+
+    def stats(self, parent: int) -> EntryStats:
+        """This entry as plain data (its buffer folded first by the caller); ``parent``: the
+        index of its parent's record in the snapshot, -1 at the top level."""
+        return EntryStats(
+            self.name, self.path, self.scope, self.kind, self.depth, parent, self.count,
+            self.total, self.sumsq, self.min if self.count else 0, self.max, self.errors,
+            self.untimed, self.phase, self.skipped, self.rcount, self.rtotal,
+        )  # fmt: skip
+
+    def __repr__(self) -> str:
+        """``Entry('path', scope=..., count=..., total=...ns)``."""
+        return (
+            f"Entry({self.path!r}, scope={self.scope!r}, count={self.count}, total={self.total}ns)"
+        )
+
+
+def fold_buffer(entry: Entry) -> None:
+    """Fold the durations buffered in ``entry`` into its statistics (the caller holds the
+    lock): exactly those read, from the front, so concurrent appends are kept."""
+    buf = entry.buf
+    n = len(buf)
+    if not n:
+        return
+    got = _sums(buf, n) if _sums is not None else None  # the C arithmetic, when in use
+    if got is not None:
+        total, sumsq, lo, hi = got
+    else:
+        chunk = buf[:n]
+        total, sumsq, lo, hi = sum(chunk), sum(map(mul, chunk, chunk)), min(chunk), max(chunk)
+    del buf[:n]
+    entry.count += n
+    entry.total += total
+    entry.sumsq += sumsq
+    if lo < entry.min:
+        entry.min = lo
+    if hi > entry.max:
+        entry.max = hi

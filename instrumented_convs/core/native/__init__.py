@@ -1,0 +1,80 @@
+"""The optional C extension ``_speedups``: whether it is built and in use.
+
+``instrumented_convs/core/native/_speedups*.c`` hold the common case of a step (see :mod:`._stepbase`),
+the frames and the per-thread stack they live on, and the arithmetic of folding an entry's
+buffer. It needs only CPython's headers (it reads autograd's sequence counter through ATen's
+own C++ function where :func:`seq_counter_address` finds it and it agrees with torch);
+``pip install`` builds it, and so does ``python setup.py build_ext --inplace`` in a checkout.
+Where it is not built, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its
+Python twin, which behaves the same. This module imports nothing from the package but the
+extension.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from typing import Any, Optional
+
+import torch
+
+__all__ = ["speedups", "IMPLEMENTATION", "seq_counter_address"]
+
+logger = logging.getLogger(__name__)
+
+#: ``at::sequence_number::peek()``: the C++ function behind ``torch._C._autograd._get_sequence_nr``.
+_PEEK = "_ZN2at15sequence_number4peekEv"
+
+
+def _load() -> Optional[Any]:
+    if os.environ.get("INSTRUMENTED_CONVS_PURE_PYTHON", "").strip().lower() not in (
+        "",
+        "0",
+        "false",
+        "no",
+        "off",
+    ):
+        return None
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _speedups
+
+
+#: The extension module, or None: the Python twins run.
+speedups: Optional[Any] = _load()
+#: ``"C"`` or ``"Python"``: which implementation of the fast path runs.
+IMPLEMENTATION = "C" if speedups is not None else "Python"
+
+
+def seq_counter_address() -> Optional[int]:
+    """The address of ATen's ``at::sequence_number::peek`` in the loaded ``libtorch_cpu``, so
+    the extension reads autograd's per-thread sequence counter with a C call instead of a
+    Python one (two per logged step); None where it is not found or does not agree with
+    ``torch._C._autograd._get_sequence_nr`` before and after a new autograd node."""
+    noload = getattr(os, "RTLD_NOLOAD", None)
+    if noload is None or torch.is_inference_mode_enabled():
+        return None
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        path = os.path.join(lib_dir, name)
+        if not os.path.exists(path):
+            continue
+        try:  # the copy torch loaded, never a second one (RTLD_NOLOAD)
+            peek = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY)[_PEEK]
+        except (OSError, AttributeError):
+            return None
+        peek.restype, peek.argtypes = ctypes.c_uint64, []
+        py = torch._C._autograd._get_sequence_nr
+        s0 = py()
+        with torch.enable_grad():
+            node = torch.zeros(1, requires_grad=True) * 2  # a new node moves the counter
+        if peek() != py() or py() != s0 + 1 or node.grad_fn is None:
+            logger.debug(
+                "instrumented_convs: %s disagrees with torch; the Python call is used", _PEEK
+            )
+            return None
+        return ctypes.cast(peek, ctypes.c_void_p).value
+    return None

@@ -1,0 +1,76 @@
+/* Declarations shared by the parts of the C fast path of steps (instrumented_convs.core.native._speedups):
+ *   _speedups.c        the module: bind(), the clock, the per-thread stack, folding sums;
+ *   _speedups_step.c   Frame and StepBase (the fast __enter__/__exit__ of a step);
+ *   _speedups_timed.c  Timed (a callable run inside a step) and installing it on instances;
+ *   _speedups_anchor.c anchors: their logs, and their exit (choosing how the backward is
+ *                      timed, counting it);
+ *   _speedups_count.c  CountHook, the hook that counts a backward not timed;
+ *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes.
+ * The Python twin of all of it is instrumented_convs/core/native/stepbase.py and _generic.py.
+ */
+#ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
+#define INSTRUMENTED_CONVS_SPEEDUPS_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#if PY_VERSION_HEX < 0x030A0000  /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
+#endif
+
+enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *entry, *start, *rf, *owner, *dev, *spare, *log, *outputs, *task;
+    PyObject *gpu;  /* a CUDA frame's GPU slot on the timeline (see _timeline), else NULL */
+    int mode, flags;
+    char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
+    long long seq0, t0, cpu0;  /* cpu0: a CUDA frame's CPU start, kept for the timeline */
+    long long own;  /* the tool's own time (see _backward): the bottom's total, a frame's at its start */
+} Frame;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *name, *scope, *cuda, *dev, *kind, *key;
+    char region;
+} StepBase;
+
+extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType, BackwardHookType;
+
+/* What bind() hands over (_speedups.c). */
+extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
+extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
+extern Py_ssize_t g_fold_at;
+extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
+extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
+/* Offsets of the slots of _entry.Entry and _anchor.Log read here (see slot_offset). */
+extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+/* Interned names (PyInit__speedups). */
+extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
+
+/* _speedups.c */
+int module_flag(PyObject *mod, PyObject *name);
+long long now_ns(void);
+long long seq_nr(void);
+Py_ssize_t slot_offset(PyObject *cls, const char *name);
+PyObject *thread_stack(void);
+int timeline_add(PyObject *entry, long long t0, long long t1, long long link);
+/* _speedups_step.c */
+PyObject *StepBase_enter(StepBase *self, PyObject *unused);
+PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs);
+/* _speedups_timed.c */
+PyObject *time_methods(PyObject *mod, PyObject *args);
+PyObject *time_children(PyObject *mod, PyObject *args);
+PyObject *restore(PyObject *mod, PyObject *undo);
+/* _speedups_anchor.c */
+PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0);
+int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry);
+PyObject *bind_anchor(PyObject *mod, PyObject *args);
+int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry);
+/* _speedups_count.c */
+PyObject *bind_count(PyObject *mod, PyObject *args);
+
+#endif

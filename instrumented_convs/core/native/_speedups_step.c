@@ -1,0 +1,315 @@
+/* Frame and StepBase: the fast __enter__/__exit__ of a step (see _speedups.h, _stepbase.py). */
+#include "_speedups.h"
+
+/* -- Frame -------------------------------------------------------------------------------- */
+
+static int Frame_init(Frame *self, PyObject *args, PyObject *kw) {
+    if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "Frame() takes no arguments");
+        return -1;
+    }
+    self->mode = BOTTOM;
+    self->seq0 = -1;
+    self->has_t0 = 0;
+    return 0;
+}
+
+static int Frame_traverse(Frame *self, visitproc visit, void *arg) {
+    Py_VISIT(self->entry); Py_VISIT(self->start); Py_VISIT(self->rf); Py_VISIT(self->owner);
+    Py_VISIT(self->dev); Py_VISIT(self->spare); Py_VISIT(self->log); Py_VISIT(self->outputs);
+    Py_VISIT(self->task); Py_VISIT(self->gpu);
+    return 0;
+}
+
+static int Frame_clear(Frame *self) {
+    Py_CLEAR(self->entry); Py_CLEAR(self->start); Py_CLEAR(self->rf); Py_CLEAR(self->owner);
+    Py_CLEAR(self->dev); Py_CLEAR(self->spare); Py_CLEAR(self->log); Py_CLEAR(self->outputs);
+    Py_CLEAR(self->task); Py_CLEAR(self->gpu);
+    return 0;
+}
+
+static void Frame_dealloc(Frame *self) {
+    PyObject_GC_UnTrack(self);
+    Frame_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Frame_repr(Frame *self) {
+    PyObject *path = self->entry ? PyObject_GetAttrString(self->entry, "path") : NULL;
+    if (path == NULL) { PyErr_Clear(); path = Py_NewRef(Py_None); }
+    PyObject *r = PyUnicode_FromFormat("Frame(%R, mode=%d)", path, self->mode);
+    Py_DECREF(path);
+    return r;
+}
+
+/* start: the C enter keeps the CPU clock's reading as a C integer (t0); Python reads and sets
+ * an object (integer ns, a CUDA event pair, None). */
+static PyObject *Frame_get_start(Frame *self, void *closure) {
+    if (self->has_t0) return PyLong_FromLongLong(self->t0);
+    return Py_NewRef(self->start ? self->start : Py_None);
+}
+
+static int Frame_set_start(Frame *self, PyObject *value, void *closure) {
+    Py_XSETREF(self->start, Py_XNewRef(value));
+    self->has_t0 = 0;
+    return 0;
+}
+
+static PyGetSetDef Frame_getset[] = {
+    {"start", (getter)Frame_get_start, (setter)Frame_set_start,
+     "CPU: integer ns; CUDA: ``(event, device key)``; else None.", NULL},
+    {NULL},
+};
+
+#define OBJ(n) {#n, T_OBJECT, offsetof(Frame, n), 0, NULL}
+static PyMemberDef Frame_members[] = {
+    OBJ(entry), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
+    OBJ(gpu),
+    {"mode", T_INT, offsetof(Frame, mode), 0, NULL},
+    {"flags", T_INT, offsetof(Frame, flags), 0, NULL},
+    {"cuda", T_BOOL, offsetof(Frame, cuda), 0, NULL},
+    {"anchor", T_BOOL, offsetof(Frame, anchor), 0, NULL},
+    {"seq0", T_LONGLONG, offsetof(Frame, seq0), 0, NULL},
+    {"cpu0", T_LONGLONG, offsetof(Frame, cpu0), 0, NULL},
+    {"own", T_LONGLONG, offsetof(Frame, own), 0, NULL},
+    {NULL},
+};
+#undef OBJ
+
+PyTypeObject FrameType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrumented_convs.core.native._speedups.Frame",
+    .tp_doc = "One open step on a thread's stack (see instrumented_convs.core.stack).",
+    .tp_basicsize = sizeof(Frame),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Frame_init,
+    .tp_dealloc = (destructor)Frame_dealloc,
+    .tp_traverse = (traverseproc)Frame_traverse,
+    .tp_clear = (inquiry)Frame_clear,
+    .tp_repr = (reprfunc)Frame_repr,
+    .tp_members = Frame_members,
+    .tp_getset = Frame_getset,
+};
+
+/* -- StepBase ----------------------------------------------------------------------------- */
+
+static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) {
+    return PyObject_CallMethodObjArgs(self, s_enter, stack, top, NULL);
+}
+
+PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
+    if (g_registry == NULL) { PyErr_SetString(PyExc_RuntimeError, "_speedups.bind() was not called"); return NULL; }
+    long long t_in = now_ns();  /* the tool's own time starts (see Frame.own) */
+    if (t_in == -1 && PyErr_Occurred()) return NULL;
+    PyObject *stack = thread_stack(), *result = NULL, *root = NULL, *new_log = NULL;
+    if (stack == NULL) return NULL;
+    Py_INCREF(stack);
+    if (!PyList_CheckExact(stack) || PyList_GET_SIZE(stack) == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "instrumented_convs: the thread's step stack is broken");
+        goto done;
+    }
+    Frame *top = (Frame *)PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
+    PyObject *parent = top->entry;
+    /* The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step. */
+    int cpu = self->cuda == Py_False || ((self->cuda == NULL || self->cuda == Py_None) && parent != NULL
+                                         && parent != Py_None && !top->cuda);
+    int slow = Py_TYPE(top) != &FrameType || !cpu || (top->task != NULL && top->task != Py_None);
+    if (!slow && (parent == NULL || parent == Py_None)) {  /* top level: under the registry's root */
+        root = PyObject_GetAttr(g_registry, s_root);
+        if (root == NULL) goto done;
+        parent = root;
+    }
+    if (!slow)  /* an Entry (else Python reads it) that is not retired */
+        slow = (PyObject *)Py_TYPE(parent) != g_entry_type || SLOT(parent, o_retired) != Py_False;
+    if (!slow)
+        slow = g_nvtx_live;
+    if (!slow) {
+        int r = module_flag(g_prof, s_prof_on);
+        if (r < 0) goto done;
+        slow = r;
+    }
+    PyObject *log = top->log ? top->log : Py_None;
+    long long anchor_seq = -1;
+    if (!slow && !self->region && log == Py_None) {  /* the outermost step with grad: an anchor */
+        int r = module_flag(g_config, s_backward);
+        if (r < 0) goto done;
+        if (r) {
+            PyObject *g = PyObject_CallNoArgs(g_grad_enabled);
+            if (g == NULL) goto done;
+            r = PyObject_IsTrue(g);
+            Py_DECREF(g);
+            if (r < 0) goto done;
+        }
+        if (r) {
+            anchor_seq = seq_nr();
+            if (anchor_seq < 0 && PyErr_Occurred()) goto done;
+            new_log = new_anchor_log(anchor_seq, PyList_GET_SIZE(stack));
+            if (new_log == NULL) goto done;
+        }
+    }
+    PyObject *entry = NULL;
+    if (!slow) {
+        PyObject *children = SLOT(parent, o_children);  /* borrowed */
+        entry = children && PyDict_CheckExact(children) ? PyDict_GetItemWithError(children, self->key) : NULL;
+        Py_XINCREF(entry);
+        if (entry != NULL && (PyObject *)Py_TYPE(entry) != g_entry_type) Py_CLEAR(entry);
+        if (entry == NULL) {
+            if (PyErr_Occurred()) goto done;
+            slow = 1;  /* a new path: the registry creates its entry */
+        }
+    }
+    if (slow) {
+        Py_XDECREF(entry);
+        Py_CLEAR(new_log);
+        result = delegate_enter((PyObject *)self, stack, (PyObject *)top);
+        goto done;
+    }
+    Frame *frame = (Frame *)top->spare;  /* never on the stack while top is on top: reusable */
+    if (frame == NULL || frame == (Frame *)Py_None) {
+        frame = (Frame *)PyObject_CallNoArgs((PyObject *)&FrameType);
+        if (frame == NULL) { Py_DECREF(entry); goto done; }
+        Py_XSETREF(top->spare, (PyObject *)frame);
+    }
+    Py_XSETREF(frame->entry, entry);
+    Py_XSETREF(frame->owner, Py_NewRef((PyObject *)self));
+    frame->cuda = 0;
+    frame->flags = 0;
+    frame->mode = CPU;
+    if (self->region) {
+        Py_XSETREF(frame->log, Py_NewRef(log));
+        frame->seq0 = -1;
+    } else if (new_log != NULL) {  /* an anchor: its own log; its exit walks or counts */
+        Py_XSETREF(frame->log, new_log);
+        new_log = NULL;
+        frame->anchor = 1;
+        Py_CLEAR(frame->outputs);
+        frame->seq0 = anchor_seq;
+    } else if (log != Py_None) {  /* inside an anchor: log the node range for its walk */
+        long long s = seq_nr();
+        if (s < 0 && PyErr_Occurred()) goto done;
+        Py_XSETREF(frame->log, Py_NewRef(log));
+        frame->anchor = 0;
+        Py_CLEAR(frame->outputs);
+        frame->seq0 = s;
+    } else {
+        Py_CLEAR(frame->log);
+        frame->seq0 = -1;
+    }
+    if (frame->start != NULL) Py_CLEAR(frame->start);  /* an object a Python enter left */
+    if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
+    long long t0 = now_ns();  /* the clock last */
+    if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
+    frame->t0 = t0;
+    frame->has_t0 = 1;
+    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see _backward */
+    if (Py_TYPE(bottom) == &FrameType) {
+        bottom->own += t0 - t_in;
+        frame->own = bottom->own;
+    }
+    result = Py_NewRef((PyObject *)self);
+done:
+    Py_XDECREF(root);
+    Py_XDECREF(new_log);
+    Py_DECREF(stack);
+    return result;
+}
+
+PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs) {
+    long long t1 = now_ns();  /* the clock first */
+    if (t1 == -1 && PyErr_Occurred()) return NULL;
+    PyObject *exc_type = nargs > 0 ? args[0] : Py_None;
+    PyObject *stack = thread_stack(), *result = NULL, *t1o = NULL;
+    if (stack == NULL) return NULL;
+    Py_INCREF(stack);
+    Py_ssize_t n = PyList_CheckExact(stack) ? PyList_GET_SIZE(stack) : 0;
+    Frame *frame = n ? (Frame *)PyList_GET_ITEM(stack, n - 1) : NULL;
+    int slow = frame == NULL || Py_TYPE(frame) != &FrameType || frame->owner != (PyObject *)self
+        || frame->flags || frame->mode != CPU || exc_type != Py_None || !frame->has_t0;
+    if (!slow)
+        slow = frame->entry == NULL || (PyObject *)Py_TYPE(frame->entry) != g_entry_type
+            || SLOT(frame->entry, o_retired) != Py_False || SLOT(frame->entry, o_buf) == NULL
+            || !PyList_CheckExact(SLOT(frame->entry, o_buf));
+    if (slow) {
+        t1o = PyLong_FromLongLong(t1);
+        if (t1o == NULL) goto done;
+        result = PyObject_CallMethodObjArgs((PyObject *)self, s_exit, stack,
+                                            frame ? (PyObject *)frame : Py_None, t1o, exc_type, NULL);
+        goto done;
+    }
+    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);
+    if (Py_TYPE(bottom) != &FrameType) bottom = NULL;
+    /* the tool's own time inside the step (its children's enters and exits, backward hooks) */
+    long long own = bottom != NULL && !self->region ? bottom->own - frame->own : 0;
+    Py_SET_SIZE(stack, n - 1);  /* pop: the list's reference to frame is ours now (list.pop's
+                                   own shrink of the storage is left to the next resize) */
+    PyObject *entry = Py_NewRef(frame->entry);
+    PyObject *buf = Py_NewRef(SLOT(entry, o_buf)), *ns = NULL;
+    int ok = (ns = PyLong_FromLongLong(t1 - frame->t0 - own)) != NULL
+        && PyList_Append(buf, ns) == 0;
+    if (ok && PyList_GET_SIZE(buf) >= g_fold_at) {
+        PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);
+        ok = r != NULL;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(ns);
+    Py_DECREF(buf);
+    if (ok && g_timeline != NULL)
+        ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
+    if (ok && frame->seq0 >= 0) {
+        if (frame->anchor) {  /* counted here, else Python walks or counts it (_anchor.log_exit) */
+            if (!anchor_exit(frame, stack, entry)) {
+                PyObject *r = PyObject_CallFunctionObjArgs(g_log_exit, (PyObject *)frame, stack, Py_True, NULL);
+                ok = r != NULL;
+                Py_XDECREF(r);
+            }
+        } else {
+            ok = log_inner(frame, PyList_GET_SIZE(stack), entry) == 0;
+        }
+    }
+    Py_DECREF(entry);
+    Py_DECREF(frame);
+    if (ok && bottom != NULL) {  /* this exit's own time, to the steps still open */
+        long long t_out = now_ns();
+        ok = !(t_out == -1 && PyErr_Occurred());
+        if (ok) bottom->own += t_out - t1;
+    }
+    if (ok) result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(t1o);
+    Py_DECREF(stack);
+    return result;
+}
+
+static PyMethodDef StepBase_methods[] = {
+    {"__enter__", (PyCFunction)StepBase_enter, METH_NOARGS, "Open the step (see Step)."},
+    {"__exit__", (PyCFunction)(void (*)(void))StepBase_exit, METH_FASTCALL, "Close the step (see Step)."},
+    {NULL},
+};
+
+#define SOBJ(n) {#n, T_OBJECT, offsetof(StepBase, n), 0, NULL}
+static PyMemberDef StepBase_members[] = {
+    SOBJ(name), SOBJ(scope), SOBJ(cuda), SOBJ(dev), SOBJ(kind), SOBJ(key),
+    {"region", T_BOOL, offsetof(StepBase, region), 0, NULL},
+    {NULL},
+};
+#undef SOBJ
+
+static void StepBase_dealloc(StepBase *self) {
+    Py_CLEAR(self->name); Py_CLEAR(self->scope); Py_CLEAR(self->cuda); Py_CLEAR(self->dev);
+    Py_CLEAR(self->kind); Py_CLEAR(self->key);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyTypeObject StepBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "instrumented_convs.core.native._speedups.StepBase",
+    .tp_doc = "The common case of Step.__enter__/__exit__ in C (see instrumented_convs.core.step).",
+    .tp_basicsize = sizeof(StepBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)StepBase_dealloc,
+    .tp_methods = StepBase_methods,
+    .tp_members = StepBase_members,
+};
+

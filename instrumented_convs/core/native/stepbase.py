@@ -1,0 +1,172 @@
+"""The common case of entering and leaving a step, fast: :class:`StepBase`, the base of Step.
+
+Nearly every step runs on the CPU clock (nested in a CPU step, or given a CPU device), with
+no NVTX tool attached, no profiler recording and no exception. For that case, ``__enter__``
+finds the entry, fills a reused frame, logs the autograd counter (or starts the log of an
+anchor: see :mod:`._anchor`), and starts the clock; ``__exit__`` stops the clock, appends the
+duration to the entry's buffer (the registry's lock-free write, see :mod:`._entry`), and logs
+the node range for the anchor (an anchor's own exit hands over to ``_anchor.log_exit``).
+Every other case (a new path, CUDA, NVTX, a profiler label, an exception, a reset while open,
+a top-level step that must pick its clock, steps that do not nest) calls ``Step._enter`` /
+``Step._exit`` (:mod:`._step`), the general path, which opens and closes frames through
+:mod:`._frame`.
+
+This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
+it exists twice: in C (``instrumented_convs/core/native/_speedups*.c``, built by ``pip install`` or
+``python setup.py build_ext --inplace``; used when it imports) and here in Python, the
+fallback, with the same behaviour; ``INSTRUMENTED_CONVS_PURE_PYTHON=1`` forces the Python
+one (the tests run both). :data:`IMPLEMENTATION` says which is in use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from .. import anchor, clock, labels, lifecycle, sampling, settings, timeline
+from ..entry import FOLD_AT, Entry
+from ..registry import SKIPS_FOLD_AT, registry
+from ..stack import CPU, Frame, _tls
+from . import IMPLEMENTATION, seq_counter_address, speedups
+
+__all__ = ["StepBase", "IMPLEMENTATION"]
+
+_seq = anchor.seq_nr
+_grad_enabled = torch.is_grad_enabled
+_prof = labels.profiler_state
+
+
+class PyStepBase:
+    """The fast path of Step in Python (the twin of ``_speedups.StepBase``)."""
+
+    __slots__ = ("name", "scope", "cuda", "dev", "kind", "key", "region")
+
+    def __enter__(self) -> Any:
+        """Open the step: the common case here, every other in ``self._enter``."""
+        t_in = clock.cpu_now()  # the tool's own time starts (see Frame.own)
+        stack = _tls.stack
+        top = stack[-1]
+        parent = top.entry
+        cuda = self.cuda
+        # The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step.
+        if (
+            not (cuda is False or (cuda is None and parent is not None and not top.cuda))
+            or top.task is not None
+        ):
+            return self._enter(stack, top)  # type: ignore[attr-defined]
+        if parent is None:  # top level: under the registry's root
+            parent = registry.root
+        if parent.retired or lifecycle._nvtx_live or _prof._is_profiler_enabled:
+            return self._enter(stack, top)  # type: ignore[attr-defined]
+        entry = parent.children.get(self.key)
+        if entry is None:  # a new path: the registry creates its entry
+            return self._enter(stack, top)  # type: ignore[attr-defined]
+        log = top.log
+        frame = top.spare  # never on the stack while ``top`` is on top: free to reuse
+        if frame is None:
+            frame = top.spare = Frame()
+        frame.entry = entry
+        frame.owner = self
+        frame.cuda = False
+        frame.flags = 0
+        frame.mode = CPU
+        if self.region:  # regions have no backward; steps inside them may
+            frame.log = log
+            frame.seq0 = -1
+        elif log is not None:  # inside an anchor: log the node range for its walk
+            frame.log = log
+            frame.anchor = False
+            frame.outputs = None
+            frame.seq0 = _seq()
+        elif settings.backward and _grad_enabled():  # the outermost step with grad: an anchor
+            seq = _seq()
+            frame.log, frame.anchor, frame.outputs, frame.seq0 = (
+                anchor.Log(seq, len(stack)),
+                True,
+                None,
+                seq,
+            )
+        else:
+            frame.log = None
+            frame.seq0 = -1
+        stack.append(frame)
+        frame.start = t0 = clock.cpu_now()  # the clock last
+        bottom = stack[0]
+        bottom.own += t0 - t_in
+        frame.own = bottom.own
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Close the step: the common case here, every other in ``self._exit``."""
+        t1 = clock.cpu_now()  # the clock first
+        stack = _tls.stack
+        frame = stack[-1]
+        if (
+            frame.owner is not self
+            or frame.flags
+            or frame.mode
+            or exc_type is not None
+            or frame.entry.retired
+        ):
+            return self._exit(stack, frame, t1, exc_type)  # type: ignore[attr-defined]
+        stack.pop()
+        entry = frame.entry
+        buf = entry.buf
+        bottom = stack[0]
+        buf.append(t1 - frame.start - (0 if self.region else bottom.own - frame.own))
+        if len(buf) >= FOLD_AT:
+            registry.fold(entry)
+        seq0 = frame.seq0
+        if timeline.events is not None:
+            timeline.add(entry, frame.start, t1, seq0)
+        if seq0 >= 0 and frame.anchor:  # walk the anchor's graph or count it
+            anchor.log_exit(frame, stack, True)
+        elif seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)
+            seq1 = _seq()
+            log, outputs = frame.log, frame.outputs
+            frame.log = frame.outputs = None
+            frame.seq0 = -1
+            if seq1 != seq0:
+                base = log.seq0
+                log.items.append((seq0 - base, seq1 - base, entry, len(stack) - log.depth0, CPU))
+                if outputs is not None:
+                    log.outputs.append(outputs)
+        bottom.own += clock.cpu_now() - t1  # this exit's own time, to the steps still open
+        return None
+
+
+if speedups is not None:
+    speedups.bind(
+        settings,
+        _prof,
+        registry,
+        _seq,
+        clock.cpu_now,
+        _grad_enabled,
+        Entry,
+        anchor.Log,
+        time.perf_counter_ns,
+        anchor.log_exit,
+        FOLD_AT,
+    )
+    clock.on_set.append(speedups.set_clock)  # the clock the extension reads, kept current
+    speedups.set_seq_native(seq_counter_address())
+    speedups.bind_anchor(
+        Entry,
+        torch.Tensor,
+        sampling.Template,
+        sampling,
+        anchor,
+        anchor.chosen,
+        anchor.failed,
+        sampling.Count,
+        OrderedDict,
+        sampling._keys,
+        "instrumented_convs",
+    )
+    speedups.bind_count(sampling.Template, registry._skips, sampling.counted, SKIPS_FOLD_AT)
+#: The base class of Step: the C one when the extension is in use, else :class:`PyStepBase`.
+StepBase: type = speedups.StepBase if speedups is not None else PyStepBase

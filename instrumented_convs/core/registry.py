@@ -1,0 +1,310 @@
+"""The registry: streaming statistics per (scope, step path, phase), thread-safe.
+
+Each distinct step path in each scope and phase is one :class:`Entry`, a node of a tree
+whose parent is the enclosing step (for a backward entry: the backward of the enclosing
+step, or whatever step was open when the backward ran). An entry keeps count, total, sum
+of squares, min and max of its durations as integer nanoseconds, so the arithmetic is
+exact and memory does not grow with the number of calls. Writes go through a narrow API
+(:meth:`Registry.child`, :meth:`~Registry.record`, :meth:`~Registry.record_pending`,
+:meth:`~Registry.record_untimed`, :meth:`~Registry.add`, :meth:`~Registry.reset`).
+
+The arithmetic is deferred: :meth:`~Registry.record`, the hot path of every step, appends
+the duration to its entry's buffer without a lock (a list append is atomic); every
+:data:`~._entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
+into the statistics under the lock (:func:`~._entry.fold_buffer`).
+
+Storage only (no PyG, DGL, rendering, or arithmetic beyond sums): :meth:`Registry.snapshot`
+gives every entry as plain data, which :meth:`Registry.summary` hands to the reader
+registered with :func:`on_read` (:mod:`.distributed`; :mod:`._stats` builds summaries).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Deque, List, Optional
+
+from . import counters
+from . import timeline as _timeline
+from .clock import PendingTimes
+from .entry import FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
+
+#: Skipped calls queued before :meth:`Registry.record_skipped` counts them (the C count hook
+#: leaves the append that reaches it to that method).
+SKIPS_FOLD_AT = 1024
+
+
+class Registry:
+    """Thread-safe store of step timings: a tree of :class:`Entry` with a narrow write API."""
+
+    def __init__(self) -> None:
+        """Create an empty registry."""
+        self._lock = threading.Lock()
+        #: The invisible root of the current tree: top-level steps are its children.
+        #: ``reset()`` replaces it (a plain attribute: steps read it on their hot path).
+        self.root = Entry("", "", None, "root", None, -1)
+        #: CUDA event pairs waiting to be read (:class:`~instrumented_convs.core.clock.PendingTimes`):
+        #: ``len(registry.pending)``, and its ``poll_at`` / ``hard_limit`` thresholds.
+        self.pending = PendingTimes(self._fold_locked)
+        #: Calls counted by backward sampling, not yet added (see :meth:`record_skipped`).
+        self._skips: Deque[List[Entry]] = deque()
+
+    # -- writing ------------------------------------------------------------------------
+    def child(
+        self,
+        parent: Entry,
+        name: str,
+        scope: Optional[str] = None,
+        kind: str = "step",
+        phase: str = "forward",
+    ) -> Entry:
+        """The entry for step ``name`` nested in ``parent``, in ``scope`` or else the parent's.
+
+        Forward children that inherit the parent's scope are keyed by name alone, those with
+        a scope of their own by ``(name, scope)``; a backward child by :func:`backward_key`
+        of that. A retired ``parent`` is relocated first.
+        """
+        with self._lock:
+            if parent.retired:
+                parent = self._relocate_locked(parent)
+            return self._child_locked(parent, name, scope, kind, phase)
+
+    def _child_locked(
+        self,
+        parent: Entry,
+        name: str,
+        scope: Optional[str],
+        kind: str,
+        phase: str = "forward",
+    ) -> Entry:
+        key: Any = name if scope is None else (name, scope)
+        if phase != "forward":
+            key = backward_key(key)
+        entry = parent.children.get(key)
+        if entry is None:
+            path = f"{parent.path}/{name}" if parent.path else name
+            own_scope = parent.scope if scope is None else scope
+            entry = Entry(name, path, own_scope, kind, parent, parent.depth + 1, key, phase)
+            parent.children[key] = entry
+        return entry
+
+    def relocate(self, entry: Entry) -> Entry:
+        """The entry of the same path and scopes in the current tree (after a reset)."""
+        with self._lock:
+            return self._relocate_locked(entry)
+
+    def _relocate_locked(self, entry: Entry) -> Entry:
+        chain = []
+        e: Optional[Entry] = entry
+        while e is not None and e.depth >= 0:
+            chain.append(e)
+            e = e.parent
+        node = self.root
+        for old in reversed(chain):
+            key = old.key if old.phase == "forward" else old.key[0]
+            scope = None if isinstance(key, str) else key[1]
+            node = self._child_locked(node, old.name, scope, old.kind, old.phase)
+        return node
+
+    def record(self, entry: Entry, ns: int, error: bool = False) -> None:
+        """Add one duration (integer nanoseconds) to ``entry`` (relocated if retired).
+
+        This is the hot path of every CPU-timed step: an append to the entry's buffer,
+        folded every :data:`FOLD_AT` durations (see the module docstring).
+        """
+        if entry.retired:
+            entry = self.relocate(entry)
+        buf = entry.buf
+        buf.append(ns)
+        if error or len(buf) >= FOLD_AT:
+            with self._lock:
+                if error:
+                    entry.errors += 1
+                fold_buffer(entry)
+
+    def fold(self, entry: Entry) -> None:
+        """Fold ``entry``'s buffered durations into its statistics (writers that append to
+        ``entry.buf`` themselves call it when the buffer reaches ``FOLD_AT``)."""
+        with self._lock:
+            fold_buffer(entry)
+
+    def record_sampled(self, entry: Entry, ns: int) -> None:
+        """Add the duration of a call chosen at random for timing (see :attr:`Entry.rcount`)."""
+        with self._lock:
+            if entry.retired:
+                entry = self._relocate_locked(entry)
+            entry.buf.append(ns)
+            entry.rcount += 1
+            entry.rtotal += ns
+            if len(entry.buf) >= FOLD_AT:
+                fold_buffer(entry)
+
+    def record_skipped(self, entries: List[Entry]) -> None:
+        """Count one call of each of ``entries`` that was not timed, by choice (sampling).
+
+        An append (atomic, no lock), counted when the registry is read or :data:`SKIPS_FOLD_AT`
+        are queued.
+        """
+        skips = self._skips
+        skips.append(entries)
+        if len(skips) >= SKIPS_FOLD_AT:
+            with self._lock:
+                self._fold_skips_locked()
+
+    def _fold_skips_locked(self) -> None:
+        skips = self._skips
+        while skips:
+            try:
+                entries = skips.popleft()
+            except IndexError:  # another thread folded the last one
+                return
+            for entry in entries:
+                if entry.retired:
+                    entry = self._relocate_locked(entry)
+                entry.skipped += 1
+
+    def record_untimed(self, entry: Entry, error: bool = False) -> None:
+        """Count a call that could not be timed (CUDA-graph capture, an unreadable event)."""
+        with self._lock:
+            if entry.retired:
+                entry = self._relocate_locked(entry)
+            entry.untimed += 1
+            if error:
+                entry.errors += 1
+
+    def record_pending(
+        self,
+        entry: Entry,
+        start: Any,
+        end: Any,
+        error: bool = False,
+        sampled: bool = False,
+        slot: Any = None,
+    ) -> None:
+        """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``, folded in
+        when resolved (:class:`~._clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
+        ``slot``: the call's GPU times on the timeline, filled then (:mod:`._timeline`)."""
+        with self._lock:
+            if entry.retired:
+                entry = self._relocate_locked(entry)
+            if error:
+                entry.errors += 1
+            self.pending.add(entry, start, end, sampled, slot)
+
+    def _fold_locked(self, entry: Entry, ns: Optional[int], sampled: bool = False) -> None:
+        """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``."""
+        if ns is None:
+            entry.untimed += 1
+            return
+        entry.buf.append(ns)
+        if sampled:
+            entry.rcount += 1
+            entry.rtotal += ns
+        if len(entry.buf) >= FOLD_AT:
+            fold_buffer(entry)
+
+    def add(self, path: str, seconds: float, scope: Optional[str] = None) -> None:
+        """Record a duration in seconds for a ``/``-separated step path, outside any step."""
+        entry = self.root
+        names = path.split("/")
+        if not all(names):
+            raise ValueError(f"a step path is names joined by '/', not {path!r}")
+        for name in names:
+            entry = self.child(entry, name, scope)
+        self.record(entry, int(round(seconds * 1e9)))
+
+    def reset(self) -> None:
+        """Forget every recorded time (the timeline too) and start a new tree.
+
+        Steps open during the reset are recorded, whole, into the new tree when they close,
+        and steps opened inside them later nest under them there as usual.
+        """
+        with self._lock:
+            self.pending.clear()
+            self._skips.clear()
+            _timeline.clear()
+            counters.clear()
+            old = self.root
+            old.retired = True
+            for e in old.walk():
+                e.retired = True
+            self.root = Entry("", "", None, "root", None, -1)
+
+    # -- reading ------------------------------------------------------------------------
+    def resolve(self) -> int:
+        """Fold every pending CUDA event pair (waits for them); return how many."""
+        with self._lock:
+            return self.pending.drain()
+
+    def _fold_all_locked(self) -> List[Entry]:
+        self._fold_skips_locked()
+        entries = list(self.root.walk())
+        for e in entries:
+            if e.buf:
+                fold_buffer(e)
+        return entries
+
+    def entries(self) -> List[Entry]:
+        """Every entry, depth first, its statistics up to date (pending CUDA times resolved)."""
+        self.resolve()
+        with self._lock:
+            return self._fold_all_locked()
+
+    def snapshot(self) -> List[EntryStats]:
+        """Every entry as plain data, depth first (after resolving pending CUDA times): an
+        :class:`~._entry.EntryStats` each (raw statistics, integer ns, its counters, and the
+        index of its parent record, -1 at the top level), all a summary is made of."""
+        self.resolve()
+        with self._lock:
+            entries = self._fold_all_locked()
+            index = {id(e): i for i, e in enumerate(entries)}
+            out = [e.stats(index.get(id(e.parent), -1)) for e in entries]
+        for i, e in enumerate(entries):  # the counters' own, when they counted anything
+            counted = counters.of(e)
+            if counted is not None:
+                out[i] = out[i]._replace(**counted)
+        return out
+
+    def summary(
+        self,
+        by: str = "step",
+        unit: Optional[str] = None,
+        all_ranks: bool = False,
+        group: Any = None,
+    ) -> Any:
+        """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
+
+        ``by="step"`` merges each step path across layer instances (scopes);
+        ``by="layer"`` gives one row per (layer instance, step path). ``unit`` forces the
+        table's time unit (``s``, ``ms``, ``us``, ``ns``).
+
+        ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a
+        collective over ``group`` (default: the default process group) that every rank must
+        call, returning on every rank the merged summary, with the spread across ranks per
+        step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
+        initialised process group it raises RuntimeError.
+        """
+        if _read is None:
+            raise RuntimeError("no reader of snapshots is registered (import instrumented_convs)")
+        return _read(self.snapshot(), by, unit, all_ranks, group)
+
+    def timeline(self) -> Any:
+        """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
+        ``configure(timeline=N)`` was on (pending CUDA times resolved first)."""
+        self.resolve()
+        return _timeline.read()
+
+
+_read: Optional[Callable[..., Any]] = None
+
+
+def on_read(read: Callable[..., Any]) -> None:
+    """Register what :meth:`Registry.summary` hands its snapshot to:
+    ``read(snapshot, by, unit, all_ranks, group)``, returning the summary
+    (:func:`instrumented_convs.distributed.read`, at its import)."""
+    global _read
+    _read = read
+
+
+#: The process-wide registry every step writes to.
+registry = Registry()

@@ -1,0 +1,164 @@
+"""Which calls' backward is timed step by step, and counting the others exactly.
+
+Timing a step's backward takes hooks on autograd nodes, registered in the forward and
+called by the engine: microseconds each, more than the rest of a step's instrumentation.
+So the backward of an anchor call (a layer call, usually) is timed step by step only for:
+
+- the first ``backward_every`` calls of each *shape* of the anchor: the same anchor entry,
+  the same number of autograd nodes, the same nested steps over the same node ranges
+  (:func:`choose`); these calls are timed as they are, a census;
+- then one call in ``backward_every``, chosen at random (its own ``random.Random``: the
+  user's ``random`` stream is left alone); these calls are the sample.
+
+Every other call is *counted*: one hook on the anchor's newest output node, through the
+tensor's own hook dictionary (the cheapest way torch offers), adds one call to each step
+that the timed calls of the same shape found a backward for (:func:`count`), under the step
+open when that backward runs, as a timed call's rows are. The summary estimates the time of
+counted calls from the calls timed at random (``_stats.estimated_total``): counts stay
+exact, times of sampled rows are unbiased estimates, and the census keeps short runs exact.
+``configure(backward_every=1)`` times every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import OrderedDict
+from itertools import count as _counter
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import settings
+from .backward import backward_parent
+from .native import speedups
+from .registry import backward_key, registry
+from .stack import Frame, _tls
+
+__all__ = [
+    "Template",
+    "choose",
+    "remember",
+    "count",
+    "counted",
+    "Count",
+    "CENSUS",
+    "SAMPLED",
+    "COUNT",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What :func:`choose` decides for a call: time it (census), time it (random sample), count it.
+CENSUS, SAMPLED, COUNT = 0, 1, 2
+#: Shapes remembered per anchor entry; calls of further shapes are all timed.
+MAX_SHAPES = 64
+
+_random = random.Random().random
+_keys = _counter()
+
+
+class Template:
+    """What the timed calls of one shape found: the steps with a backward, parents first, as
+    ``(name, key, scope, kind, parent index)``; and how many calls of the shape were seen."""
+
+    __slots__ = ("records", "calls", "_under")
+
+    def __init__(self, records: Tuple[Tuple[Any, ...], ...]) -> None:
+        """A template of ``records``, seen once."""
+        self.records = records
+        self.calls = 1
+        self._under: Dict[Any, List[Any]] = {}
+
+    def entries(self, parent: Any) -> List[Any]:
+        """The backward entries of the records when their backward runs under ``parent``."""
+        got = self._under.get(parent)
+        if got is None:
+            if len(self._under) >= 16:
+                self._under.clear()
+            got = []
+            for name, key, scope, kind, p in self.records:
+                up = parent if p < 0 else got[p]
+                e = up.children.get(backward_key(key))
+                if e is None:
+                    e = registry.child(up, name, scope, kind, "backward")
+                got.append(e)
+            self._under[parent] = got
+        return got
+
+
+def choose(entry: Any, shape: Any) -> Tuple[Optional[Template], int]:
+    """The template of ``shape`` for the anchor ``entry`` (None: first call), and what to do."""
+    state = entry.sampling
+    if state is None:
+        state = entry.sampling = {}
+    t = state.get(shape)
+    if t is None:
+        return None, CENSUS
+    t.calls += 1
+    every = settings.backward_every
+    if t.calls <= every:
+        return t, CENSUS
+    return t, (SAMPLED if _random() * every < 1.0 else COUNT)
+
+
+def remember(entry: Any, shape: Any, recs: List[Any]) -> None:
+    """Keep the template of ``shape`` from the records of a timed call (see walk)."""
+    state = entry.sampling
+    if state is None or len(state) >= MAX_SHAPES:
+        return
+    index: Dict[int, int] = {}
+    out = []
+    for r in recs:  # parents first; a hooked record's parent is hooked or dropped (None)
+        if not r.hooked:
+            continue
+        index[id(r)] = len(out)
+        out.append(
+            (r.name, r.key, r.scope, r.kind, -1 if r.parent is None else index[id(r.parent)])
+        )
+    state[shape] = Template(tuple(out))
+
+
+def counted(template: Template, fwd_stack: List[Frame]) -> None:
+    """Count one call of each of ``template``'s steps, under the step open when the backward
+    runs (the count hook's work; the C extension's :data:`Count` does its common case)."""
+    try:
+        if not (settings.enabled and settings.backward):
+            return None
+        parent = backward_parent(_tls.stack, fwd_stack)
+        if parent.retired:
+            parent = registry.relocate(parent)
+        registry.record_skipped(template.entries(parent))
+    except Exception:  # never break the user's backward
+        logger.exception("instrumented_convs: counting a backward failed")
+    return None
+
+
+class _Count:
+    """The hook that counts a call whose backward is not timed (see the module)."""
+
+    __slots__ = ("template", "fwd_stack")
+
+    def __init__(self, template: Template, fwd_stack: List[Frame]) -> None:
+        self.template = template
+        self.fwd_stack = fwd_stack
+
+    def __call__(self, grad: Any) -> None:
+        counted(self.template, self.fwd_stack)
+
+
+#: The type of count hooks: the C one when the extension is in use, else :class:`_Count`.
+Count: Any = speedups.CountHook if speedups is not None else _Count
+
+
+def count(tensor: Any, node: Any, template: Template, fwd_stack: List[Frame]) -> None:
+    """Count the backward of ``template``'s steps when ``node`` (``tensor.grad_fn``) runs.
+
+    The hook goes into the tensor's own hook dictionary, registered on its node once, as
+    ``Tensor.register_hook`` does, without a removable handle: it lives as long as the graph.
+    """
+    if not template.records:
+        return
+    hooks = tensor._backward_hooks
+    if hooks is None:
+        tensor._backward_hooks = hooks = OrderedDict()
+        node._register_hook_dict(tensor)
+    hooks[("instrumented_convs", next(_keys))] = Count(template, fwd_stack)

@@ -1,0 +1,133 @@
+"""The per-thread stack of open steps.
+
+Each thread has its own stack, so threads never nest into each other, and the start of a
+step lives in a :class:`Frame` on that stack, never on the step object: one step object can
+be entered recursively and from many threads at once.
+
+Frames are mutable and reused, so that opening a step allocates nothing: the bottom of
+every stack is a sentinel frame (no entry, no owner), and each frame keeps in ``spare`` the
+frame last opened directly above it. That spare is never on the stack while its frame is on
+top (it was pushed after its frame and frames keep their order), so it is free to reuse.
+Filling a frame's slots costs about what building a tuple does; a ``NamedTuple`` built with
+``tuple.__new__`` measured several times slower on CPython 3.11.
+
+:class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is
+in use (the fast path of steps reads their fields directly, see :mod:`._stepbase`), else the
+classes below; both have the same attributes. This module imports nothing else from the
+package.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, List, Optional
+
+from .native import speedups
+
+#: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
+CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
+#: Bits of ``Frame.flags``: what the frame opened besides its clock, so its close undoes that
+#: (an NVTX range, a profiler label); SAMPLED: a backward frame of a call timed at random.
+PUSHED, LABELLED, SAMPLED = 1, 2, 4
+
+
+class Frame:
+    """One open step on a thread's stack: what its exit needs, read by name."""
+
+    __slots__ = (
+        "entry",
+        "start",
+        "mode",
+        "flags",
+        "rf",
+        "owner",
+        "cuda",
+        "dev",
+        "spare",
+        "log",
+        "seq0",
+        "anchor",
+        "outputs",
+        "task",
+        "cpu0",
+        "gpu",
+        "own",
+    )
+
+    def __init__(self) -> None:
+        """An unused frame (also the bottom sentinel: no entry, no owner)."""
+        self.entry: Any = None  #: the registry entry the step records into
+        self.start: Any = None  #: CPU: integer ns; CUDA: ``(event, device key)``; else None
+        self.mode: int = BOTTOM  #: CPU, CUDA or UNTIMED (BOTTOM for the sentinel)
+        self.flags: int = (
+            0  #: PUSHED (an NVTX range is open), LABELLED (a profiler label is), SAMPLED
+        )
+        self.rf: Any = None  #: the open record_function handle (when LABELLED)
+        self.owner: Any = None  #: the Step (or backward record) that opened the frame
+        self.cuda: bool = False  #: the frame's steps time with CUDA events (children inherit it)
+        self.dev: Optional[int] = None  #: CUDA device index (None: the current device)
+        self.spare: Optional[Frame] = None  #: the frame last opened directly above this one
+        # Backward timing (see _backward): forward steps log the autograd nodes they create.
+        self.log: Optional[list] = None  #: the anchor's log of nested steps, or None
+        self.seq0: int = -1  #: autograd sequence number at entry (-1: this step logs nothing)
+        self.anchor: bool = False  #: this step's exit walks the autograd graph it built
+        self.outputs: Any = None  #: the step's output tensors, when its code says them
+        self.task: Optional[int] = None  #: for a backward step: its autograd graph task id
+        # The timeline (see _timeline), while it records: a CUDA frame's CPU start and GPU slot.
+        self.cpu0: int = 0
+        self.gpu: Optional[list] = None
+        #: The tool's own time on this thread, in ns (see _backward): the bottom sentinel's is
+        #: its running total; a CPU backward frame's, that total at its start.
+        self.own: int = 0
+
+    def __repr__(self) -> str:
+        """``Frame('path', mode=...)``."""
+        path = getattr(self.entry, "path", None)
+        return f"Frame({path!r}, mode={self.mode})"
+
+
+class _ThreadState(threading.local):
+    """Per-thread nesting stack of open steps, bottom sentinel first."""
+
+    def __init__(self) -> None:
+        self.stack: List[Frame] = [Frame()]
+
+
+#: The per-thread state: ``_tls.stack`` is this thread's stack of frames.
+_tls: Any = _ThreadState()
+if speedups is not None:  # the same, in C: frames with C fields, the stack found faster
+    Frame = speedups.Frame  # type: ignore[misc]  # noqa: F811
+    _tls = speedups.ThreadState()
+
+
+def thread_stack() -> List[Frame]:
+    """This thread's stack itself (the sentinel at index 0); the hot path holds it."""
+    return _tls.stack
+
+
+def depth() -> int:
+    """How many steps are open on this thread."""
+    return len(_tls.stack) - 1
+
+
+def current_path() -> str:
+    """The ``/``-separated path of the innermost open step on this thread (``""`` if none)."""
+    entry = _tls.stack[-1].entry
+    return entry.path if entry is not None else ""
+
+
+def open_steps() -> List[str]:
+    """The paths of the steps open on this thread, outermost first."""
+    return [f.entry.path for f in _tls.stack[1:]]
+
+
+def pop_own(stack: List[Frame], owner: Any) -> Optional[Frame]:
+    """Remove and return ``owner``'s innermost frame when it is not on top of the stack.
+
+    That happens when contexts do not nest, e.g. a generator suspended inside a step while
+    the step around its caller closes; the other frames stay until their steps close.
+    """
+    for i in range(len(stack) - 1, 0, -1):
+        if stack[i].owner is owner:
+            return stack.pop(i)
+    return None

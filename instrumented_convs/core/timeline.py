@@ -1,0 +1,199 @@
+"""The timeline: when each step call started and ended, on which thread (storage only).
+
+Off unless asked for (``configure(timeline=N)``; the ``run`` launcher turns it on). While
+it records, every timed step call appends one tuple at its exit, ``(entry, t0, t1, thread,
+link)``: its registry entry, its CPU start and end (the CPU clock, integer ns), the ident of
+the thread it ran on, and ``link``, which pairs a forward call with its backward: a forward
+call's autograd sequence number at entry (-1: none), a backward call's ``(forward thread,
+sequence number)`` (see :mod:`._backward`). A call timed with CUDA events appends a sixth
+item, a list ``[reference event, start ms, end ms, reference CPU ns]`` whose times the
+registry's pending queue fills when it resolves the pair (:class:`~._clock.PendingTimes`):
+the GPU's times relative to one reference event per device, recorded before the first
+timed pair, with the CPU clock read when it was recorded.
+
+Bounded: at ``limit`` calls recording stops everywhere at once (:func:`full`) and the time
+is kept, so a trace can say where it was cut; ``registry.reset()`` empties it and records
+again. The C fast path appends through ``_speedups.set_timeline`` (the same tuple); every
+other path calls :func:`add`. Reading is :mod:`._trace`'s job (``registry.timeline()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import clock, settings
+from .native import speedups
+
+__all__ = [
+    "events",
+    "set_limit",
+    "add",
+    "gpu_ref",
+    "full",
+    "clear",
+    "snapshot",
+    "read",
+    "on_read",
+    "noted",
+    "note",
+]
+
+_get_ident = threading.get_ident
+
+#: The list calls are appended to while the timeline records; None while it does not.
+events: Optional[List[tuple]] = None
+#: The most calls recorded before recording stops (0: off).
+limit = 0
+_kept: List[tuple] = []  # what was recorded (the same list as ``events`` while recording)
+_notes: List[tuple] = []  # (thread, CPU ns, scope, inputs): what a call was given (note())
+_last: Dict[Tuple[int, Any], tuple] = {}  # (thread, key) -> (signature, kept): its last note
+_truncated: Optional[int] = None  # the CPU clock when ``limit`` was reached
+_refs: Dict[Any, Tuple[Any, int]] = {}  # device key -> (reference event, CPU ns)
+
+
+def _tell_c() -> None:
+    if speedups is not None:
+        speedups.set_timeline(events, limit, full)
+
+
+def set_limit(n: int) -> int:
+    """Record up to ``n`` calls from now on (``0``: stop; what was recorded is kept until the
+    registry is reset). Turning it on starts an empty timeline; changing the limit while it
+    records keeps what it has. Returns the limit before."""
+    global events, limit, _kept, _notes, _truncated
+    previous = limit
+    if n <= 0:
+        events, limit = None, 0
+        _last.clear()
+    else:
+        if limit == 0:  # off -> on: a new timeline (once cut by the limit, it stays cut)
+            _kept, _notes, _truncated = [], [], None
+            _refs.clear()
+            _last.clear()
+            events = _kept
+        limit = n
+    _tell_c()
+    return previous
+
+
+def full() -> None:
+    """The limit is reached: stop recording on every thread, and remember when."""
+    global events, _truncated
+    if events is not None:
+        _truncated = clock.cpu_now()
+        events = None
+        _last.clear()
+        _tell_c()
+
+
+def add(entry: Any, t0: int, t1: int, link: Any, slot: Optional[list] = None) -> None:
+    """Append one call (the Python paths; the C fast path appends the same tuple); a
+    CUDA-timed call gives its GPU ``slot`` (from :func:`gpu_ref`), filled when its events
+    are read."""
+    ev = events
+    if ev is None:
+        return
+    if len(ev) >= limit:
+        full()
+        return
+    tid = _get_ident()
+    ev.append((entry, t0, t1, tid, link) if slot is None else (entry, t0, t1, tid, link, slot))
+
+
+def gpu_ref(key: Any) -> list:
+    """The GPU slot of one CUDA-timed call on device ``key`` (an index): its reference event
+    (recorded on first use, before any timed pair on that device, on that device's current
+    stream, where the pairs are recorded: the current device may be another) and the CPU
+    clock read with it."""
+    ref = _refs.get(key)
+    if ref is None:
+        event = clock.events._factory()  # its own event: never back to the pool
+        event.record(clock.current_stream(key))
+        ref = _refs[key] = (event, clock.cpu_now())
+    return [ref[0], None, None, ref[1]]
+
+
+def noted(key: Any, signature: Any) -> bool:
+    """Whether the call about to start on this thread needs no note (:func:`note`): the last
+    note for ``key`` on this thread had this ``signature`` (the trace gives the call that
+    note's inputs), or the timeline does not record."""
+    if events is None:
+        return True
+    last = _last.get((_get_ident(), key))
+    return last is not None and last[0] == signature
+
+
+def note(key: Any, inputs: Any, signature: Any = None, keep: Any = ()) -> None:
+    """Note what the call about to start on this thread is given (its inputs' shapes, as
+    plain data) for the trace's ``args``: the next forward call on this thread of the layer
+    ``key`` (its scope) or of the region ``("region", name)`` gets it, and so does every
+    later one until the next note for ``key`` on this thread (note only what changed:
+    :func:`noted`). ``signature``: what :func:`noted` compares (default: ``inputs``);
+    ``keep``: objects whose ids it holds, kept until the next note for ``key`` replaces it
+    (no other object takes their ids meanwhile). Bounded like calls."""
+    if events is not None and len(_notes) < limit:
+        tid = _get_ident()
+        _last[(tid, key)] = (inputs if signature is None else signature, keep)
+        _notes.append((tid, clock.cpu_now(), key, inputs))
+
+
+def clear() -> None:
+    """Forget what was recorded (``registry.reset()``); record again if it was on."""
+    global events, _truncated
+    del _kept[:]
+    del _notes[:]
+    _truncated = None
+    _refs.clear()
+    _last.clear()
+    if limit > 0:
+        events = _kept
+    _tell_c()
+
+
+def snapshot() -> Dict[str, Any]:
+    """What was recorded, as plain data: ``calls``, one tuple per call ``(name, path, scope,
+    kind, phase, t0, t1, thread, link, gpu)`` (``gpu``: ``(start ns, end ns)`` on the CPU
+    clock's axis, or None), with ``limit``, ``recording``, ``truncated`` (the CPU clock when
+    the limit stopped it, or None), ``notes`` (:func:`note`'s), the main thread's ident and
+    ``wall_offset_ns`` (add it to the CPU clock for nanoseconds since the epoch)."""
+    calls = []
+    for item in list(_kept):
+        e = item[0]
+        gpu = None
+        if len(item) > 5:
+            ref, g0, g1, ref_ns = item[5]
+            if g0 is not None and g1 is not None:
+                gpu = (ref_ns + int(round(g0 * 1e6)), ref_ns + int(round(g1 * 1e6)))
+        calls.append(
+            (e.name, e.path, e.scope, e.kind, e.phase, item[1], item[2], item[3], item[4], gpu)
+        )
+    return {
+        "calls": calls,
+        "notes": list(_notes),
+        "limit": limit,
+        "recording": events is not None,
+        "truncated": _truncated,
+        "main_thread": threading.main_thread().ident,
+        "wall_offset_ns": time.time_ns() - clock.cpu_now(),
+    }
+
+
+_reader: Optional[Callable[[Dict[str, Any]], Any]] = None
+
+
+def on_read(reader: Callable[[Dict[str, Any]], Any]) -> None:
+    """Register what :func:`read` hands the snapshot to (``report.Timeline``, at its import)."""
+    global _reader
+    _reader = reader
+
+
+def read() -> Any:
+    """The timeline as its reader makes it (``registry.timeline()``, after resolving)."""
+    if _reader is None:
+        raise RuntimeError("no reader of timelines is registered (import instrumented_convs)")
+    return _reader(snapshot())
+
+
+settings.on_switch("timeline", set_limit)  # configure(timeline=N) starts and stops it

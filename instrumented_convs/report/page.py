@@ -1,0 +1,145 @@
+"""A run as one self-contained HTML page: icicle, table, per-rank spread, a diff side by side.
+
+The page works offline: its style and script (``page_assets/page.css``, ``page.js``) are
+inlined, and the numbers travel as JSON in a ``<script type="application/json">`` element,
+with ``<``, ``>`` and ``&`` written as JSON escapes so that nothing in a step's name, a
+command line or a path can close the element (``</script>``) or open markup. The script
+draws an icicle of the step tree (forward steps blue, backward orange, the loop's regions
+grey; width is total time, hover for numbers, click to zoom), the summary table, the ranks'
+totals side by side for a run merged over ranks, and for a diff the two runs' icicles on one
+scale with the change per step. It sets ``data-ready="1"`` on ``<body>`` when drawn and
+``data-errors`` to the number of script errors (shown on the page too): the tests open it in
+headless Chromium and read both. This module only renders: it reads summaries (``report``)
+by their attributes and imports nothing above :mod:`._table`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .text import choose_unit
+
+__all__ = ["summary_page", "diff_page", "embed"]
+
+_ASSETS = Path(__file__).with_name("page_assets")
+_ROW_FIELDS = ("name", "step", "depth", "scope", "kind", "phase", "count", "total",
+               "self_time", "mean", "min", "max", "std", "fraction", "estimated")  # fmt: skip
+_RANK_DEPTH = 2  # the per-rank table shows the steps down to this depth
+
+
+def embed(data: Any) -> str:
+    """``data`` as JSON safe inside an HTML ``<script>`` element (no ``<``, ``>``, ``&``)."""
+    text = json.dumps(data, allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _unit(summary: Any) -> str:
+    return summary.unit or choose_unit([r.total for r in summary.rows])[0]
+
+
+def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
+    out = []
+    for row in rows:
+        d = dataclasses.asdict(row)
+        out.append({k: _finite(d[k]) for k in _ROW_FIELDS})
+    return out
+
+
+def _finite(v: Any) -> Any:
+    return None if isinstance(v, float) and v != v or v in (float("inf"), float("-inf")) else v
+
+
+def _ranks(summary: Any) -> Optional[Dict[str, Any]]:
+    """Each rank's total per step (depth <= 2) of a summary merged over ranks, else None."""
+    if summary.world_size is None:
+        return None
+    parts = summary.by_rank()
+    totals = [{(r.name, r.phase, r.scope): r.total for r in part.rows} for part in parts]
+    rows = []
+    for r in summary.rows:
+        if r.depth > _RANK_DEPTH:
+            continue
+        key = (r.name, r.phase, r.scope)
+        rows.append({"name": r.name, "step": r.step, "depth": r.depth, "phase": r.phase,
+                     "totals": [t.get(key) for t in totals],
+                     "spread": _finite(r.spread)})  # fmt: skip
+    return {"ranks": list(range(len(parts))), "rows": rows}
+
+
+def _document(title: str, data: Dict[str, Any]) -> str:
+    css = (_ASSETS / "page.css").read_text()
+    js = (_ASSETS / "page.js").read_text()
+    if "</script" in js.lower() or "</style" in css.lower():
+        raise RuntimeError("page assets must not close their own element")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{css}</style>\n</head>\n<body>\n"
+        '<div id="main"></div>\n<pre id="errors"></pre>\n'
+        f'<script type="application/json" id="data">{embed(data)}</script>\n'
+        f"<script>\n{js}</script>\n</body>\n</html>\n"
+    )
+
+
+def summary_page(
+    summary: Any,
+    title: str = "instrumented_convs",
+    subtitle: Optional[str] = None,
+    meta: Sequence[Tuple[str, Any]] = (),
+    note: str = "",
+) -> str:
+    """The page of one summary: its icicle, table and (merged over ranks) per-rank totals.
+
+    ``meta``: ``(label, value)`` pairs shown under the title (command, versions, device).
+    """
+    data = {
+        "title": title,
+        "subtitle": subtitle,
+        "meta": [[str(k), str(v)] for k, v in meta],
+        "runs": [{"label": title, "unit": _unit(summary), "rows": _rows(summary.rows)}],
+        "ranks": _ranks(summary),
+        "diff": None,
+        "note": note,
+    }
+    return _document(title, data)
+
+
+def diff_page(
+    result: Any,
+    a: Any,
+    b: Any,
+    labels: Tuple[str, str] = ("A", "B"),
+    title: Optional[str] = None,
+    meta: Sequence[Tuple[str, Any]] = (),
+) -> str:
+    """The page of a diff: both runs' icicles on one scale, the change per step, both tables.
+
+    ``result`` is ``a.diff(b)`` (a :class:`~instrumented_convs.report.SummaryDiff`); ``a``
+    or ``b`` None (a diff made from its rows alone): that run's rows as the pairs hold them.
+    """
+    rows_a = a.rows if a is not None else [d.a for d in result.rows if d.a is not None]
+    rows_b = b.rows if b is not None else [d.b for d in result.rows if d.b is not None]
+    unit = result.unit or choose_unit([r.total for r in (*rows_a, *rows_b)])[0]
+    rows = []
+    for d in result.rows:
+        rows.append({"name": d.name, "step": d.step, "depth": d.depth, "phase": d.phase,
+                     "a_mean": None if d.a is None else d.a.mean,
+                     "b_mean": None if d.b is None else d.b.mean,
+                     "change": d.change, "relative": d.relative, "verdict": d.verdict})  # fmt: skip
+    title = title or f"{labels[0]} -> {labels[1]}"
+    data = {
+        "title": title,
+        "subtitle": f"min change {100 * result.min_change:g}%: smaller changes are unchanged",
+        "meta": [[str(k), str(v)] for k, v in meta],
+        "runs": [
+            {"label": labels[0], "unit": unit, "rows": _rows(rows_a)},
+            {"label": labels[1], "unit": unit, "rows": _rows(rows_b)},
+        ],
+        "ranks": None,
+        "diff": {"unit": unit, "labels": list(labels), "rows": rows},
+        "note": "",
+    }
+    return _document(title, data)
