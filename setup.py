@@ -1,7 +1,7 @@
 """setup.py: metadata lives in setup.cfg; this adds the optional C fast path of steps.
 
-``instrumented_convs/core/native/_speedups*.c`` need only CPython's headers (no torch). If they cannot be
-built (no compiler), the install goes on and the package runs its Python twin
+``instrumented_convs/core/native/_speedups*.c`` need only CPython's headers (no torch). If they
+cannot be built (no compiler), the install goes on and the package runs its Python twin
 (``instrumented_convs/core/native/stepbase.py``), which behaves the same, more slowly.
 """
 

@@ -10,7 +10,7 @@ reversed every other round); extra microseconds per epoch over stock, and per la
   the cost of counting alone;
 - ``every call timed``: ``backward_every=1``: the cost of timing every call's backward;
 - ``node ranges only``: backward timing on, but the anchor's exit does nothing
-  (``_anchor.finish`` replaced, the C extension's exit turned off): what the forward's
+  (``anchor.finish`` replaced, the C extension's exit turned off): what the forward's
   logging of node ranges costs alone
   (each nested step reading autograd's sequence counter at entry and exit, the anchor's log);
 - ``stock again``: a second stock copy: the noise floor (A/A) of every figure above.
@@ -20,7 +20,7 @@ the anchor's exit and the count hook in Python: the C extension's turned off) wr
 Python functions of the counting path in a ``perf_counter_ns`` pair each (about
 0.3 µs of wrapper per call) and prints their time per layer call.
 
-This benchmark reaches into the machinery on purpose (it replaces ``_sampling._random`` and,
+This benchmark reaches into the machinery on purpose (it replaces ``sampling._random`` and,
 with ``--functions``, module functions), and puts them back.
 
     python benchmarks/backward_parts.py                          # PyG GCNConv, 60 rounds

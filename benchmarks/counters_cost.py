@@ -85,10 +85,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.rounds, args.warmup, args.nodes = 3, 1, [256]
     lb.BLOCK = 4
     torch.set_num_threads(1)
-    print(f"Counters' cost: full training steps, 1 thread, medians of {args.rounds} interleaved "
-          f"rounds of {lb.BLOCK} epochs")  # fmt: skip
-    print(f"  {'layer':16s} {'nodes':>6s} {'stock us':>9s} {'defaults':>9s} {'counters':>9s} "
-          f"{'A/A':>6s} {'ops/epoch':>9s} {'us/op':>6s}")  # fmt: skip
+    print(
+        f"Counters' cost: full training steps, 1 thread, medians of {args.rounds} interleaved "
+        f"rounds of {lb.BLOCK} epochs"
+    )
+    print(
+        f"  {'layer':16s} {'nodes':>6s} {'stock us':>9s} {'defaults':>9s} {'counters':>9s} "
+        f"{'A/A':>6s} {'ops/epoch':>9s} {'us/op':>6s}"
+    )
     for label in args.layers:
         for nodes in args.nodes:
             lb.NODES, lb.EDGES = nodes, 4 * nodes
@@ -96,9 +100,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if r is None:  # the framework is not installed here
                 continue
             q = r["ratio"]
-            print(f"  {label:16s} {nodes:6d} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
-                  f"{q['counters']:9.3f} {q['stock again']:6.3f} {r['ops']:9.0f} "
-                  f"{r['us_per_op']:6.2f}", flush=True)  # fmt: skip
+            print(
+                f"  {label:16s} {nodes:6d} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
+                f"{q['counters']:9.3f} {q['stock again']:6.3f} {r['ops']:9.0f} "
+                f"{r['us_per_op']:6.2f}",
+                flush=True,
+            )
     return 0
 
 

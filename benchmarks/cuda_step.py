@@ -77,16 +77,19 @@ def parts(device: torch.device, n: int, rounds: int) -> Dict[str, float]:
             with cuda_step:
                 pass
 
-        variants.update({
-            "torch.cuda.current_device()": _loop(torch.cuda.current_device, n),
-            "torch.cuda.current_stream(0)": _loop(lambda: torch.cuda.current_stream(0), n),
-            "torch.cuda.Event(enable_timing=True)": _loop(
-                lambda: torch.cuda.Event(enable_timing=True), n),
-            "event.record()": _loop(ev.record, n),
-            "event.record(stream)": _loop(lambda: ev.record(stream), n),
-            "event.query()": _loop(ev.query, n),
-            "step, CUDA clock": _loop(with_cuda, n),
-        })  # fmt: skip
+        variants.update(
+            {
+                "torch.cuda.current_device()": _loop(torch.cuda.current_device, n),
+                "torch.cuda.current_stream(0)": _loop(lambda: torch.cuda.current_stream(0), n),
+                "torch.cuda.Event(enable_timing=True)": _loop(
+                    lambda: torch.cuda.Event(enable_timing=True), n
+                ),
+                "event.record()": _loop(ev.record, n),
+                "event.record(stream)": _loop(lambda: ev.record(stream), n),
+                "event.query()": _loop(ev.query, n),
+                "step, CUDA clock": _loop(with_cuda, n),
+            }
+        )
 
         def in_outer() -> float:
             with outer:
@@ -142,8 +145,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if device.type == "cuda":
         torch.zeros(1, device=device)  # CUDA initialised: steps without a device use events
     got = parts(device, args.n, args.rounds)
-    print(f"Parts of a step on {device}, ns a call (medians of {args.rounds} rounds, "
-          f"{args.n} calls each, the bare loop subtracted)")  # fmt: skip
+    print(
+        f"Parts of a step on {device}, ns a call (medians of {args.rounds} rounds, "
+        f"{args.n} calls each, the bare loop subtracted)"
+    )
     for k, v in got.items():
         print(f"  {k:40s} {v:10.0f}")
     profiles = profile_epochs(device, args.epochs, args.top)

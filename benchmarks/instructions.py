@@ -85,7 +85,7 @@ def child(label: str, epochs: int, passes: int, lib_path: str) -> None:
     import backward_parts as bp
     import launch_bound as lb
 
-    from instrumented_convs.core import settings as _config
+    import instrumented_convs as ic
 
     torch.set_num_threads(1)
     if label.startswith("DGL"):
@@ -113,7 +113,7 @@ def child(label: str, epochs: int, passes: int, lib_path: str) -> None:
 
         def run(n: int, e=epoch, s=settings, c=how) -> None:
             if c == "disabled":
-                with _config.configure(enabled=False):
+                with ic.configure(enabled=False):
                     for _ in range(n):
                         e()
                 return

@@ -7,14 +7,14 @@ steady) it times many calls of a stock layer, the instrumented layer enabled, an
 instrumented layer disabled, interleaved round by round, and subtracts. Multiply by the
 layer calls of an epoch to get what instrumentation adds to it.
 
-A fourth variant, ``no-op steps``, runs a detailed layer (GCNConv, GraphConv) with every one
-of its step objects replaced by a do-nothing context manager: its difference to ``stock`` is
-the cost of the instrumented forward's own structure (extra Python frames, the per-forward
-checks), and ``enabled`` minus ``no-op steps`` is the cost of the steps themselves. Generic
-layers (SAGEConv, GATConv: wrappers, no copied code, see ``instrumented_convs.layers.generic``) have no
-such variant. For DGL's generic layers a fifth, ``stock, DGL unwrapped``, runs the stock layer
-with DGL's own functions put back (``_dgl_generic.uninstall``): its difference to ``stock``
-is what our wrappers of ``update_all`` and the kernels cost stock layers (one check each).
+A fourth variant, ``no-op steps``, runs a detailed layer (GCNConv, GraphConv) with every one of its
+step objects replaced by a do-nothing context manager: its difference to ``stock`` is the cost of
+the instrumented forward's own structure (extra Python frames, the per-forward checks), and
+``enabled`` minus ``no-op steps`` is the cost of the steps themselves. Generic layers (SAGEConv,
+GATConv: wrappers, no copied code, see ``instrumented_convs.layers.generic``) have no such variant.
+For DGL's generic layers a fifth, ``stock, DGL unwrapped``, runs the stock layer with DGL's own
+functions put back (``dgl.generic.uninstall``): its difference to ``stock`` is what our wrappers of
+``update_all`` and the kernels cost stock layers (one check each).
 
     python benchmarks/layer_cost.py [--calls 2000] [--rounds 15] [--json FILE]
 """

@@ -111,9 +111,17 @@ def measure(shape: str, device: torch.device, passes: int, hidden: int) -> Dict[
     for r in summary.rows:
         if r.phase != "forward":
             continue
-        rows.append({"path": r.name, "layer": r.scope, "calls": r.count,
-                     "cuda_calls": r.cuda_calls, "left": r.cuda_left, "peak": r.cuda_peak,
-                     "alloc_bytes": r.alloc_bytes})  # fmt: skip
+        rows.append(
+            {
+                "path": r.name,
+                "layer": r.scope,
+                "calls": r.count,
+                "cuda_calls": r.cuda_calls,
+                "left": r.cuda_left,
+                "peak": r.cuda_peak,
+                "alloc_bytes": r.alloc_bytes,
+            }
+        )
     layers_out = []
     for name in layers:
         mine = [x for x in rows if x["layer"] == name and "/" not in x["path"]]
@@ -126,8 +134,13 @@ def measure(shape: str, device: torch.device, passes: int, hidden: int) -> Dict[
                 "peak": max((c[1] for c in calls), default=0),
             }
         layers_out.append(entry)
-    return {"shape": shape, "device": str(device), "passes": passes, "layers": layers_out,
-            "rows": rows}  # fmt: skip
+    return {
+        "shape": shape,
+        "device": str(device),
+        "passes": passes,
+        "layers": layers_out,
+        "rows": rows,
+    }
 
 
 def judge(result: Dict[str, Any], slack: int) -> List[str]:
@@ -138,8 +151,10 @@ def judge(result: Dict[str, Any], slack: int) -> List[str]:
         if alloc is None:
             continue
         if ours is None or ours["cuda_calls"] != alloc["calls"]:
-            bad.append(f"{e['layer']}: calls read {ours and ours['cuda_calls']}, "
-                       f"allocator {alloc['calls']}")  # fmt: skip
+            bad.append(
+                f"{e['layer']}: calls read {ours and ours['cuda_calls']}, "
+                f"allocator {alloc['calls']}"
+            )
             continue
         if ours["left"] + slack < alloc["left"]:
             bad.append(f"{e['layer']}: left {ours['left']} < allocator's {alloc['left']}")
@@ -167,20 +182,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"Memory per step, {args.shape}, {args.passes} training steps, {device} ({where})")
     if device.type == "cuda":
-        print(f"  {'layer':10s} {'calls':>5s} {'left MiB':>9s} {'alloc.':>9s} "
-              f"{'peak MiB':>9s} {'alloc.':>9s} {'peak gap MiB':>12s}")  # fmt: skip
+        print(
+            f"  {'layer':10s} {'calls':>5s} {'left MiB':>9s} {'alloc.':>9s} "
+            f"{'peak MiB':>9s} {'alloc.':>9s} {'peak gap MiB':>12s}"
+        )
         for e in result["layers"]:
             o, a = e["ours"] or {}, e["allocator"]
             gap = (a["peak"] - o.get("peak", 0)) / MiB
-            print(f"  {e['layer']:10s} {a['calls']:5d} {o.get('left', 0) / MiB:9.2f} "
-                  f"{a['left'] / MiB:9.2f} {o.get('peak', 0) / MiB:9.2f} "
-                  f"{a['peak'] / MiB:9.2f} {gap:12.3f}")  # fmt: skip
-    print(f"  {'step (forward)':42s} {'layer':8s} {'calls':>5s} {'left MiB':>9s} "
-          f"{'peak MiB':>9s} {'allocated MiB':>13s}")  # fmt: skip
+            print(
+                f"  {e['layer']:10s} {a['calls']:5d} {o.get('left', 0) / MiB:9.2f} "
+                f"{a['left'] / MiB:9.2f} {o.get('peak', 0) / MiB:9.2f} "
+                f"{a['peak'] / MiB:9.2f} {gap:12.3f}"
+            )
+    print(
+        f"  {'step (forward)':42s} {'layer':8s} {'calls':>5s} {'left MiB':>9s} "
+        f"{'peak MiB':>9s} {'allocated MiB':>13s}"
+    )
     for r in result["rows"]:
-        print(f"  {r['path'][:42]:42s} {str(r['layer'])[:8]:8s} {r['calls']:5d} "
-              f"{r['left'] / MiB:9.2f} {r['peak'] / MiB:9.2f} "
-              f"{r['alloc_bytes'] / MiB:13.2f}")  # fmt: skip
+        print(
+            f"  {r['path'][:42]:42s} {str(r['layer'])[:8]:8s} {r['calls']:5d} "
+            f"{r['left'] / MiB:9.2f} {r['peak'] / MiB:9.2f} "
+            f"{r['alloc_bytes'] / MiB:13.2f}"
+        )
     bad = judge(result, args.slack)
     result["violations"] = bad
     for line in bad:

@@ -14,7 +14,7 @@ loop of its own. This benchmark measures the floor where rows are:
   top-level step: one row more). Cost per row = (variant - bare) / rows.
 - **backward**: a chain of ``--ops`` ``relu(h @ w)`` and its full backward, bare, and with
   a hook that does nothing on every op: through the output tensor's own hook dictionary
-  (how ``_sampling.count`` counts a call whose backward is not timed), and as a node
+  (how ``sampling.count`` counts a call whose backward is not timed), and as a node
   pre-hook (how a timed call's steps are hooked). Cost per hook = (variant - bare) / ops:
   the forward's registration and the engine's call into Python.
 

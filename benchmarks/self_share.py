@@ -128,8 +128,9 @@ def compare(before: Dict[str, Dict], after: Dict[str, Dict]) -> str:
     for phase in ("forward", "backward"):
         worst = []
         for run in (before, after):
-            ranked = sorted((k for k in run if run[k].get(phase) is not None),
-                            key=lambda k: -run[k][phase])  # fmt: skip
+            ranked = sorted(
+                (k for k in run if run[k].get(phase) is not None), key=lambda k: -run[k][phase]
+            )
             worst += [k for k in ranked[:10] if k not in worst]
         worst.sort(key=lambda k: -(before.get(k, {}).get(phase) or 0))
         out += [f"| layer ({phase}) | self share before | after |", "|---|---|---|"]

@@ -33,8 +33,11 @@ from instrumented_convs.commands.study.loop import train  # noqa: E402
 from instrumented_convs.commands.study.models import build_model  # noqa: E402
 from instrumented_convs.roofline import given, plot, probe  # noqa: E402
 
-SETUPS = (("PyG, edge_index", "pyg", False), ("PyG, SparseTensor", "pyg", True),
-          ("DGL", "dgl", False))  # fmt: skip
+SETUPS = (
+    ("PyG, edge_index", "pyg", False),
+    ("PyG, SparseTensor", "pyg", True),
+    ("DGL", "dgl", False),
+)
 
 
 def main() -> int:
@@ -52,8 +55,10 @@ def main() -> int:
     data = load_graph(args.dataset)
     both = args.peak_gbs is not None and args.peak_tflops is not None
     peak = given(None if both else probe(), args.peak_gbs, args.peak_tflops)
-    print(f"{args.dataset}: {data.num_nodes} nodes, {data.edge_index.size(1)} edges, "
-          f"{data.x.size(1)} features; torch threads {torch.get_num_threads()}")  # fmt: skip
+    print(
+        f"{args.dataset}: {data.num_nodes} nodes, {data.edge_index.size(1)} edges, "
+        f"{data.x.size(1)} features; torch threads {torch.get_num_threads()}"
+    )
     ax = None
     for label, platform, sparse in SETUPS:
         try:
@@ -70,16 +75,24 @@ def main() -> int:
         counted = registry.summary().select(max_depth=args.depth)
         registry.reset()
         print()
-        print(counted.table(counters=True, peak=peak, times=timed).replace(
-            "--- Counters", f"--- {label}: counters", 1))  # fmt: skip
+        print(
+            counted.table(counters=True, peak=peak, times=timed).replace(
+                "--- Counters", f"--- {label}: counters", 1
+            )
+        )
         if args.plot:
             ax = plot(counted, peak, times=timed, label=label, ax=ax)
     if ax is not None:
-        ax.set_title(f"{args.dataset}, 3-layer GCN, steps of an epoch on the roofline "
-                     f"({peak.gbs:.1f} GB/s, {peak.gflops:.1f} GFLOP/s)", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"{args.dataset}, 3-layer GCN, steps of an epoch on the roofline "
+            f"({peak.gbs:.1f} GB/s, {peak.gflops:.1f} GFLOP/s)",
+            fontsize=9,
+        )
         ax.figure.savefig(args.plot, dpi=150, bbox_inches="tight")
-        print(f"\nplot written to {args.plot} (left out, no FLOPs: "
-              f"{', '.join(sorted(set(ax.ic_left_out))) or 'none'})")  # fmt: skip
+        print(
+            f"\nplot written to {args.plot} (left out, no FLOPs: "
+            f"{', '.join(sorted(set(ax.ic_left_out))) or 'none'})"
+        )
     return 0
 
 

@@ -16,15 +16,23 @@ This module is the face, every name a user calls (``__all__``):
 What a summary is made of (``Summary``, ``Row``, the renderers) is in
 :mod:`instrumented_convs.report`; steps for layers of your own are in
 :mod:`instrumented_convs.layers`; the drop-in layers in :mod:`instrumented_convs.pyg` and
-:mod:`instrumented_convs.dgl`. docs/architecture.rst shows the private modules behind them.
+:mod:`instrumented_convs.dgl`. docs/architecture.rst shows the parts behind them. The face
+is where the core's storage (:mod:`instrumented_convs.core`) meets the report: the core
+knows nothing of summaries, so :data:`registry` reads the core's snapshot with the report.
 """
 
-from . import distributed as _distributed  # noqa: F401  (registers registry.summary()'s reader)
-from .core.registry import registry
-from .core.settings import Settings, configure
+import typing as _t
+
+from .core import timeline as _timeline
+from .core.configure import Settings, configure
+from .core.entry import EntryStats as _EntryStats
+from .core.registry import registry as _store
 from .core.step import region
 from .layers.contract import name_layers
 from .layers.instrument import instrument, uninstrument
+from .report.stats import summarize as _summarize
+from .report.summary import Summary as _Summary
+from .report.timeline import Timeline as _Timeline
 
 __version__ = "0.1.0"
 
@@ -37,3 +45,68 @@ __all__ = [
     "configure",
     "Settings",
 ]
+
+
+class _Registry:
+    """Where every step records (one per process): the core's storage, read through the
+    report. Everything but :meth:`summary` and :meth:`timeline` is the storage's own."""
+
+    __slots__ = ()
+
+    def summary(
+        self,
+        by: str = "step",
+        unit: _t.Optional[str] = None,
+        all_ranks: bool = False,
+        group: _t.Any = None,
+    ) -> _Summary:
+        """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
+
+        ``by="step"`` merges each step path across layer instances (scopes);
+        ``by="layer"`` gives one row per (layer instance, step path). ``unit`` forces the
+        table's time unit (``s``, ``ms``, ``us``, ``ns``).
+
+        ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a
+        collective over ``group`` (default: the default process group) that every rank must
+        call, returning on every rank the merged summary, with the spread across ranks per
+        step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
+        initialised process group it raises RuntimeError.
+        """
+        if all_ranks:
+            from .distributed import merged_summary
+
+            return merged_summary(_store.snapshot(), by=by, unit=unit, group=group)
+        return _summarize(_store.snapshot(), by=by, unit=unit)
+
+    def timeline(self) -> _Timeline:
+        """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
+        ``configure(timeline=N)`` was on (pending CUDA times resolved first)."""
+        _store.resolve()
+        return _Timeline(_timeline.snapshot())
+
+    def reset(self) -> None:
+        """Forget every recorded time (the timeline too) and start a new tree.
+
+        Steps open during the reset are recorded, whole, into the new tree when they close,
+        and steps opened inside them later nest under them there as usual.
+        """
+        _store.reset()
+
+    def snapshot(self) -> _t.List[_EntryStats]:
+        """Every entry as plain data, depth first (after resolving pending CUDA times): an
+        :class:`~instrumented_convs.core.entry.EntryStats` each (raw statistics, integer ns,
+        its counters, and the index of its parent record, -1 at the top level), all a
+        summary is made of."""
+        return _store.snapshot()
+
+    def __getattr__(self, name: str) -> _t.Any:
+        """The storage's other attributes (``pending``, ``entries()``...: for tests and tools)."""
+        return getattr(_store, name)
+
+    def __repr__(self) -> str:
+        """``<instrumented_convs.registry: N entries>``."""
+        return f"<instrumented_convs.registry: {len(_store.entries())} entries>"
+
+
+#: Where every step records (one per process): ``summary()`` reads it, ``reset()`` empties it.
+registry = _Registry()

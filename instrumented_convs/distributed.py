@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from .core import registry, timeline
 from .core.entry import EntryStats
-from .report import Summary, Timeline
-from .report.stats import check_by, merge_ranks, summarize
+from .report import Summary
+from .report.stats import check_by, merge_ranks
 
-__all__ = ["merged_summary", "read"]
+__all__ = ["merged_summary"]
 
 _NO_GROUP = (
     "summary(all_ranks=True) merges the registries of a torch.distributed job over its "
@@ -80,22 +79,3 @@ def merged_summary(
             )
         snapshots.append([EntryStats(*entry) for entry in entries])
     return merge_ranks(snapshots, by=by, unit=unit)
-
-
-def read(
-    snapshot: Sequence[EntryStats],
-    by: str = "step",
-    unit: Optional[str] = None,
-    all_ranks: bool = False,
-    group: Any = None,
-) -> Summary:
-    """The summary of ``snapshot``: this process's own, or merged over every rank of
-    ``group`` (``all_ranks``: a collective, see :func:`merged_summary`). What
-    ``registry.summary()`` hands its snapshot to."""
-    if all_ranks:
-        return merged_summary(snapshot, by=by, unit=unit, group=group)
-    return summarize(snapshot, by=by, unit=unit)
-
-
-registry.on_read(read)
-timeline.on_read(Timeline)

@@ -69,8 +69,9 @@ def _where(device: torch.device) -> str:
 
 
 def _cache(folder: Optional[Path], where: str) -> Path:
-    base = folder or Path(os.environ.get("INSTRUMENTED_CONVS_CACHE", Path.home() / ".cache" /
-                                         "instrumented_convs"))  # fmt: skip
+    base = folder or Path(
+        os.environ.get("INSTRUMENTED_CONVS_CACHE", Path.home() / ".cache" / "instrumented_convs")
+    )
     key = "".join(c if c.isalnum() or c in "-." else "-" for c in f"{platform.node()}-{where}")
     return base / "probe" / f"{key}.json"
 
@@ -101,15 +102,18 @@ def probe(refresh: bool = False, folder: Optional[Path] = None, device: Any = No
     mm_s = _best(lambda: a @ b, sync)
     gbs = 2 * src.numel() * 4 / copy_s / 1e9
     gflops = 2 * n**3 / mm_s / 1e9
-    source = (f"probe on {where}, {time.strftime('%Y-%m-%d')}: copy of 128 MB float32, "
-              f"{n}x{n} float32 matmul, best of 5")  # fmt: skip
+    source = (
+        f"probe on {where}, {time.strftime('%Y-%m-%d')}: copy of 128 MB float32, "
+        f"{n}x{n} float32 matmul, best of 5"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"gbs": gbs, "gflops": gflops, "source": source}))
     return Peak(gbs, gflops, source)
 
 
-def given(peak: Optional[Peak], gbs: Optional[float] = None,
-          tflops: Optional[float] = None) -> Optional[Peak]:  # fmt: skip
+def given(
+    peak: Optional[Peak], gbs: Optional[float] = None, tflops: Optional[float] = None
+) -> Optional[Peak]:
     """``peak`` with the bandwidth (GB/s) and the arithmetic peak (TFLOP/s) the user gave in
     place of its own (either may be None: kept); its source says which figures are given.
     Without ``peak``, both must be given."""
@@ -119,8 +123,11 @@ def given(peak: Optional[Peak], gbs: Optional[float] = None,
         raise ValueError("without a probe, give both the peak GB/s and the peak TFLOP/s")
     parts = [f"{gbs:g} GB/s given"] if gbs is not None else []
     parts += [f"{tflops:g} TFLOP/s given"] if tflops is not None else []
-    source = ", ".join(parts) + (f"; the rest from the {peak.source}" if peak is not None and (
-        gbs is None or tflops is None) else "")  # fmt: skip
+    source = ", ".join(parts) + (
+        f"; the rest from the {peak.source}"
+        if peak is not None and (gbs is None or tflops is None)
+        else ""
+    )
     return Peak(
         gbs if gbs is not None else peak.gbs,  # type: ignore[union-attr]
         tflops * 1000 if tflops is not None else peak.gflops,  # type: ignore[union-attr]
@@ -133,9 +140,17 @@ def _leaves(rows: List[Any]) -> List[Any]:
     return [r for i, r in enumerate(rows) if i + 1 == len(rows) or rows[i + 1].depth <= r.depth]
 
 
-def plot(summary: Any, peak: Any, path: Optional[str] = None, *, times: Any = None,
-         label: Optional[str] = None, ax: Any = None, leaves: bool = True,
-         names: bool = True) -> Any:  # fmt: skip
+def plot(
+    summary: Any,
+    peak: Any,
+    path: Optional[str] = None,
+    *,
+    times: Any = None,
+    label: Optional[str] = None,
+    ax: Any = None,
+    leaves: bool = True,
+    names: bool = True,
+) -> Any:
     """Each step of ``summary`` as a point on the roofline of ``peak`` (a :class:`Peak`, or a
     ``(GB/s, GFLOP/s)`` pair): its arithmetic intensity (FLOP per byte read and written) and
     its achieved GFLOP/s over its measured time (``times``: a summary of a run without the
@@ -179,8 +194,9 @@ def plot(summary: Any, peak: Any, path: Optional[str] = None, *, times: Any = No
     if names:
         for r, x, y in shown:
             mark = " [bw]" if r.phase == "backward" else ""
-            ax.annotate(r.step + mark, (x, y), fontsize=6, xytext=(3, 2),
-                        textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                r.step + mark, (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points"
+            )
     _draw_roof(ax, peak, [x for _, x, _ in shown])
     if path is not None:
         ax.figure.savefig(path, dpi=150, bbox_inches="tight")
@@ -196,8 +212,14 @@ def _draw_roof(ax: Any, peak: Peak, xs: List[float]) -> None:
     old = getattr(ax, "ic_roof", None)
     if old is not None:
         old.remove()
-    (ax.ic_roof,) = ax.plot([lo, ridge, hi], [lo * peak.gbs, peak.gflops, peak.gflops], "-",
-                            color="0.3", linewidth=1, zorder=0)  # fmt: skip
+    (ax.ic_roof,) = ax.plot(
+        [lo, ridge, hi],
+        [lo * peak.gbs, peak.gflops, peak.gflops],
+        "-",
+        color="0.3",
+        linewidth=1,
+        zorder=0,
+    )
     ax.ic_span = [lo, hi]
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -31,8 +31,7 @@ def one_step(trace: dict, n: int = 3) -> dict:
     ends = sorted(e["ts"] + e["dur"] for e in x if e["name"] == "optimizer.step")
     n = min(n, len(ends) - 1)
     t0, t1 = ends[n - 1], ends[n]
-    keep = [e for e in trace["traceEvents"]
-            if e["ph"] == "M" or ("ts" in e and t0 < e["ts"] <= t1)]  # fmt: skip
+    keep = [e for e in trace["traceEvents"] if e["ph"] == "M" or ("ts" in e and t0 < e["ts"] <= t1)]
     ids = {e["id"] for e in keep if e["ph"] == "s"} & {e["id"] for e in keep if e["ph"] == "f"}
     keep = [e for e in keep if e["ph"] not in ("s", "f") or e["id"] in ids]
     return dict(trace, traceEvents=keep)
@@ -48,18 +47,46 @@ def main() -> int:
         run = Path(tmp) / "run"
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
         subprocess.run(
-            [args.python, "-m", "instrumented_convs", "run", "--quiet", "--warmup", "2", "-o",
-             str(run), str(ROOT / "tests" / "scripts" / "plain_pyg.py"), "--epochs", "6"],
-            check=True, env=env, timeout=600,
-        )  # fmt: skip
+            [
+                args.python,
+                "-m",
+                "instrumented_convs",
+                "run",
+                "--quiet",
+                "--warmup",
+                "2",
+                "-o",
+                str(run),
+                str(ROOT / "tests" / "scripts" / "plain_pyg.py"),
+                "--epochs",
+                "6",
+            ],
+            check=True,
+            env=env,
+            timeout=600,
+        )
         page_png = args.out / "run_page.png"
         subprocess.run(
-            ["timeout", "60", "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--hide-scrollbars", f"--user-data-dir={tmp}/profile", "--window-size=1280,1000",
-             f"--screenshot={page_png}", (run / "page.html").as_uri()],
-            check=True, capture_output=True, timeout=90,
-        )  # fmt: skip
+            [
+                "timeout",
+                "60",
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--hide-scrollbars",
+                f"--user-data-dir={tmp}/profile",
+                "--window-size=1280,1000",
+                f"--screenshot={page_png}",
+                (run / "page.html").as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=90,
+        )
         trace = json.loads(gzip.decompress((run / "trace.json.gz").read_bytes()))
         step = one_step(trace)
         step_file = Path(tmp) / "step.json"

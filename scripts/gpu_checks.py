@@ -46,14 +46,20 @@ def facts(path: str) -> int:
     out["cuda"] = torch.cuda.is_available()
     if out["cuda"]:
         p = torch.cuda.get_device_properties(0)
-        out.update(device=p.name, sm_count=p.multi_processor_count,
-                   memory_gib=round(p.total_memory / 2**30, 1),
-                   cuda_runtime=torch.version.cuda)  # fmt: skip
+        out.update(
+            device=p.name,
+            sm_count=p.multi_processor_count,
+            memory_gib=round(p.total_memory / 2**30, 1),
+            cuda_runtime=torch.version.cuda,
+        )
         try:
             smi = subprocess.run(
                 ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30, check=True,
-            ).stdout.strip()  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
             out["nvidia_smi"] = dict(zip(SMI_FIELDS.split(","), smi.split(", ")))
         except (OSError, subprocess.SubprocessError) as exc:
             out["nvidia_smi"] = f"unavailable: {exc}"
@@ -102,8 +108,10 @@ def first_sync(mode: str) -> int:
             torch.cuda.set_sync_debug_mode(0)
             torch.cuda.synchronize = real  # type: ignore[assignment]
     for w in caught:
-        print(f"first-sync ({mode}): warning {w.category.__name__} at {w.filename}:{w.lineno}: "
-              f"{str(w.message)[:300]}")  # fmt: skip
+        print(
+            f"first-sync ({mode}): warning {w.category.__name__} at {w.filename}:{w.lineno}: "
+            f"{str(w.message)[:300]}"
+        )
     for st in stacks:
         print(f"first-sync ({mode}): torch.cuda.synchronize called from:\n{st}")
     print(f"first-sync ({mode}): {len(caught)} warnings, {len(stacks)} synchronize calls")
@@ -118,8 +126,11 @@ def _spans(trace: Any) -> List[Dict[str, Any]]:
 def run_folder(folder: str, device: str) -> int:
     """Check a ``run`` folder: its table, page and timeline, and the GPU track on CUDA."""
     d = Path(folder)
-    problems = [f"{n} missing or empty" for n in ("run.json", "page.html", "trace.json.gz")
-                if not (d / n).is_file() or (d / n).stat().st_size == 0]  # fmt: skip
+    problems = [
+        f"{n} missing or empty"
+        for n in ("run.json", "page.html", "trace.json.gz")
+        if not (d / n).is_file() or (d / n).stat().st_size == 0
+    ]
     if problems:
         print(f"{folder}: " + "; ".join(problems))
         return 1
@@ -160,17 +171,21 @@ def summary(folder: str) -> int:
     """Print the figures of the run's results (what docs/performance.md records)."""
     d = Path(folder)
     f = _load(d / "facts.json") or {}
-    print(f"device: {f.get('device', 'CPU')}; torch {f.get('torch')}, PyG "
-          f"{f.get('torch_geometric')}, Python {f.get('python')}, fast path "
-          f"{f.get('fast_path')}")  # fmt: skip
+    print(
+        f"device: {f.get('device', 'CPU')}; torch {f.get('torch')}, PyG "
+        f"{f.get('torch_geometric')}, Python {f.get('python')}, fast path "
+        f"{f.get('fast_path')}"
+    )
     if isinstance(f.get("nvidia_smi"), dict):
         print("nvidia-smi: " + ", ".join(f"{k} {v}" for k, v in f["nvidia_smi"].items()))
     check = _load(d / "check.json")
     if check:
         for s in check.get("sections", []):
             for line in s.get("lines", []):
-                print(f"check | {s.get('title', '')[:28]:28s} | {line.get('status'):7s} | "
-                      f"{line.get('name')}: {str(line.get('detail'))[:150]}")  # fmt: skip
+                print(
+                    f"check | {s.get('title', '')[:28]:28s} | {line.get('status'):7s} | "
+                    f"{line.get('name')}: {str(line.get('detail'))[:150]}"
+                )
     lb = _load(d / "launch_bound.json")
     if lb:
         for label, r in lb.get("results", {}).items():

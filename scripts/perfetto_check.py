@@ -43,13 +43,18 @@ def expected(trace: Dict) -> Dict[str, int]:
         tracks.setdefault((e["pid"], e["tid"]), []).append(e)
     deepest = max(
         (
-            sum(1 for a in evs if a is not e and a["ts"] <= e["ts"]
-                and e["ts"] + e["dur"] <= a["ts"] + a["dur"] + 1e-6)
+            sum(
+                1
+                for a in evs
+                if a is not e
+                and a["ts"] <= e["ts"]
+                and e["ts"] + e["dur"] <= a["ts"] + a["dur"] + 1e-6
+            )
             for evs in tracks.values()
             for e in evs
         ),
         default=0,
-    )  # fmt: skip
+    )
     flows = sum(1 for e in trace["traceEvents"] if e["ph"] == "s")
     return {"slices": len(x), "flows": flows, "tracks": len(tracks), "depth": deepest}
 
@@ -92,7 +97,7 @@ def open_in_perfetto(trace_file: Path, png: Optional[Path] = None, wait_for: str
                     "--disable-background-networking",
                     "--disable-component-update",
                     "--disable-sync",
-                ],  # fmt: skip
+                ],
                 timeout=60_000,
             )
             try:

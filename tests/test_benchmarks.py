@@ -260,15 +260,29 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
     pytest.importorskip("torch_geometric")
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=python_path())
-    proc = subprocess.run(["bash", "scripts/gpu.sh", "--device", "cpu", "--quick"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/gpu.sh", "--device", "cpu", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["log.txt", "results.tar.gz", "summary.txt"]
     with tarfile.open(out / "results.tar.gz") as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         steps = tar.extractfile("gpu-results/steps.txt").read().decode()
-    assert {"facts.json", "check.json", "launch_bound.json", "memory.json", "cuda_step.json",
-            "pytest-gpu.xml", "run-cora/trace.json.gz", "run-arxiv/page.html"} <= names  # fmt: skip
+    assert {
+        "facts.json",
+        "check.json",
+        "launch_bound.json",
+        "memory.json",
+        "cuda_step.json",
+        "pytest-gpu.xml",
+        "run-cora/trace.json.gz",
+        "run-arxiv/page.html",
+    } <= names
     lines = steps.strip().splitlines()
     assert len(lines) == 11 and all("| exit 0 |" in line for line in lines), steps
     summary = (out / "summary.txt").read_text()

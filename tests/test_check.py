@@ -44,8 +44,9 @@ def _case(cls: str, kind: str = "edge_index") -> Case:
 
 def test_check_quick_passes_on_this_cpu_and_writes_its_json(tmp_path):
     out = tmp_path / "check.json"
-    proc = run_script("-m", "instrumented_convs", "check", "--quick", "--json", str(out),
-                      timeout=900)  # fmt: skip
+    proc = run_script(
+        "-m", "instrumented_convs", "check", "--quick", "--json", str(out), timeout=900
+    )
     doc = json.loads(out.read_text())
     assert doc["passed"] and doc["counts"]["FAIL"] == 0 and doc["device"] == "cpu"
     titles = [s["title"] for s in doc["sections"]]
@@ -141,8 +142,9 @@ def test_equivalence_allows_a_few_units_in_the_last_place_where_stock_is_not_det
             out = forward(self, *a, **k) * 0  # the first row about 200, the others about 1
             eps = torch.finfo(out.dtype).eps
             flip = float(next(calls) % 2) if noisy else 0.0  # one unit, every other run
-            return torch.cat([out[:1] + 200.0 + extra_units * 200.0 * eps,
-                              out[1:] + 1.0 + flip * eps])  # fmt: skip
+            return torch.cat(
+                [out[:1] + 200.0 + extra_units * 200.0 * eps, out[1:] + 1.0 + flip * eps]
+            )
 
         monkeypatch.setattr(cls, "forward", call)
 
@@ -215,9 +217,11 @@ def test_accuracy_compares_long_and_short_steps_and_counts_on_the_cpu():
         ("", "empty forward"): {"label_adds_p90_ns": 500},
     }
     s = Section("t", "")
-    ours = {("GCNConv", "forward"): _ours_row(980_000),  # -2%
-            ("GCNConv/lin", "forward"): _ours_row(10_000),  # 20 us short
-            ("GCNConv/bias", "forward"): _ours_row(4_000)}  # fmt: skip
+    ours = {
+        ("GCNConv", "forward"): _ours_row(980_000),  # -2%
+        ("GCNConv/lin", "forward"): _ours_row(10_000),  # 20 us short
+        ("GCNConv/bias", "forward"): _ours_row(4_000),
+    }
     accuracy.compare(ours, theirs, False, s)
     got = {line.name: line.status for line in s.lines}
     assert got == {"GCNConv": PASS, "GCNConv/lin": FAIL, "GCNConv/bias": FAIL}  # 1 call, 2 labels
@@ -232,8 +236,10 @@ def test_accuracy_compares_long_and_short_steps_and_counts_on_the_cpu():
 def test_accuracy_allows_a_long_step_what_the_label_adds_when_that_is_more_than_5_percent():
     """Under load the label's own cost grows (measured: a 130 us backward step read -5.9%,
     7.3 us, with 8 us of label added to an empty step in that run): no error of ours."""
-    theirs = {("lin", "backward"): _label_row(*[130_000] * 9),
-              ("", "empty backward"): {"label_adds_p90_ns": 8_000 / 3}}  # fmt: skip
+    theirs = {
+        ("lin", "backward"): _label_row(*[130_000] * 9),
+        ("", "empty backward"): {"label_adds_p90_ns": 8_000 / 3},
+    }
     s = Section("t", "")
     accuracy.compare({("lin", "backward"): _ours_row(*[122_700] * 9)}, theirs, False, s)
     assert s.lines[0].status == PASS and "the label adds" in s.lines[0].detail
@@ -290,18 +296,25 @@ def test_accuracy_on_cuda_reads_the_kernels_launched_inside_each_label():
     ]
     t = label_times(events)
     assert t[("GCNConv", "forward")] == {
-        "count": 1, "total": 1_000_000, "span": 700_000, "sum": 530_000, "kernels": 2,
-        "timeline": 1_000_000, "calls": [(0, 1_000_000, 700_000, 1_000_000)],
-    }  # fmt: skip
+        "count": 1,
+        "total": 1_000_000,
+        "span": 700_000,
+        "sum": 530_000,
+        "kernels": 2,
+        "timeline": 1_000_000,
+        "calls": [(0, 1_000_000, 700_000, 1_000_000)],
+    }
     assert t[("GCNConv/lin", "forward")]["span"] == 150_000
     assert t[("GCNConv/lin", "backward")]["span"] == 50_000
     # the device idles between kernels here: what events bound is each label's interval
     assert t[("GCNConv/lin", "forward")]["timeline"] == 300_000
     assert t[("GCNConv/lin", "backward")]["timeline"] == 100_000
     s = Section("t", "")
-    ours = {("GCNConv", "forward"): _ours_row(990_000),
-            ("GCNConv/lin", "forward"): _ours_row(150_000),  # its kernels' span: 150 us off
-            ("GCNConv/lin", "backward"): _ours_row(95_000)}  # fmt: skip
+    ours = {
+        ("GCNConv", "forward"): _ours_row(990_000),
+        ("GCNConv/lin", "forward"): _ours_row(150_000),  # its kernels' span: 150 us off
+        ("GCNConv/lin", "backward"): _ours_row(95_000),
+    }
     accuracy.compare(ours, t, True, s)
     got = {line.name: line.status for line in s.lines}
     assert got == {"GCNConv": PASS, "GCNConv/lin": FAIL, "GCNConv/lin [backward]": PASS}
@@ -326,11 +339,17 @@ def test_accuracy_on_cuda_judges_the_interval_events_bound_on_the_devices_timeli
         Event("kernel", "short", 615_000, 625_000, -1, 3),
     ]
     t = label_times(events)
-    assert {p: r["timeline"] for (p, _), r in t.items()} == {"A": 500_000, "B": 20_000,
-                                                             "C": 100_000}  # fmt: skip
+    assert {p: r["timeline"] for (p, _), r in t.items()} == {
+        "A": 500_000,
+        "B": 20_000,
+        "C": 100_000,
+    }
     assert t[("C", "forward")]["span"] == 10_000
-    ours = {("A", "forward"): _ours_row(495_000), ("B", "forward"): _ours_row(22_000),
-            ("C", "forward"): _ours_row(98_000)}  # fmt: skip
+    ours = {
+        ("A", "forward"): _ours_row(495_000),
+        ("B", "forward"): _ours_row(22_000),
+        ("C", "forward"): _ours_row(98_000),
+    }
     s = Section("t", "")
     accuracy.compare(ours, t, True, s)
     assert [line.status for line in s.lines] == [PASS, PASS, PASS]
@@ -348,9 +367,11 @@ def test_accuracy_on_cuda_allows_what_the_label_spends_around_our_events():
     shorter than the label's interval (``update``, which launches nothing: ours 26.6 us, the
     label's 62.9). Ours longer than the label's interval, or shorter by more than the label
     spent around it, fails."""
-    events = [Event("label", "lin", 0, 250_000, 1, 0),
-              Event("launch", "cudaLaunchKernel", 150_000, 152_000, 1, 1),
-              Event("kernel", "gemm", 155_000, 170_000, -1, 1)]  # fmt: skip
+    events = [
+        Event("label", "lin", 0, 250_000, 1, 0),
+        Event("launch", "cudaLaunchKernel", 150_000, 152_000, 1, 1),
+        Event("kernel", "gemm", 155_000, 170_000, -1, 1),
+    ]
     t = label_times(events)
     assert t[("lin", "forward")]["timeline"] == 250_000
 
@@ -464,8 +485,12 @@ def test_sync_section_is_skipped_without_cuda():
 
 def _measured(enabled, disabled=1.0, aa=1.0, iqr=0.01):
     r = {"enabled": enabled, "no backward": 1.0, "disabled": disabled, "stock again": aa}
-    return {"ratio_median": r, "ratio_iqr": {k: iqr for k in r}, "rounds": 10,
-            "median_s": {"stock": 0.002}}  # fmt: skip
+    return {
+        "ratio_median": r,
+        "ratio_iqr": {k: iqr for k in r},
+        "rounds": 10,
+        "median_s": {"stock": 0.002},
+    }
 
 
 def test_cost_verdicts_against_the_promise_within_the_runs_noise():

@@ -107,27 +107,90 @@ def test_an_op_without_a_formula_is_listed_never_zero_silently():
 
 def test_the_roofline_columns_from_a_fixed_peak_are_exact():
     stats = [
-        EntryStats("lin", "lin", None, "step", 0, -1, 2, 2_000_000, 2_000_000_000_000,
-                   1_000_000, 1_000_000, 0, 0, flops=4_000_000, bytes_read=1_000_000,
-                   bytes_written=1_000_000, ops=2, alloc_bytes=500_000),
-        EntryStats("agg", "agg", None, "step", 0, -1, 1, 4_000_000, 16_000_000_000_000,
-                   4_000_000, 4_000_000, 0, 0, flops=1_000, bytes_read=30_000_000,
-                   bytes_written=10_000_000, ops=3, unknown="aten.foo:2"),
-    ]  # fmt: skip
+        EntryStats(
+            "lin",
+            "lin",
+            None,
+            "step",
+            0,
+            -1,
+            2,
+            2_000_000,
+            2_000_000_000_000,
+            1_000_000,
+            1_000_000,
+            0,
+            0,
+            flops=4_000_000,
+            bytes_read=1_000_000,
+            bytes_written=1_000_000,
+            ops=2,
+            alloc_bytes=500_000,
+        ),
+        EntryStats(
+            "agg",
+            "agg",
+            None,
+            "step",
+            0,
+            -1,
+            1,
+            4_000_000,
+            16_000_000_000_000,
+            4_000_000,
+            4_000_000,
+            0,
+            0,
+            flops=1_000,
+            bytes_read=30_000_000,
+            bytes_written=10_000_000,
+            ops=3,
+            unknown="aten.foo:2",
+        ),
+    ]
     text = summarize(stats, unit="ms").table(counters=True, peak=Peak(10.0, 1.0, "fixed"))
     lines = text.splitlines()
     assert [c.strip() for c in lines[1].split("|")[1:]] == [
-        "Count", "Time/call", "FLOP", "Bytes", "FLOP/B", "GFLOP/s", "GB/s", "Bound",
-        "Roof/call", "x roof", "Alloc",
-    ]  # fmt: skip
+        "Count",
+        "Time/call",
+        "FLOP",
+        "Bytes",
+        "FLOP/B",
+        "GFLOP/s",
+        "GB/s",
+        "Bound",
+        "Roof/call",
+        "x roof",
+        "Alloc",
+    ]
     # lin: 4 MFLOP in 2 ms: 2 GFLOP/s; 2 MB: 1 GB/s; roof: 4e6 / 1e9 = 4 ms > 2e6 / 1e10
     assert [c.strip() for c in lines[2].split("|")[1:]] == [
-        "2", "1.000", "4M", "2M", "2", "2", "1", "compute", "2.000", "0.5", "500k",
-    ]  # fmt: skip
+        "2",
+        "1.000",
+        "4M",
+        "2M",
+        "2",
+        "2",
+        "1",
+        "compute",
+        "2.000",
+        "0.5",
+        "500k",
+    ]
     # agg: 40 MB in 4 ms: 10 GB/s, at the memory roof (4 ms): x roof 1
     assert [c.strip() for c in lines[3].split("|")[1:]] == [
-        "1", "4.000", "1k", "40M", "2.5e-05", "0.00025", "10", "memory", "4.000", "1", "0",
-    ]  # fmt: skip
+        "1",
+        "4.000",
+        "1k",
+        "40M",
+        "2.5e-05",
+        "0.00025",
+        "10",
+        "memory",
+        "4.000",
+        "1",
+        "0",
+    ]
     assert "10.0 GB/s, 1.0 GFLOP/s: fixed" in text
     assert "agg: no formula for aten.foo x2" in text
 
@@ -189,8 +252,21 @@ def test_run_counters_saves_the_peak_and_view_prints_the_roofline(tmp_path):
 
     script = str(ROOT / "tests" / "scripts" / "plain_pyg.py")
     env = {"INSTRUMENTED_CONVS_CACHE": str(tmp_path / "cache")}  # the probe's cache
-    proc = run_script("-m", "instrumented_convs", "run", "--counters", "--peak-gbs", "50",
-                      "-o", "out", script, "--epochs", "1", cwd=tmp_path, env=env)  # fmt: skip
+    proc = run_script(
+        "-m",
+        "instrumented_convs",
+        "run",
+        "--counters",
+        "--peak-gbs",
+        "50",
+        "-o",
+        "out",
+        script,
+        "--epochs",
+        "1",
+        cwd=tmp_path,
+        env=env,
+    )
     assert "x roof" in proc.stdout and "Roof: the time at the machine's limit" in proc.stdout
     assert "times measured with the counters on" in proc.stdout  # said: they slow it down
     run = __import__("json").loads((tmp_path / "out" / "run.json").read_text())
@@ -199,8 +275,18 @@ def test_run_counters_saves_the_peak_and_view_prints_the_roofline(tmp_path):
     assert run["peak"]["source"].startswith("50 GB/s given; the rest from the probe on ")
     assert "(cpu, torch threads" in run["peak"]["source"]
     assert run["settings"]["counters"] is True and run["settings"]["backward_every"] == 1
-    view = run_script("-m", "instrumented_convs", "view", "out", "--counters", "--peak-gbs",
-                      "10", "--peak-tflops", "2", cwd=tmp_path)  # fmt: skip
+    view = run_script(
+        "-m",
+        "instrumented_convs",
+        "view",
+        "out",
+        "--counters",
+        "--peak-gbs",
+        "10",
+        "--peak-tflops",
+        "2",
+        cwd=tmp_path,
+    )
     lines = {line.split("|")[0].strip() for line in view.stdout.splitlines() if "|" in line}
     assert {"- forward", "- GCNConv", "- lin", "- aggregate"} <= lines
     assert "no formula" not in view.stdout  # every op of this script has a formula
@@ -289,22 +375,62 @@ def test_dgl_kernels_the_dispatcher_cannot_see_are_listed_forward_and_backward()
 
 def test_times_from_a_run_without_counters_with_the_flops_per_call():
     counted_stats = [
-        EntryStats("agg", "agg", None, "step", 0, -1, 2, 8_000_000, 32_000_000_000_000,
-                   4_000_000, 4_000_000, 0, 0, flops=2_000, bytes_read=30_000_000,
-                   bytes_written=10_000_000, ops=6, alloc_bytes=3_000),
-    ]  # fmt: skip
+        EntryStats(
+            "agg",
+            "agg",
+            None,
+            "step",
+            0,
+            -1,
+            2,
+            8_000_000,
+            32_000_000_000_000,
+            4_000_000,
+            4_000_000,
+            0,
+            0,
+            flops=2_000,
+            bytes_read=30_000_000,
+            bytes_written=10_000_000,
+            ops=6,
+            alloc_bytes=3_000,
+        ),
+    ]
     timed_stats = [  # 4 calls of 1 ms each, without the counters' overhead
-        EntryStats("agg", "agg", None, "step", 0, -1, 4, 4_000_000, 4_000_000_000_000,
-                   1_000_000, 1_000_000, 0, 0),
-    ]  # fmt: skip
+        EntryStats(
+            "agg",
+            "agg",
+            None,
+            "step",
+            0,
+            -1,
+            4,
+            4_000_000,
+            4_000_000_000_000,
+            1_000_000,
+            1_000_000,
+            0,
+            0,
+        ),
+    ]
     counted, timed = summarize(counted_stats, unit="ms"), summarize(timed_stats, unit="ms")
     text = counted.table(counters=True, peak=Peak(40.0, 1.0, "fixed"), times=timed)
     row = [c.strip() for c in text.splitlines()[2].split("|")[1:]]
     # 20 MB a call over 4 calls: 80 MB in 4 ms = 20 GB/s, half the 40 GB/s roof: x roof 2;
     # 1.5 kB allocated a call
     assert row == [
-        "4", "1.000", "4k", "80M", "5e-05", "0.001", "20", "memory", "0.500", "2", "6k",
-    ]  # fmt: skip
+        "4",
+        "1.000",
+        "4k",
+        "80M",
+        "5e-05",
+        "0.001",
+        "20",
+        "memory",
+        "0.500",
+        "2",
+        "6k",
+    ]
     assert "times from a run without them" in text.splitlines()[0]
 
 
@@ -421,11 +547,43 @@ def test_by_layer_an_unknown_op_is_listed_once_under_its_own_step():
     # region "step" (no layer) > GraphConv (layer G) > edge_softmax, whose op has no formula
     stats = [
         EntryStats("step", "step", None, "region", 0, -1, 1, 10, 100, 10, 10, 0, 0),
-        EntryStats("GraphConv", "step/GraphConv", "G", "step", 1, 0, 1, 8, 64, 8, 8, 0, 0,
-                   flops=6, bytes_read=24, bytes_written=24, ops=1),
-        EntryStats("edge_softmax", "step/GraphConv/edge_softmax", "G", "step", 2, 1, 1, 4,
-                   16, 4, 4, 0, 0, ops=1, unknown="dgl.edge_softmax:1"),
-    ]  # fmt: skip
+        EntryStats(
+            "GraphConv",
+            "step/GraphConv",
+            "G",
+            "step",
+            1,
+            0,
+            1,
+            8,
+            64,
+            8,
+            8,
+            0,
+            0,
+            flops=6,
+            bytes_read=24,
+            bytes_written=24,
+            ops=1,
+        ),
+        EntryStats(
+            "edge_softmax",
+            "step/GraphConv/edge_softmax",
+            "G",
+            "step",
+            2,
+            1,
+            1,
+            4,
+            16,
+            4,
+            4,
+            0,
+            0,
+            ops=1,
+            unknown="dgl.edge_softmax:1",
+        ),
+    ]
     for by in ("step", "layer"):
         text = summarize(stats, by=by).table(counters=True)
         assert [line for line in text.splitlines() if "no formula" in line] == [
@@ -436,10 +594,26 @@ def test_by_layer_an_unknown_op_is_listed_once_under_its_own_step():
 
 def test_the_table_says_when_its_times_are_the_counted_runs_own():
     stats = [
-        EntryStats("agg", "agg", None, "step", 0, -1, 1, 4_000_000, 16_000_000_000_000,
-                   4_000_000, 4_000_000, 0, 0, flops=1_000, bytes_read=30_000_000,
-                   bytes_written=10_000_000, ops=3),
-    ]  # fmt: skip
+        EntryStats(
+            "agg",
+            "agg",
+            None,
+            "step",
+            0,
+            -1,
+            1,
+            4_000_000,
+            16_000_000_000_000,
+            4_000_000,
+            4_000_000,
+            0,
+            0,
+            flops=1_000,
+            bytes_read=30_000_000,
+            bytes_written=10_000_000,
+            ops=3,
+        ),
+    ]
     text = summarize(stats, unit="ms").table(counters=True, peak=Peak(10.0, 1.0, "fixed"))
     assert "times measured with the counters on" in text.splitlines()[0]
     assert "slower than without them" in text
@@ -788,13 +962,19 @@ def test_gatconv_forward_and_backward_hand_computed():
     zeros = (0, 0, n * heads * F4)
     alpha_collect = _sum(gather, gather)  # alpha_src[row], alpha_dst[col]
     edge_update = _sum(
-        per_edge, unary,  # alpha_j + alpha_i, leaky_relu
-        zeros, scatter, gather,  # the softmax: each destination's max (scatter_reduce_ amax)
-        per_edge, unary,  # minus it, exp
-        zeros, scatter,  # the sums
+        per_edge,
+        unary,  # alpha_j + alpha_i, leaky_relu
+        zeros,
+        scatter,
+        gather,  # the softmax: each destination's max (scatter_reduce_ amax)
+        per_edge,
+        unary,  # minus it, exp
+        zeros,
+        scatter,  # the sums
         (n * heads, n * heads * F4, n * heads * F4),  # + 1e-16
-        gather, per_edge,  # each edge's sum, the division
-    )  # fmt: skip
+        gather,
+        per_edge,  # each edge's sum, the division
+    )
     collect = (0, E * hc * F4 + E * I8, E * hc * F4)  # x'[row]
     message = (E * hc, E * heads * F4 + E * hc * F4, E * hc * F4)  # alpha * x_j
     aggregate = _sum((0, 0, n * hc * F4), (E * hc, n * hc * F4 + E * I8 + E * hc * F4, n * hc * F4))
@@ -808,13 +988,18 @@ def test_gatconv_forward_and_backward_hand_computed():
         (0, 0, n * hc * F4), (E * hc, n * hc * F4 + E * I8 + E * hc * F4, n * hc * F4)
     )  # index_add by row
     edge_update_bw = _sum(
-        per_edge, per_edge, unary, per_edge, per_edge,  # the division's: two divs, neg, mul, div
-        zeros, scatter,  # the sums' gradient, scattered back to the nodes (index_add)
+        per_edge,
+        per_edge,
+        unary,
+        per_edge,
+        per_edge,  # the division's: two divs, neg, mul, div
+        zeros,
+        scatter,  # the sums' gradient, scattered back to the nodes (index_add)
         gather,  # and gathered to the edges (the scatter_add's backward)
         per_edge,  # the two gradients of exp's result added
         per_edge,  # exp's: times its result
         per_edge,  # leaky_relu_backward
-    )  # fmt: skip
+    )
     alpha_collect_bw = _sum(zeros, scatter, zeros, scatter)  # index_add back, both sides
     # alpha_src's and alpha_dst's backward: the gradient (broadcast over the channels) times
     # x' (att's), times att (x''s), att's summed over the nodes, x''s added to the other one
@@ -1002,18 +1187,85 @@ def test_the_roofline_plot_puts_each_step_at_its_intensity_and_rate(tmp_path):
 
     ms = 1_000_000
     stats = [
-        EntryStats("L", "L", None, "step", 0, -1, 1, 7 * ms, 49 * ms * ms, 7 * ms, 7 * ms, 0, 0,
-                   ops=1),
-        EntryStats("lin", "L/lin", None, "step", 1, 0, 1, 2 * ms, 4 * ms * ms, 2 * ms, 2 * ms,
-                   0, 0, flops=4_000_000, bytes_read=1_000_000, bytes_written=1_000_000, ops=1),
-        EntryStats("agg", "L/agg", None, "step", 1, 0, 1, 4 * ms, 16 * ms * ms, 4 * ms, 4 * ms,
-                   0, 0, flops=1_000, bytes_read=30_000_000, bytes_written=10_000_000, ops=1),
-        EntryStats("collect", "L/collect", None, "step", 1, 0, 1, ms, ms * ms, ms, ms, 0, 0,
-                   bytes_read=8, bytes_written=8, ops=1),
-        EntryStats("lin", "L/lin", None, "step", 1, 0, 1, 4 * ms, 16 * ms * ms, 4 * ms,
-                   4 * ms, 0, 0, phase="backward", flops=8_000_000, bytes_read=4_000_000,
-                   ops=1),
-    ]  # fmt: skip
+        EntryStats(
+            "L", "L", None, "step", 0, -1, 1, 7 * ms, 49 * ms * ms, 7 * ms, 7 * ms, 0, 0, ops=1
+        ),
+        EntryStats(
+            "lin",
+            "L/lin",
+            None,
+            "step",
+            1,
+            0,
+            1,
+            2 * ms,
+            4 * ms * ms,
+            2 * ms,
+            2 * ms,
+            0,
+            0,
+            flops=4_000_000,
+            bytes_read=1_000_000,
+            bytes_written=1_000_000,
+            ops=1,
+        ),
+        EntryStats(
+            "agg",
+            "L/agg",
+            None,
+            "step",
+            1,
+            0,
+            1,
+            4 * ms,
+            16 * ms * ms,
+            4 * ms,
+            4 * ms,
+            0,
+            0,
+            flops=1_000,
+            bytes_read=30_000_000,
+            bytes_written=10_000_000,
+            ops=1,
+        ),
+        EntryStats(
+            "collect",
+            "L/collect",
+            None,
+            "step",
+            1,
+            0,
+            1,
+            ms,
+            ms * ms,
+            ms,
+            ms,
+            0,
+            0,
+            bytes_read=8,
+            bytes_written=8,
+            ops=1,
+        ),
+        EntryStats(
+            "lin",
+            "L/lin",
+            None,
+            "step",
+            1,
+            0,
+            1,
+            4 * ms,
+            16 * ms * ms,
+            4 * ms,
+            4 * ms,
+            0,
+            0,
+            phase="backward",
+            flops=8_000_000,
+            bytes_read=4_000_000,
+            ops=1,
+        ),
+    ]
     path = tmp_path / "roof.png"
     ax = plot(summarize(stats), (10.0, 20.0), str(path), label="run")
     assert path.stat().st_size > 0

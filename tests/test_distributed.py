@@ -16,7 +16,7 @@ import torch
 import instrumented_convs as ic
 from instrumented_convs.core.registry import Registry
 from instrumented_convs.report import Summary
-from instrumented_convs.report.stats import merge_ranks
+from instrumented_convs.report.stats import merge_ranks, summarize
 
 from .helpers import ROOT, gpu, run_torchrun
 
@@ -121,7 +121,7 @@ def test_by_rank_gives_each_rank_its_own_summary():
 
 
 def test_a_summary_of_one_process_has_no_ranks():
-    s = _registry(("epoch", 1.0)).summary()
+    s = summarize(_registry(("epoch", 1.0)).snapshot())
     assert s.world_size is None
     with pytest.raises(ValueError, match="all_ranks=True"):
         s.by_rank()

@@ -34,7 +34,7 @@ def _copies():
     try:
         import torch_geometric
 
-        import instrumented_convs.pyg as P
+        import instrumented_convs.pyg.gcn as P
 
         out += [
             (
@@ -57,7 +57,7 @@ def _copies():
     try:
         import dgl
 
-        import instrumented_convs.dgl as D
+        import instrumented_convs.dgl.graphconv as D
 
         out += [
             (
@@ -154,8 +154,9 @@ def test_fingerprints_are_the_same_on_every_python(ver, tmp_path):
     import json
     import subprocess
 
-    sources = {name: textwrap.dedent(inspect.getsource(inspect.unwrap(up)))
-               for _, name, _, up, _ in COPIES}  # fmt: skip
+    sources = {
+        name: textwrap.dedent(inspect.getsource(inspect.unwrap(up))) for _, name, _, up, _ in COPIES
+    }
     (tmp_path / "sources.json").write_text(json.dumps(sources))
     code = textwrap.dedent(f"""
         import ast, importlib.util, json, sys
@@ -169,8 +170,9 @@ def test_fingerprints_are_the_same_on_every_python(ver, tmp_path):
             out[name] = g.fingerprint(tree)
         print(json.dumps(out))
     """)
-    done = subprocess.run([OTHER_PYTHONS[ver], "-c", code], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [OTHER_PYTHONS[ver], "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     theirs = json.loads(done.stdout)
     here = {name: fingerprint(up) for _, name, _, up, _ in COPIES}
@@ -280,7 +282,7 @@ def _check_warning(proc, layer, package):
 
 def test_pyg_forward_drift_runs_upstreams_forward(tmp_path):
     pytest.importorskip("torch_geometric")
-    import instrumented_convs.pyg as P
+    import instrumented_convs.pyg.gcn as P
 
     _drift_premise(P)
     proc = _run(
@@ -301,18 +303,25 @@ def undo():
     assert "DETAILED ['GCNConv.forward']" in proc.stdout
     # upstream's forward, its parts timed from outside: all but the bias (its own time)
     rows = [
-        "GCNConv", "GCNConv/gcn_norm", "GCNConv/gcn_norm/add_remaining_self_loops",
-        "GCNConv/gcn_norm/degree", "GCNConv/gcn_norm/normalize", "GCNConv/lin",
-        "GCNConv/propagate", "GCNConv/propagate/collect", "GCNConv/propagate/message",
-        "GCNConv/propagate/aggregate", "GCNConv/propagate/update",
-    ]  # fmt: skip
+        "GCNConv",
+        "GCNConv/gcn_norm",
+        "GCNConv/gcn_norm/add_remaining_self_loops",
+        "GCNConv/gcn_norm/degree",
+        "GCNConv/gcn_norm/normalize",
+        "GCNConv/lin",
+        "GCNConv/propagate",
+        "GCNConv/propagate/collect",
+        "GCNConv/propagate/message",
+        "GCNConv/propagate/aggregate",
+        "GCNConv/propagate/update",
+    ]
     assert f"ROWS {rows}" in proc.stdout
     assert "its parts are timed from outside" in proc.stderr
 
 
 def test_pyg_gcn_norm_drift_runs_upstreams_gcn_norm(tmp_path):
     pytest.importorskip("torch_geometric")
-    import instrumented_convs.pyg as P
+    import instrumented_convs.pyg.gcn as P
 
     _drift_premise(P)
     proc = _run(
@@ -341,7 +350,7 @@ def undo():
 def test_pyg_global_drift_is_caught_even_with_the_same_code(tmp_path):
     """Upstream's module binds another ``scatter``: same source text, other numbers."""
     pytest.importorskip("torch_geometric")
-    import instrumented_convs.pyg as P
+    import instrumented_convs.pyg.gcn as P
 
     _drift_premise(P)
     proc = _run(
@@ -375,7 +384,7 @@ ORIGINAL_FORWARD, ORIGINAL_NORM = Stock.forward, StockNorm.forward
 
 def test_dgl_drift_runs_upstreams_forward(tmp_path):
     pytest.importorskip("dgl")
-    import instrumented_convs.dgl as D
+    import instrumented_convs.dgl.graphconv as D
 
     _drift_premise(D)
     proc = _run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import importlib
 import json
 import re
 import sys
@@ -51,9 +52,17 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     one = {"OMP_NUM_THREADS": "1"}  # the same sums in the same order, however loaded
     plain = run_script(script, "--epochs", "3", cwd=tmp_path, env=one)
     proc = run_script(
-        "-m", "instrumented_convs", "run", "-o", "out", script, "--epochs", "3",
-        cwd=tmp_path, env=one,
-    )  # fmt: skip
+        "-m",
+        "instrumented_convs",
+        "run",
+        "-o",
+        "out",
+        script,
+        "--epochs",
+        "3",
+        cwd=tmp_path,
+        env=one,
+    )
     # The script's own output, losses to the last digit: it trained exactly as without us.
     assert script_lines(proc.stdout) == script_lines(plain.stdout)
     assert "__name__ __main__ argv ['--epochs', '3']" in proc.stdout
@@ -115,8 +124,12 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     assert sum("inputs" in e["args"] for e in x) == 9 + 3 + 3 * 4 + 3 * 2 + 3
     names = {e["args"]["name"] for e in spans(trace, "M") if "name" in e["args"]}  # not sort
     assert "main thread" in names and any(n.startswith("plain_pyg.py (") for n in names)
-    assert run["trace"] == {"file": "trace.json.gz", "calls": len(x), "limit": 200_000,
-                            "truncated": False}  # fmt: skip
+    assert run["trace"] == {
+        "file": "trace.json.gz",
+        "calls": len(x),
+        "limit": 200_000,
+        "truncated": False,
+    }
     view = run_cli(tmp_path, "view", "out", "--trace", "copy.json")
     assert read_trace(tmp_path / "copy.json") == trace and "copy.json" in view.stdout
 
@@ -130,14 +143,14 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
 def test_the_timeline_limit_cuts_it_and_zero_records_none(tmp_path):
     pytest.importorskip("torch_geometric")
     script = str(SCRIPTS / "plain_pyg.py")
-    proc = run_cli(tmp_path, "run", "--quiet", "--trace-limit", "5", "-o", "cut", script,
-                   "--epochs", "1")  # fmt: skip
+    proc = run_cli(
+        tmp_path, "run", "--quiet", "--trace-limit", "5", "-o", "cut", script, "--epochs", "1"
+    )
     assert "kept its first 5 calls" in proc.stderr
     trace = read_trace(tmp_path / "cut" / "trace.json.gz")
     assert len(spans(trace)) == 5
     assert any("limit of 5 calls" in e["name"] for e in spans(trace, "i"))
-    run_cli(tmp_path, "run", "--quiet", "--trace-limit", "0", "-o", "none", script,
-            "--epochs", "1")  # fmt: skip
+    run_cli(tmp_path, "run", "--quiet", "--trace-limit", "0", "-o", "none", script, "--epochs", "1")
     assert not (tmp_path / "none" / "trace.json.gz").exists()
     assert "trace" not in json.loads((tmp_path / "none" / "run.json").read_text())
     view = run_cli(tmp_path, "view", "none", "--trace", "t.json", expect=1)
@@ -200,9 +213,19 @@ def test_an_unmodified_dgl_script_with_its_dataloader(tmp_path):
     one = {"OMP_NUM_THREADS": "1"}  # DGL's kernels: the same sums in the same order
     plain = run_script(script, "--epochs", "3", cwd=tmp_path, env=one)
     proc = run_script(
-        "-m", "instrumented_convs", "run", "--warmup", "1", "-o", "out", script, "--epochs", "3",
-        cwd=tmp_path, env=one,
-    )  # fmt: skip
+        "-m",
+        "instrumented_convs",
+        "run",
+        "--warmup",
+        "1",
+        "-o",
+        "out",
+        script,
+        "--epochs",
+        "3",
+        cwd=tmp_path,
+        env=one,
+    )
     assert script_lines(proc.stdout) == script_lines(plain.stdout)
     assert len(script_lines(plain.stdout)) == 3
     c = counts(Summary.load(tmp_path / "out"))
@@ -280,8 +303,16 @@ def test_torchrun_an_unmodified_dgl_ddp_script_in_the_default_folder(tmp_path):
     (folder,) = (tmp_path / "ic-runs").iterdir()  # both ranks found the same default folder
     assert folder.name.startswith("plain_dgl_ddp-")
     files = {p.name for p in folder.iterdir()}
-    assert files >= {"rank0.json", "rank1.json", "run.json", "summary.txt", "page.html",
-                     "rank0.trace.json.gz", "rank1.trace.json.gz", "trace.json.gz"}  # fmt: skip
+    assert files >= {
+        "rank0.json",
+        "rank1.json",
+        "run.json",
+        "summary.txt",
+        "page.html",
+        "rank0.trace.json.gz",
+        "rank1.trace.json.gz",
+        "trace.json.gz",
+    }
     for rank in (0, 1):
         saved = json.loads((folder / f"rank{rank}.json").read_text())
         assert (saved["rank"], saved["world_size"], saved["exit_code"]) == (rank, 2, 0)
@@ -367,8 +398,12 @@ def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
     assert saved["file"] == "rank1.trace.json.gz" and (folder / saved["file"]).is_file()
     merged = merge_folder(folder)  # rank 0 never wrote: merged without it
     assert merged["ranks_missing"] == [0]
-    assert merged["trace"] == {"file": "trace.json.gz", "calls": 1, "limit": 100,
-                               "truncated": False}  # fmt: skip
+    assert merged["trace"] == {
+        "file": "trace.json.gz",
+        "calls": 1,
+        "limit": 100,
+        "truncated": False,
+    }
     assert len(spans(read_trace(folder / merged["trace"]["file"]))) == 1
     assert [r["trace"] for r in merged["per_rank"]] == [saved]
 
@@ -457,6 +492,19 @@ def test_view_prints_the_selected_rows(tmp_path, capsys):
         cli_main(["view", str(folder), "--rank", "1"])
 
 
+def test_view_prints_any_renderer_by_name(tmp_path, capsys):
+    from instrumented_convs.report import Summary
+
+    folder = _saved_run(tmp_path)
+    summary = Summary.load(folder)
+    assert cli_main(["view", str(folder), "--format", "csv"]) == 0
+    assert capsys.readouterr().out == summary.to_csv() + "\n"
+    assert cli_main(["view", str(folder), "--format", "json"]) == 0
+    assert Summary.from_json(capsys.readouterr().out) == summary
+    assert cli_main(["view", str(folder), "--format", "page"]) == 0
+    assert capsys.readouterr().out.startswith("<!DOCTYPE html>")
+
+
 # -- the hooks, in this process --------------------------------------------------------------
 
 
@@ -500,7 +548,7 @@ def test_instrumented_in_place_with_the_stock_outputs_gradients_and_state(hooks)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)  # built before: must keep working
     hooks()
     out = model(x, edge_index)
-    assert type(model.conv1).__module__ == "instrumented_convs.pyg"
+    assert type(model.conv1) is importlib.import_module("instrumented_convs.pyg").GCNConv
     assert model.conv1.scope == "conv1" and model.conv2.scope == "conv2"
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     out.sum().backward()
@@ -596,7 +644,7 @@ def test_only_and_exclude_pick_classes_and_remove_puts_everything_back(hooks):
     h = hooks(only={"GCNConv", "GCNconv"}, exclude={"SAGEConv"})
     assert torch.nn.Module.__call__ is not call
     model(x, edge_index)
-    assert type(model.conv1).__module__ == "instrumented_convs.pyg"
+    assert type(model.conv1) is importlib.import_module("instrumented_convs.pyg").GCNConv
     assert type(model.conv2).__module__.startswith("torch_geometric")
     assert h.unmatched() == {"only": ["GCNconv"]}
     h.close()
@@ -627,8 +675,9 @@ def test_inputs_are_noted_when_they_change_and_every_call_shows_its_own(hooks):
         model(torch.zeros(n, 2))
     tl = ic.registry.timeline()
     assert len(tl.notes) == 3  # 3 rows, 5 rows, 3 rows again: only where it changed
-    forwards = sorted((e for e in spans(tl.to_chrome()) if e["name"] == "forward"),
-                      key=lambda e: e["ts"])  # fmt: skip
+    forwards = sorted(
+        (e for e in spans(tl.to_chrome()) if e["name"] == "forward"), key=lambda e: e["ts"]
+    )
     assert [e["args"]["inputs"] for e in forwards] == [[f"float32[{n}, 2]"] for n in rows]
     # After a reset (the warm-up's end) the next call is noted again, though nothing changed.
     h.warmup, h.steps = 1, 0

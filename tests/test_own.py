@@ -1,6 +1,6 @@
-"""A layer's own statements as steps (instrumented_convs.layers.statements.forward): the same results, the steps
-named after the statements, forward and backward, and no new code where the source is not
-the code that runs."""
+"""A layer's own statements as steps (instrumented_convs.layers.statements.forward): the same
+results, the steps named after the statements, forward and backward, and no new code where the
+source is not the code that runs."""
 
 from __future__ import annotations
 

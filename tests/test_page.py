@@ -154,14 +154,25 @@ def test_run_view_and_diff_write_pages_that_open(tmp_path):
     pytest.importorskip("torch_geometric")
     script = str(ROOT / "tests" / "scripts" / "plain_pyg.py")
     for out in ("a", "b"):
-        run_script("-m", "instrumented_convs", "run", "--quiet", "-o", out, script,
-                   "--epochs", "1", cwd=tmp_path)  # fmt: skip
+        run_script(
+            "-m",
+            "instrumented_convs",
+            "run",
+            "--quiet",
+            "-o",
+            out,
+            script,
+            "--epochs",
+            "1",
+            cwd=tmp_path,
+        )
     dom, console = open_page(tmp_path / "a" / "page.html")
     assert console == [] and body_data(dom) == {"ready": "1", "errors": "0"}
     assert "plain_pyg.py" in dom and "torch " + torch.__version__ in dom
     assert Summary.load(tmp_path / "a").rows  # the page sits beside the run it shows
-    run_script("-m", "instrumented_convs", "view", "a", "--by", "layer", "--html", "v.html",
-               cwd=tmp_path)  # fmt: skip
+    run_script(
+        "-m", "instrumented_convs", "view", "a", "--by", "layer", "--html", "v.html", cwd=tmp_path
+    )
     run_script("-m", "instrumented_convs", "diff", "a", "b", "--html", "d.html", cwd=tmp_path)
     for name in ("v.html", "d.html"):
         dom, console = open_page(tmp_path / name)

@@ -198,3 +198,76 @@ def test_registry_summary_is_the_arithmetic_of_its_snapshot(clock):
     assert snap[snap[1].parent].path == "forward" and snap[1].path == "forward/GCNConv"
     for by in ("step", "layer"):
         assert registry.summary(by=by) == summarize(snap, by=by)
+
+
+def test_a_column_added_to_the_spec_alone_shows_in_the_table_the_page_and_the_exports(clock):
+    """A new column is one entry of report.columns: the text table, the page (its script
+    draws the headers and cells the data holds) and JSON, CSV and pandas find it."""
+    import json
+    import re
+
+    from instrumented_convs.report import Column, columns
+
+    _seed_like_run(clock)
+    calls_per_s = Column("calls_per_s", "Calls/s", value=lambda r: r.count / r.total)
+    columns.add(calls_per_s, before="fraction")
+    try:
+        s = registry.summary()
+        table = str(s)
+        header = table.splitlines()[1]
+        assert header.index("Calls/s") < header.index("Frac.")
+        lin = s["forward/GCNConv/lin"]  # 12 calls of 1 ms: 1000 calls a second
+        assert [line for line in table.splitlines() if "- lin" in line][0].split("|")[
+            -2
+        ].strip() == "1000"
+        page = s.render("page")
+        data = json.loads(
+            re.search(
+                r'<script type="application/json" id="data">(.*?)</script>', page, re.S
+            ).group(1)
+        )
+        run = data["runs"][0]
+        k = run["columns"].index("Calls/s")
+        assert run["cells"][[r["name"] for r in run["rows"]].index(lin.name)][k] == "1000"
+        rows = json.loads(s.render("json"))["rows"]
+        assert [r["calls_per_s"] for r in rows if r["name"] == lin.name] == [1000.0]
+        assert "calls_per_s" in s.render("csv").splitlines()[0]
+        assert "calls_per_s" in s.to_dataframe().columns
+        # and the summary reads back without it (it is no field of Row)
+        assert Summary.from_json(s.to_json()) == s
+        assert Summary.from_csv(s.to_csv()).rows == s.rows
+    finally:
+        columns.remove("calls_per_s")
+    assert "Calls/s" not in str(registry.summary())
+
+
+def test_the_page_shows_times_in_the_unit_the_table_chose(clock):
+    """One unit, the text table's: the page's columns say it and hold the same cells."""
+    import json
+    import re
+
+    with step("tiny"):
+        clock.advance(13_700)  # 13.7 us: the table reads 13.700 us, not 0.0000137 s
+    s = registry.summary()
+    assert "(times in us)" in str(s) and "13.700" in str(s)
+    data = json.loads(re.search(r'id="data">(.*?)</script>', s.render("page"), re.S).group(1))
+    run = data["runs"][0]
+    assert run["unit"] == "us" and "Average (us)" in run["columns"]
+    assert run["cells"][0][run["columns"].index("Average (us)")] == "13.700"
+
+
+def test_every_renderer_by_name_and_a_run_folder_written_by_each(clock, tmp_path):
+    from instrumented_convs.report import RENDERERS, Run, render, write_folder
+
+    _seed_like_run(clock)
+    s = registry.summary()
+    assert set(RENDERERS) == {"text", "page", "json", "csv", "roofline", "trace"}
+    assert render("text", Run(s)) == str(s) == s.render()
+    assert render("json", Run(s)) == s.to_json() and render("csv", Run(s)) == s.to_csv()
+    assert render("page", Run(s, title="t")).startswith("<!DOCTYPE html>")
+    with pytest.raises(ValueError, match="no renderer 'pdf'"):
+        render("pdf", Run(s))
+    written = write_folder(tmp_path, Run(s, title="a run"))
+    # a summary without counters or a timeline: the table and the page only
+    assert sorted(p.name for p in written) == ["page.html", "summary.txt"]
+    assert (tmp_path / "summary.txt").read_text() == str(s) + "\n"

@@ -12,8 +12,14 @@ import torch
 from instrumented_convs import registry
 from instrumented_convs.layers import Step, step
 from instrumented_convs.layers.contract import Timed
-from instrumented_convs.layers.statements.calls import any_function, helpers, scan, torch_function
-from instrumented_convs.layers.statements.routes import Route, routes_of
+from instrumented_convs.layers.statements.routes import (
+    Route,
+    any_function,
+    helpers,
+    routes_of,
+    scan,
+    torch_function,
+)
 
 
 def _module():

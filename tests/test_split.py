@@ -1,7 +1,8 @@
-"""A statement that calls steps and does work of its own, split (instrumented_convs.layers.statements.split):
-the same results, evaluated in the same order, temporaries let go as soon as used, the
-calls' steps where they always were and the work in a step named after its source; and a
-function defined in the forward, and a forward under a decorator, with steps too."""
+"""A statement that calls steps and does work of its own, split
+(instrumented_convs.layers.statements.split): the same results, evaluated in the same order,
+temporaries let go as soon as used, the calls' steps where they always were and the work in a step
+named after its source; and a function defined in the forward, and a forward under a decorator, with
+steps too."""
 
 from __future__ import annotations
 

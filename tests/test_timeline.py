@@ -58,8 +58,12 @@ def test_each_call_with_its_exact_start_and_end_nested_on_its_thread():
     assert [round(e["ts"] * 1e3) + base - offset for e in inner] == [5_110, 5_245]
     assert [e["dur"] for e in inner] == [0.03, 0.03]  # microseconds
     assert {e["tid"] for e in x} == {1} and {e["pid"] for e in x} == {7}
-    assert inner[0]["args"] == {"path": "epoch/layer/inner", "scope": None,
-                                "phase": "forward", "kind": "step"}  # fmt: skip
+    assert inner[0]["args"] == {
+        "path": "epoch/layer/inner",
+        "scope": None,
+        "phase": "forward",
+        "kind": "step",
+    }
     meta = {(e["name"], e.get("tid")): e["args"] for e in spans(trace, "M")}
     assert meta[("process_name", None)] == {"name": "rank 0"}
     assert meta[("thread_name", 1)] == {"name": "main thread"}
@@ -81,8 +85,10 @@ def test_forward_calls_link_to_their_backward_by_flow_arrows():
     x_events = spans(trace)
     backward = [e for e in x_events if e["cat"] == "backward"]
     assert sorted({e["name"] for e in backward}) == [
-        "act [backward]", "layer [backward]", "lin [backward]"
-    ]  # fmt: skip
+        "act [backward]",
+        "layer [backward]",
+        "lin [backward]",
+    ]
     starts, ends = spans(trace, "s"), spans(trace, "f")
     assert len(starts) == len(ends) == len(backward) == 9
     by_id = {e["id"]: e for e in starts}
@@ -104,8 +110,12 @@ def test_the_limit_cuts_the_timeline_everywhere_and_says_so():
     trace = tl.to_chrome()
     notes = [e for e in trace["traceEvents"] if e["ph"] == "i"]
     assert len(notes) == 1 and "limit of 3 calls" in notes[0]["name"]
-    assert trace["otherData"]["instrumented_convs"][str(next(iter(
-        trace["otherData"]["instrumented_convs"])))]["truncated"] is True  # fmt: skip
+    assert (
+        trace["otherData"]["instrumented_convs"][
+            str(next(iter(trace["otherData"]["instrumented_convs"])))
+        ]["truncated"]
+        is True
+    )
     registry.reset()  # empties it and records again
     with step("b"):
         pass
@@ -169,7 +179,7 @@ def _timeline(*calls: tuple) -> Timeline:
             "truncated": None,
             "main_thread": 9,
             "wall_offset_ns": 0,
-        }  # fmt: skip
+        }
     )
 
 
@@ -231,8 +241,10 @@ def test_cuda_calls_have_a_gpu_track_from_their_own_events(fake_cuda):  # noqa: 
     tl = registry.timeline()  # resolves the pairs, as summary() does
     gpu = {c[0]: c[9] for c in tl.calls}
     ref_ns = 1_000_000  # the reference event: recorded with the first pair, GPU time 0
-    assert gpu == {"lin": (ref_ns + 2_000_000, ref_ns + 2_500_000),
-                   "GCNConv": (ref_ns, ref_ns + 2_500_000)}  # fmt: skip
+    assert gpu == {
+        "lin": (ref_ns + 2_000_000, ref_ns + 2_500_000),
+        "GCNConv": (ref_ns, ref_ns + 2_500_000),
+    }
     cpu = {c[0]: (c[5], c[6]) for c in tl.calls}
     assert cpu == {"lin": (1_001_000, 1_001_500), "GCNConv": (1_000_000, 1_001_500)}
     trace = tl.to_chrome()
@@ -315,9 +327,13 @@ def test_noted_inputs_go_to_the_call_they_were_given_to():
         (e["name"], e["args"].get("inputs")) for e in sorted(spans(trace), key=lambda e: e["ts"])
     ]
     assert got == [
-        ("forward", ["float32[3]"]), ("GCNConv", ["x3"]), ("lin", None),
-        ("forward", ["float32[5]"]), ("GCNConv", ["x5"]), ("lin", None),
-    ]  # fmt: skip
+        ("forward", ["float32[3]"]),
+        ("GCNConv", ["x3"]),
+        ("lin", None),
+        ("forward", ["float32[5]"]),
+        ("GCNConv", ["x5"]),
+        ("lin", None),
+    ]
     configure(timeline=0)
     _timeline.note("conv1", ["ignored"])  # off: nothing noted
     assert len(registry.timeline().notes) == 2 * 2

@@ -4,7 +4,8 @@
   ``bench``;
 - profiling a script nobody changed and reading its runs back
   (:mod:`instrumented_convs.commands.launch.cli`): ``run``, ``view``, ``merge``;
-- checking the library's claims on this machine (:mod:`instrumented_convs.commands.check`): ``check``.
+- checking the library's claims on this machine (:mod:`instrumented_convs.commands.check`):
+  ``check``.
 """
 
 from __future__ import annotations

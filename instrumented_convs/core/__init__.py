@@ -1,1 +1,47 @@
-"""TODO: docstring."""
+"""The core: what every step needs, knowing nothing above it.
+
+- :mod:`.settings` (the switches, one object) and :mod:`.configure` (``configure()``, the one
+  way to change them); :mod:`.clock` (the CPU clock; CUDA events, pooled, resolved lazily);
+  :mod:`.labels` (NVTX ranges and profiler labels);
+- one lifecycle for forward and backward steps: :mod:`.stack` (each thread's stack of
+  :class:`~.stack.Frame`), :mod:`.lifecycle` (opening and closing a frame), :mod:`.step`
+  (``step()``, ``region()``, ``mark_outputs()``), the backward machinery (:mod:`.anchor`:
+  the autograd nodes a step created; :mod:`.sampling`: which calls' backward is timed;
+  :mod:`.backward`: the hooks that time it);
+- storage: :mod:`.entry` (one step path's statistics, and :class:`~.entry.EntryStats`, the
+  plain data of a snapshot), :mod:`.registry` (the tree of entries), :mod:`.timeline` (when
+  each call ran); the counters (:mod:`.counters`, :mod:`.formulas`: FLOPs, bytes, memory);
+- :mod:`.native`: the C fast path of steps, each C part beside the Python twin it mirrors.
+
+The layers (:mod:`instrumented_convs.layers`, ``pyg``, ``dgl``) use these modules directly.
+The commands and integrations use the face and the report, and from the core only what this
+package itself offers (:data:`__all__`, imported when first read):
+
+- ``IMPLEMENTATION``: ``"C"`` or ``"Python"``, the fast path in use;
+- ``nvtx_tool_attached()``: whether an NVTX tool (Nsight Systems) can see ranges;
+- ``timeline_recording()``: whether the timeline records; ``noted(key, signature)`` and
+  ``note(key, inputs, signature, keep)``: what a call was given, for the timeline.
+"""
+
+from typing import Any
+
+__all__ = ["IMPLEMENTATION", "nvtx_tool_attached", "timeline_recording", "noted", "note"]
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`__all__`, from the modules that hold them (imported, and bound
+    here, at the first read)."""
+    if name == "IMPLEMENTATION":
+        from .native import IMPLEMENTATION as value
+    elif name == "nvtx_tool_attached":
+        from .lifecycle import tool_attached as value
+    elif name == "timeline_recording":
+        from .timeline import recording as value
+    elif name in ("noted", "note"):
+        from . import timeline
+
+        value = getattr(timeline, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -10,11 +10,11 @@ and from those its nested steps declared. An anchor that declared nothing, with 
 step that did, has no backward rows: nothing says which tensors are its own.
 Steps nested in an anchor log their number ranges in the anchor's :class:`Log`
 (:func:`log_exit`); at the anchor's exit :func:`finish` decides, with
-:mod:`._sampling`, whether this call's backward is timed step by step or only counted:
+:mod:`.sampling`, whether this call's backward is timed step by step or only counted:
 
 - timed (:func:`walk`): the autograd graph is walked back from the anchor's outputs over the
   nodes of its own range only, each node is given to the innermost step that created it, and
-  each step's first and last backward node is hooked (:mod:`._backward`): at most two hooks
+  each step's first and last backward node is hooked (:mod:`.backward`): at most two hooks
   per step, shared between nested steps;
 - counted: one hook on the anchor's newest output node counts the call for every step
   that the timed calls of the same graph shape showed a backward for.
@@ -150,7 +150,7 @@ def chosen(
     template: Optional[sampling.Template],
     how: int,
 ) -> None:
-    """The rest of :func:`finish` once :func:`_sampling.choose` said ``how`` (the C fast path
+    """The rest of :func:`finish` once :func:`.sampling.choose` said ``how`` (the C fast path
     of an anchor's exit chooses, counts the common case itself and calls this for the others)."""
     seq0 = log.seq0
     if how == sampling.COUNT and type(outputs) is torch.Tensor:
@@ -213,7 +213,7 @@ def walk(
         while chain and chain[-1].depth >= depth:
             chain.pop()
         r = Record(e, chain[-1] if chain else None, depth, m, fwd_stack, sampled)
-        r.link = (tid, seq0 + s0)  # the forward call's thread and entry (see _timeline)
+        r.link = (tid, seq0 + s0)  # the forward call's thread and entry (see .timeline)
         chain.append(r)
         recs.append(r)
         owner[s0:s1] = [r] * (s1 - s0)  # inner steps overwrite outer ones

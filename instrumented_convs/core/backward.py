@@ -1,6 +1,6 @@
 """The backward of steps, while autograd runs: hooks that time each step's backward.
 
-:mod:`._anchor` finds, for each call of a step, the first node of its backward (the highest
+:mod:`.anchor` finds, for each call of a step, the first node of its backward (the highest
 autograd sequence number among the nodes it created) and the last (the lowest), and hooks
 them with :func:`pre_hook` and :func:`post_hook` around a :class:`Record`. On one thread
 autograd runs the nodes of a graph in decreasing sequence number, so a step's backward is
@@ -31,11 +31,12 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 import torch
 
-from ..report import BACKWARD_MARK
-from . import clock, settings
+from . import clock
+from .entry import BACKWARD_MARK
 from .lifecycle import abandon_frame, close_elsewhere, close_frame, open_frame
 from .native import speedups
-from .registry import backward_key, registry
+from .registry import backward_key, backward_parent, registry
+from .settings import switches
 from .stack import CPU, SAMPLED, Frame, _tls
 
 __all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "live"]
@@ -94,21 +95,10 @@ class Record:
         self.hi: Optional[Tuple[int, Any]] = None  # (seq, node) while the graph is walked
         self.lo: Optional[Tuple[int, Any]] = None
         self.hooked = False  # its first and last backward nodes are hooked
-        self.sampled = sampled  # its call was chosen at random for timing (see _sampling)
+        self.sampled = sampled  # its call was chosen at random for timing (see .sampling)
         #: (forward thread, autograd sequence number at the forward's entry): pairs the
-        #: backward with its forward call on the timeline (see _timeline); None: unknown.
+        #: backward with its forward call on the timeline (see .timeline); None: unknown.
         self.link: Optional[Tuple[int, int]] = None
-
-
-def backward_parent(stack: List[Frame], fwd_stack: List[Frame]) -> Any:
-    """The entry a backward's rows nest under: the step open on this thread (``stack``), else
-    (a CUDA device thread, where none is) the one open on the forward's thread, else the root."""
-    parent = stack[-1].entry
-    if parent is None:
-        parent = fwd_stack[-1].entry if fwd_stack is not stack else None
-        if parent is None:
-            parent = registry.root
-    return parent
 
 
 def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
@@ -196,7 +186,7 @@ def close_above(stack: List[Frame], owner: Any) -> None:
 def _start(records: Tuple[Record, ...], t_in: int) -> None:
     """The pre-hook of a step's first node: open the backward of ``records``, outer first
     (``t_in``: the CPU clock when the hook began)."""
-    if not (settings.enabled and settings.backward):
+    if not (switches.enabled and switches.backward):
         return
     task = _task_id()
     stack = _tls.stack
@@ -232,7 +222,7 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
 def _end(records: Tuple[Record, ...], t1: int) -> None:
     """The post-hook of a step's last node: close the backward of ``records``, inner first
     (``t1``: the CPU clock, read first when the hook began)."""
-    if not (settings.enabled and settings.backward):
+    if not (switches.enabled and switches.backward):
         return
     task = _task_id()
     stack = _tls.stack

@@ -7,8 +7,9 @@ current stream instead; the pair is kept *pending* and turned into a duration la
 finished pairs are folded after a non-blocking ``query()``). Nothing here ever calls
 ``torch.cuda.synchronize()``, so the program keeps its overlap and its speed.
 
-This module is at the bottom of the house: it imports nothing from the package. Steps read
-:data:`cpu_now` through the module at each call, so replacing it needs no reach upwards.
+This module is at the bottom of the house: it imports nothing from the package but the
+optional C extension (:mod:`.native`), which it tells of a new CPU clock. Python steps read
+:data:`cpu_now` through the module at each call.
 It also decides which clock a step uses (:func:`auto_cuda`, :func:`device_is_cuda`) and
 holds the process-wide pool of CUDA events (:data:`events`).
 """
@@ -21,20 +22,20 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import torch
 
+from .native import speedups
+
 #: The CPU clock, in integer nanoseconds. Replace it with :func:`set_cpu_clock` only (tests:
-#: :mod:`instrumented_convs.testing`): Python steps read ``_clock.cpu_now`` at each call, the
-#: C fast path keeps the function it was last told of (:data:`on_set`).
+#: :mod:`instrumented_convs.testing`): Python steps read ``clock.cpu_now`` at each call, the
+#: C fast path keeps the function :func:`set_cpu_clock` last told it of.
 cpu_now: Callable[[], int] = time.perf_counter_ns
-#: Called with the new clock by :func:`set_cpu_clock` (the C fast path's ``set_clock``).
-on_set: List[Callable[[Callable[[], int]], None]] = []
 
 
 def set_cpu_clock(clock: Callable[[], int]) -> Callable[[], int]:
     """Replace the CPU clock (integer nanoseconds) and return the previous one."""
     global cpu_now
     previous, cpu_now = cpu_now, clock
-    for tell in on_set:
-        tell(clock)
+    if speedups is not None:
+        speedups.set_clock(clock)
     return previous
 
 

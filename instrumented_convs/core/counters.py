@@ -15,7 +15,7 @@ the thread that turned them on:
   in, beside the aten ops it calls (counted).
 
 Each op is charged to the innermost step open on its thread: its FLOPs, bytes read and
-written (:mod:`._formulas`), one op, and the bytes of the tensors it allocated (the
+written (:mod:`.formulas`), one op, and the bytes of the tensors it allocated (the
 storages of its results that none of its arguments holds: views and in-place results
 allocate nothing); an op no formula knows is counted by name (``aten.foo``), never as zero
 silently. Ops outside every step are not counted.
@@ -44,10 +44,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import formulas, settings
+from . import formulas
 from .stack import _tls
 
-__all__ = ["set_on", "is_on", "of", "clear", "mark", "on_start", "EXTENSIONS"]
+__all__ = ["set_on", "is_on", "of", "clear", "mark", "EXTENSIONS"]
 
 #: entry -> [flops, read, written, ops, {op: n}, allocated, cuda calls, cuda left, cuda peak]
 _counts: Dict[Any, List[Any]] = {}
@@ -151,8 +151,9 @@ def _storages(t: torch.Tensor) -> List[Any]:
 def _allocated(args: Any, kwargs: Any, out: Any) -> int:
     """Bytes of the storages of ``out`` that none of the op's arguments holds."""
     try:
-        held = {s.data_ptr() for t in _tensors(list(args) + list(kwargs.values()))
-                for s in _storages(t)}  # fmt: skip
+        held = {
+            s.data_ptr() for t in _tensors(list(args) + list(kwargs.values())) for s in _storages(t)
+        }
         total = 0
         for t in _tensors(out if isinstance(out, (list, tuple)) else (out,)):
             for s in _storages(t):
@@ -226,8 +227,6 @@ _mode: Optional[_Counting] = None
 _ext: Optional[_Extensions] = None
 _owner: Optional[int] = None
 _cuda = False  # whether the CUDA allocator is read around each op (set when turned on)
-#: Called when the counters are turned on (the DGL kernels' marks install themselves).
-on_start: List[Any] = []
 
 
 def is_on() -> bool:
@@ -245,8 +244,6 @@ def set_on(on: bool) -> None:
         mode.__enter__()
         ext.__enter__()
         _mode, _ext, _owner = mode, ext, threading.get_ident()
-        for hook in on_start:
-            hook()
     elif not on and _mode is not None:
         if threading.get_ident() != _owner:
             raise RuntimeError("counters are turned off on the thread that turned them on")
@@ -276,9 +273,17 @@ def of(entry: Any) -> Optional[Dict[str, Any]]:
         if rec is None:
             return None
         unknown = ";".join(f"{k}:{n}" for k, n in sorted(rec[4].items()))
-        return dict(flops=rec[0], bytes_read=rec[1], bytes_written=rec[2], ops=rec[3],
-                    unknown=unknown, alloc_bytes=rec[5], cuda_calls=rec[6], cuda_left=rec[7],
-                    cuda_peak=rec[8])  # fmt: skip
+        return dict(
+            flops=rec[0],
+            bytes_read=rec[1],
+            bytes_written=rec[2],
+            ops=rec[3],
+            unknown=unknown,
+            alloc_bytes=rec[5],
+            cuda_calls=rec[6],
+            cuda_left=rec[7],
+            cuda_peak=rec[8],
+        )
 
 
 def mark(op: str, cost: Optional[Any] = None) -> None:
@@ -298,6 +303,3 @@ def clear() -> None:
         _counts.clear()
         for calls in _open_calls.values():
             del calls[:]
-
-
-settings.on_switch("counters", set_on)  # configure(counters=...) turns them on and off

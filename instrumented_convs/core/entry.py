@@ -1,12 +1,12 @@
 """An entry of the registry: the statistics of one step path in one scope and phase.
 
-An entry is a node of the registry's tree (:mod:`._registry`). Durations arrive in its
+An entry is a node of the registry's tree (:mod:`.registry`). Durations arrive in its
 buffer, appended without a lock by the hot path (a list append is atomic), and
 :func:`fold_buffer` folds them into count, total, sum of squares, min and max, integer
 nanoseconds, with C-speed builtins (``sum``, ``min``, ``max``), under the registry's lock.
 A fold removes exactly the durations it read from the front of the buffer, so a duration
 appended by another thread meanwhile is never lost. This module imports nothing from the
-package but the optional C arithmetic (:mod:`._native`).
+package but the optional C arithmetic (:mod:`.native`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from .native import speedups
 
 _sums = speedups.sums if speedups is not None else None
 
-__all__ = ["Entry", "EntryStats", "FOLD_AT", "backward_key", "fold_buffer"]
+__all__ = ["Entry", "EntryStats", "FOLD_AT", "BACKWARD_MARK", "backward_key", "fold_buffer"]
 
 Key = Union[str, Tuple[str, Optional[str]]]
 _NO_MIN = 1 << 62  # larger than any duration in ns
 #: Durations an entry buffers before they are folded into its statistics.
 FOLD_AT = 64
+#: What ends the label of a step's backward (its NVTX range, profiler label, table row): the
+#: backward entry of a forward step has the same path and name, phase ``backward``.
+BACKWARD_MARK = " [backward]"
 
 
 def backward_key(key: Any) -> Tuple[Any, str]:
@@ -51,7 +54,7 @@ class EntryStats(NamedTuple):
     skipped: int = 0  #: calls counted but not timed, by choice (backward sampling)
     rcount: int = 0  #: timed calls chosen at random (a subset of ``count``)
     rtotal: int = 0  #: their total: the sample the time of ``skipped`` calls is estimated from
-    # The counters (configure(counters=True), see _counters): this entry's own ops.
+    # The counters (configure(counters=True), see .counters): this entry's own ops.
     flops: int = 0  #: floating-point operations of its own ops (not its children's)
     bytes_read: int = 0  #: bytes its own ops read
     bytes_written: int = 0  #: bytes its own ops wrote
@@ -142,10 +145,24 @@ class Entry:
         """This entry as plain data (its buffer folded first by the caller); ``parent``: the
         index of its parent's record in the snapshot, -1 at the top level."""
         return EntryStats(
-            self.name, self.path, self.scope, self.kind, self.depth, parent, self.count,
-            self.total, self.sumsq, self.min if self.count else 0, self.max, self.errors,
-            self.untimed, self.phase, self.skipped, self.rcount, self.rtotal,
-        )  # fmt: skip
+            self.name,
+            self.path,
+            self.scope,
+            self.kind,
+            self.depth,
+            parent,
+            self.count,
+            self.total,
+            self.sumsq,
+            self.min if self.count else 0,
+            self.max,
+            self.errors,
+            self.untimed,
+            self.phase,
+            self.skipped,
+            self.rcount,
+            self.rtotal,
+        )
 
     def __repr__(self) -> str:
         """``Entry('path', scope=..., count=..., total=...ns)``."""

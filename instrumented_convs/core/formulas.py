@@ -1,6 +1,6 @@
 """What one op costs: FLOPs, bytes read and bytes written, from its arguments' shapes.
 
-The counters (:mod:`._counters`) call :func:`cost` with an op, its arguments and result.
+The counters (:mod:`.counters`) call :func:`cost` with an op, its arguments and result.
 The formulas count what the op must do at the least, the way a roofline model does:
 
 - matrix products (``mm``, ``addmm``, ``bmm``...): ``2*n*k*m`` FLOPs (``addmm``: plus
@@ -21,7 +21,7 @@ The formulas count what the op must do at the least, the way a roofline model do
   one per sample, reading each sample's target and picked value only;
 - copies and factories: no FLOPs, copies read and write, factories write; views: free.
 
-torch-sparse's and torch-scatter's ops (``torch_sparse.spmm_sum``...; :mod:`._counters` sees
+torch-sparse's and torch-scatter's ops (``torch_sparse.spmm_sum``...; :mod:`.counters` sees
 them where they are called): ``spmm_*`` a multiply (with values) and an add per stored
 element and dense column, reading ``rowptr``, ``col``, ``value`` and the dense matrix (what
 the kernel reads: ``row``, ``colptr``, ``csr2csc`` are there for its backward);
@@ -59,8 +59,11 @@ def nbytes(t: torch.Tensor) -> int:
     if t.layout == torch.sparse_coo:
         return nbytes(t._indices()) + nbytes(t._values())
     if t.layout in (torch.sparse_csr, torch.sparse_csc):
-        idx = (t.crow_indices(), t.col_indices()) if t.layout == torch.sparse_csr else (
-            t.ccol_indices(), t.row_indices())  # fmt: skip
+        idx = (
+            (t.crow_indices(), t.col_indices())
+            if t.layout == torch.sparse_csr
+            else (t.ccol_indices(), t.row_indices())
+        )
         return sum(nbytes(i) for i in idx) + nbytes(t.values())
     n = 1  # a broadcast view (stride 0, as ``expand`` makes) holds one element per place
     for size, stride in zip(t.shape, t.stride()):
@@ -228,38 +231,83 @@ cumsum cumprod logsumexp count_nonzero var_mean std_mean
 
 #: The formulas of aten ops, by name (without the namespace).
 FORMULAS: Dict[str, Formula] = {
-    "mm": _mm, "addmm": _addmm, "bmm": _bmm, "baddbmm": _addmm,
-    "_sparse_mm": _mm, "_sparse_addmm": _addmm, "_sparse_sparse_matmul": _mm,
-    "_sparse_mm_reduce_impl": _mm, "_sparse_mm_reduce_impl_backward": _spmm_reduce_backward,
-    "index_select": _gather, "index": _gather, "gather": _gather, "embedding": _gather,
-    "take": _gather, "masked_select": _gather,
-    "scatter_add": _scatter, "scatter_add_": _scatter, "scatter_reduce": _scatter,
-    "scatter_reduce_": _scatter, "index_add": _scatter, "index_add_": _scatter,
-    "index_reduce": _scatter, "index_reduce_": _scatter, "scatter": _scatter_copy,
-    "scatter_": _scatter_copy, "index_put": _scatter_copy, "index_put_": _scatter_copy,
-    "_index_put_impl_": _scatter_copy, "index_copy": _scatter_copy, "index_copy_": _scatter_copy,
+    "mm": _mm,
+    "addmm": _addmm,
+    "bmm": _bmm,
+    "baddbmm": _addmm,
+    "_sparse_mm": _mm,
+    "_sparse_addmm": _addmm,
+    "_sparse_sparse_matmul": _mm,
+    "_sparse_mm_reduce_impl": _mm,
+    "_sparse_mm_reduce_impl_backward": _spmm_reduce_backward,
+    "index_select": _gather,
+    "index": _gather,
+    "gather": _gather,
+    "embedding": _gather,
+    "take": _gather,
+    "masked_select": _gather,
+    "scatter_add": _scatter,
+    "scatter_add_": _scatter,
+    "scatter_reduce": _scatter,
+    "scatter_reduce_": _scatter,
+    "index_add": _scatter,
+    "index_add_": _scatter,
+    "index_reduce": _scatter,
+    "index_reduce_": _scatter,
+    "scatter": _scatter_copy,
+    "scatter_": _scatter_copy,
+    "index_put": _scatter_copy,
+    "index_put_": _scatter_copy,
+    "_index_put_impl_": _scatter_copy,
+    "index_copy": _scatter_copy,
+    "index_copy_": _scatter_copy,
     "segment_reduce": _segment,
-    "_softmax": _softmax, "_log_softmax": _softmax, "_softmax_backward_data": _softmax_bw,
-    "_log_softmax_backward_data": _softmax_bw, "native_dropout": _dropout,
-    "nll_loss_forward": _nll_loss, "nll_loss_backward": _nll_loss_backward,
-    "clone": _copy, "copy_": _copy_into, "_to_copy": _copy, "contiguous": _copy, "repeat": _copy,
-    "cat": _cat, "stack": _cat, "zeros": _factory, "ones": _factory, "full": _factory,
-    "zeros_like": _factory, "ones_like": _factory, "full_like": _factory, "arange": _factory,
-    "new_zeros": _factory, "new_ones": _factory, "new_full": _factory, "scalar_tensor": _factory,
-    "randn": _factory, "rand": _factory, "randint": _factory, "eye": _factory,
-}  # fmt: skip
+    "_softmax": _softmax,
+    "_log_softmax": _softmax,
+    "_softmax_backward_data": _softmax_bw,
+    "_log_softmax_backward_data": _softmax_bw,
+    "native_dropout": _dropout,
+    "nll_loss_forward": _nll_loss,
+    "nll_loss_backward": _nll_loss_backward,
+    "clone": _copy,
+    "copy_": _copy_into,
+    "_to_copy": _copy,
+    "contiguous": _copy,
+    "repeat": _copy,
+    "cat": _cat,
+    "stack": _cat,
+    "zeros": _factory,
+    "ones": _factory,
+    "full": _factory,
+    "zeros_like": _factory,
+    "ones_like": _factory,
+    "full_like": _factory,
+    "arange": _factory,
+    "new_zeros": _factory,
+    "new_ones": _factory,
+    "new_full": _factory,
+    "scalar_tensor": _factory,
+    "randn": _factory,
+    "rand": _factory,
+    "randint": _factory,
+    "eye": _factory,
+}
 FORMULAS.update({name: _elementwise for name in _ELEMENTWISE})
 FORMULAS.update({name: _reduction for name in _REDUCTION})
 
 #: The formulas of torch-sparse's and torch-scatter's ops, by ``namespace.name``.
 EXTENSIONS: Dict[str, Formula] = {
-    "torch_sparse.spmm_sum": _spmm, "torch_sparse.spmm_min": _spmm,
-    "torch_sparse.spmm_max": _spmm, "torch_sparse.spmm_mean": _spmm,
-    "torch_sparse.ind2ptr": _bookkeeping, "torch_sparse.ptr2ind": _bookkeeping,
+    "torch_sparse.spmm_sum": _spmm,
+    "torch_sparse.spmm_min": _spmm,
+    "torch_sparse.spmm_max": _spmm,
+    "torch_sparse.spmm_mean": _spmm,
+    "torch_sparse.ind2ptr": _bookkeeping,
+    "torch_sparse.ptr2ind": _bookkeeping,
     "torch_sparse.non_diag_mask": _bookkeeping,
-    "torch_scatter.gather_csr": _ext_gather, "torch_scatter.gather_coo": _ext_gather,
+    "torch_scatter.gather_csr": _ext_gather,
+    "torch_scatter.gather_coo": _ext_gather,
     "torch_scatter.scatter_mul": _segment,
-}  # fmt: skip
+}
 for _kind in ("sum", "mean", "min", "max"):
     for _op in (f"segment_{_kind}_csr", f"segment_{_kind}_coo", f"scatter_{_kind}"):
         EXTENSIONS[f"torch_scatter.{_op}"] = _segment

@@ -5,7 +5,7 @@
 outside the measured time. :func:`close_frame` undoes it in the reverse order: the clock
 first (the caller reads the CPU clock before anything else; a CUDA frame records its end
 event here), then the label, then the range, and records the duration. Forward steps
-(:mod:`._step`) and backward steps (:mod:`._backward`) both go through these two functions,
+(:mod:`.step`) and backward steps (:mod:`.backward`) both go through these two functions,
 so there is one hot path to keep fast and one place to change.
 
 NVTX: with no NVTX tool attached, every NVTX call is a no-op in C that still costs a Python
@@ -13,7 +13,7 @@ call per push and per pop. Tools (Nsight Systems, Nsight Compute) attach when th
 starts, through the environment variable ``NVTX_INJECTION64_PATH``; without it nothing can
 ever receive a range, so the default backend is then ``none`` and ranges cost nothing.
 ``configure(nvtx="nvtx")`` picks a backend explicitly (it pushes ranges even with no tool
-in sight); :func:`use_nvtx` is how :mod:`._config` switches.
+in sight); :func:`use_nvtx` is how :func:`~instrumented_convs.configure` switches.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any, Optional
 
 import torch
 
-from . import clock, labels, settings, timeline
+from . import clock, labels, timeline
 from .native import speedups
 from .registry import registry
+from .settings import NVTX_REQUEST, switches
 from .stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
 
 __all__ = [
@@ -78,7 +79,7 @@ def use_nvtx(choice: str) -> str:
     return _nvtx.name
 
 
-settings.on_nvtx(use_nvtx)  # applies the environment's request (INSTRUMENTED_CONVS_NVTX)
+switches.nvtx = use_nvtx(NVTX_REQUEST)  # what the environment asks (INSTRUMENTED_CONVS_NVTX)
 
 
 def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None:
@@ -92,7 +93,7 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     if _nvtx_live:
         _push(label)
         flags = PUSHED
-    if settings.record_function and _prof._is_profiler_enabled:
+    if switches.record_function and _prof._is_profiler_enabled:
         try:
             frame.rf = _open_rf(label)
         except BaseException:

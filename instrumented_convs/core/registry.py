@@ -10,19 +10,19 @@ exact and memory does not grow with the number of calls. Writes go through a nar
 
 The arithmetic is deferred: :meth:`~Registry.record`, the hot path of every step, appends
 the duration to its entry's buffer without a lock (a list append is atomic); every
-:data:`~._entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
-into the statistics under the lock (:func:`~._entry.fold_buffer`).
+:data:`~.entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
+into the statistics under the lock (:func:`~.entry.fold_buffer`).
 
 Storage only (no PyG, DGL, rendering, or arithmetic beyond sums): :meth:`Registry.snapshot`
-gives every entry as plain data, which :meth:`Registry.summary` hands to the reader
-registered with :func:`on_read` (:mod:`.distributed`; :mod:`._stats` builds summaries).
+gives every entry as plain data; the face (``instrumented_convs.registry``) reads it with the
+report (``registry.summary()``: :func:`instrumented_convs.report.stats.summarize`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional
+from typing import Any, Deque, List, Optional
 
 from . import counters
 from . import timeline as _timeline
@@ -43,7 +43,8 @@ class Registry:
         #: The invisible root of the current tree: top-level steps are its children.
         #: ``reset()`` replaces it (a plain attribute: steps read it on their hot path).
         self.root = Entry("", "", None, "root", None, -1)
-        #: CUDA event pairs waiting to be read (:class:`~instrumented_convs.core.clock.PendingTimes`):
+        #: CUDA event pairs waiting to be read
+        #: (:class:`~instrumented_convs.core.clock.PendingTimes`):
         #: ``len(registry.pending)``, and its ``poll_at`` / ``hard_limit`` thresholds.
         self.pending = PendingTimes(self._fold_locked)
         #: Calls counted by backward sampling, not yet added (see :meth:`record_skipped`).
@@ -182,8 +183,8 @@ class Registry:
         slot: Any = None,
     ) -> None:
         """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``, folded in
-        when resolved (:class:`~._clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
-        ``slot``: the call's GPU times on the timeline, filled then (:mod:`._timeline`)."""
+        when resolved (:class:`~.clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
+        ``slot``: the call's GPU times on the timeline, filled then (:mod:`.timeline`)."""
         with self._lock:
             if entry.retired:
                 entry = self._relocate_locked(entry)
@@ -252,7 +253,7 @@ class Registry:
 
     def snapshot(self) -> List[EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times): an
-        :class:`~._entry.EntryStats` each (raw statistics, integer ns, its counters, and the
+        :class:`~.entry.EntryStats` each (raw statistics, integer ns, its counters, and the
         index of its parent record, -1 at the top level), all a summary is made of."""
         self.resolve()
         with self._lock:
@@ -265,46 +266,17 @@ class Registry:
                 out[i] = out[i]._replace(**counted)
         return out
 
-    def summary(
-        self,
-        by: str = "step",
-        unit: Optional[str] = None,
-        all_ranks: bool = False,
-        group: Any = None,
-    ) -> Any:
-        """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
-
-        ``by="step"`` merges each step path across layer instances (scopes);
-        ``by="layer"`` gives one row per (layer instance, step path). ``unit`` forces the
-        table's time unit (``s``, ``ms``, ``us``, ``ns``).
-
-        ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a
-        collective over ``group`` (default: the default process group) that every rank must
-        call, returning on every rank the merged summary, with the spread across ranks per
-        step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
-        initialised process group it raises RuntimeError.
-        """
-        if _read is None:
-            raise RuntimeError("no reader of snapshots is registered (import instrumented_convs)")
-        return _read(self.snapshot(), by, unit, all_ranks, group)
-
-    def timeline(self) -> Any:
-        """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
-        ``configure(timeline=N)`` was on (pending CUDA times resolved first)."""
-        self.resolve()
-        return _timeline.read()
-
-
-_read: Optional[Callable[..., Any]] = None
-
-
-def on_read(read: Callable[..., Any]) -> None:
-    """Register what :meth:`Registry.summary` hands its snapshot to:
-    ``read(snapshot, by, unit, all_ranks, group)``, returning the summary
-    (:func:`instrumented_convs.distributed.read`, at its import)."""
-    global _read
-    _read = read
-
 
 #: The process-wide registry every step writes to.
 registry = Registry()
+
+
+def backward_parent(stack: List[Any], fwd_stack: List[Any]) -> Any:
+    """The entry a backward's rows nest under: the step open on this thread (``stack``), else
+    (a CUDA device thread, where none is) the one open on the forward's thread, else the root."""
+    parent = stack[-1].entry
+    if parent is None:
+        parent = fwd_stack[-1].entry if fwd_stack is not stack else None
+        if parent is None:
+            parent = registry.root
+    return parent

@@ -27,10 +27,9 @@ from collections import OrderedDict
 from itertools import count as _counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import settings
-from .backward import backward_parent
 from .native import speedups
-from .registry import backward_key, registry
+from .registry import backward_key, backward_parent, registry
+from .settings import switches
 from .stack import Frame, _tls
 
 __all__ = [
@@ -94,7 +93,7 @@ def choose(entry: Any, shape: Any) -> Tuple[Optional[Template], int]:
     if t is None:
         return None, CENSUS
     t.calls += 1
-    every = settings.backward_every
+    every = switches.backward_every
     if t.calls <= every:
         return t, CENSUS
     return t, (SAMPLED if _random() * every < 1.0 else COUNT)
@@ -121,7 +120,7 @@ def counted(template: Template, fwd_stack: List[Frame]) -> None:
     """Count one call of each of ``template``'s steps, under the step open when the backward
     runs (the count hook's work; the C extension's :data:`Count` does its common case)."""
     try:
-        if not (settings.enabled and settings.backward):
+        if not (switches.enabled and switches.backward):
             return None
         parent = backward_parent(_tls.stack, fwd_stack)
         if parent.retired:

@@ -11,10 +11,10 @@ top (it was pushed after its frame and frames keep their order), so it is free t
 Filling a frame's slots costs about what building a tuple does; a ``NamedTuple`` built with
 ``tuple.__new__`` measured several times slower on CPython 3.11.
 
-:class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is
-in use (the fast path of steps reads their fields directly, see :mod:`._stepbase`), else the
-classes below; both have the same attributes. This module imports nothing else from the
-package.
+:class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is in use
+(the fast path of steps reads their fields directly, see
+:mod:`~instrumented_convs.core.native.stepbase`), else the classes below; both have the same
+attributes. This module imports nothing else from the package.
 """
 
 from __future__ import annotations
@@ -67,16 +67,16 @@ class Frame:
         self.cuda: bool = False  #: the frame's steps time with CUDA events (children inherit it)
         self.dev: Optional[int] = None  #: CUDA device index (None: the current device)
         self.spare: Optional[Frame] = None  #: the frame last opened directly above this one
-        # Backward timing (see _backward): forward steps log the autograd nodes they create.
+        # Backward timing (see .backward): forward steps log the autograd nodes they create.
         self.log: Optional[list] = None  #: the anchor's log of nested steps, or None
         self.seq0: int = -1  #: autograd sequence number at entry (-1: this step logs nothing)
         self.anchor: bool = False  #: this step's exit walks the autograd graph it built
         self.outputs: Any = None  #: the step's output tensors, when its code says them
         self.task: Optional[int] = None  #: for a backward step: its autograd graph task id
-        # The timeline (see _timeline), while it records: a CUDA frame's CPU start and GPU slot.
+        # The timeline (see .timeline), while it records: a CUDA frame's CPU start and GPU slot.
         self.cpu0: int = 0
         self.gpu: Optional[list] = None
-        #: The tool's own time on this thread, in ns (see _backward): the bottom sentinel's is
+        #: The tool's own time on this thread, in ns (see .backward): the bottom sentinel's is
         #: its running total; a CPU backward frame's, that total at its start.
         self.own: int = 0
 

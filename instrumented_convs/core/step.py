@@ -4,7 +4,7 @@ and a node of the nesting tree.
 The start of a step lives on a per-thread stack, never on the step object, so one object
 can be entered recursively and from many threads at once. Entering a step finds its
 registry entry under the enclosing step (a dict lookup once the path exists) and opens a
-frame (:mod:`._frame`, the lifecycle backward steps share): an NVTX range (domain
+frame (:mod:`.lifecycle`, the lifecycle backward steps share): an NVTX range (domain
 ``instrumented_convs``) when a tool can see it, a ``record_function`` label only while a
 torch profiler is recording, and the clock last, so the step's own bookkeeping is outside
 its time: the CPU clock, or a CUDA event recorded on the current stream when the step runs
@@ -15,7 +15,7 @@ blocks, and records the duration (a CUDA pair is queued and resolved later). Exc
 propagate unchanged and leave both stacks balanced.
 
 With grad enabled and backward timing on, a step also notes the autograd sequence numbers
-at its entry and exit, so that its backward can be timed (:mod:`._backward`).
+at its entry and exit, so that its backward can be timed (:mod:`.backward`).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import anchor, backward, clock, labels, lifecycle, settings
+from . import anchor, backward, clock, labels, lifecycle
 from . import stack as _stack
 from .clock import device_index as _device_index
 from .clock import device_is_cuda as _device_is_cuda
 from .native.stepbase import StepBase
 from .registry import backward_key, registry
+from .settings import switches
 from .stack import CPU, Frame, current_path, depth, open_steps, pop_own
 
 __all__ = [
@@ -67,7 +68,7 @@ def recording() -> bool:
     The one gate: layers and wrappers check it once per call and run the stock code when it
     is False.
     """
-    return settings.enabled and not _is_compiling()
+    return switches.enabled and not _is_compiling()
 
 
 def _check_name(name: Any) -> None:
@@ -78,9 +79,9 @@ def _check_name(name: Any) -> None:
 class Step(StepBase):
     """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``.
 
-    ``__enter__``/``__exit__`` come from :class:`~._stepbase.StepBase` (in C when the
-    extension is built): they handle the common case and call :meth:`_enter` / :meth:`_exit`
-    for every other.
+    ``__enter__``/``__exit__`` come from :class:`~instrumented_convs.core.native.stepbase.StepBase`
+    (in C when the extension is built): they handle the common case and call :meth:`_enter` /
+    :meth:`_exit` for every other.
     """
 
     __slots__ = ()
@@ -138,7 +139,7 @@ class Step(StepBase):
             frame.log, frame.seq0 = log if phase == "forward" else None, -1
         elif log is not None:  # inside an anchor: log for its walk
             frame.log, frame.anchor, frame.seq0 = log, False, _seq()
-        elif settings.backward and _grad_enabled():  # the outermost step: an anchor
+        elif switches.backward and _grad_enabled():  # the outermost step: an anchor
             seq = _seq()
             frame.log, frame.anchor, frame.seq0 = _Log(seq, len(stack)), True, seq
         else:
@@ -256,7 +257,7 @@ def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union
     means "CUDA events once CUDA is initialised, else the CPU clock"). While disabled, or
     while ``torch.compile`` traces the code, it returns a no-op.
     """
-    if not settings.enabled:
+    if not switches.enabled:
         if scope is None and device is None:
             try:  # the disabled fast path: one flag check and one dict lookup
                 return _NULL_CACHE[name]
@@ -279,6 +280,6 @@ def region(name: str, *, device: Any = None) -> Union[Step, _NullStep]:
     """A step meant for user code (an epoch phase such as ``forward`` or ``loss``)."""
     if _is_compiling():
         return contextlib.nullcontext()  # type: ignore[return-value]
-    if not settings.enabled:
+    if not switches.enabled:
         return _NullStep(name, None, device, "region")
     return Step(name, None, device, "region")

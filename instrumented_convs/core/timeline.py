@@ -5,37 +5,36 @@ it records, every timed step call appends one tuple at its exit, ``(entry, t0, t
 link)``: its registry entry, its CPU start and end (the CPU clock, integer ns), the ident of
 the thread it ran on, and ``link``, which pairs a forward call with its backward: a forward
 call's autograd sequence number at entry (-1: none), a backward call's ``(forward thread,
-sequence number)`` (see :mod:`._backward`). A call timed with CUDA events appends a sixth
+sequence number)`` (see :mod:`.backward`). A call timed with CUDA events appends a sixth
 item, a list ``[reference event, start ms, end ms, reference CPU ns]`` whose times the
-registry's pending queue fills when it resolves the pair (:class:`~._clock.PendingTimes`):
+registry's pending queue fills when it resolves the pair (:class:`~.clock.PendingTimes`):
 the GPU's times relative to one reference event per device, recorded before the first
 timed pair, with the CPU clock read when it was recorded.
 
-Bounded: at ``limit`` calls recording stops everywhere at once (:func:`full`) and the time
-is kept, so a trace can say where it was cut; ``registry.reset()`` empties it and records
-again. The C fast path appends through ``_speedups.set_timeline`` (the same tuple); every
-other path calls :func:`add`. Reading is :mod:`._trace`'s job (``registry.timeline()``).
+Bounded: at ``limit`` calls recording stops everywhere at once (:func:`full`) and the time is kept,
+so a trace can say where it was cut; ``registry.reset()`` empties it and records again. The C fast
+path appends through ``_speedups.set_timeline`` (the same tuple); every other path calls
+:func:`add`. Reading is :mod:`~instrumented_convs.report.timeline`'s job (``registry.timeline()``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from . import clock, settings
+from . import clock
 from .native import speedups
 
 __all__ = [
     "events",
+    "recording",
     "set_limit",
     "add",
     "gpu_ref",
     "full",
     "clear",
     "snapshot",
-    "read",
-    "on_read",
     "noted",
     "note",
 ]
@@ -56,6 +55,11 @@ _refs: Dict[Any, Tuple[Any, int]] = {}  # device key -> (reference event, CPU ns
 def _tell_c() -> None:
     if speedups is not None:
         speedups.set_timeline(events, limit, full)
+
+
+def recording() -> bool:
+    """Whether the timeline records now (``configure(timeline=N)``, not yet full)."""
+    return events is not None
 
 
 def set_limit(n: int) -> int:
@@ -178,22 +182,3 @@ def snapshot() -> Dict[str, Any]:
         "main_thread": threading.main_thread().ident,
         "wall_offset_ns": time.time_ns() - clock.cpu_now(),
     }
-
-
-_reader: Optional[Callable[[Dict[str, Any]], Any]] = None
-
-
-def on_read(reader: Callable[[Dict[str, Any]], Any]) -> None:
-    """Register what :func:`read` hands the snapshot to (``report.Timeline``, at its import)."""
-    global _reader
-    _reader = reader
-
-
-def read() -> Any:
-    """The timeline as its reader makes it (``registry.timeline()``, after resolving)."""
-    if _reader is None:
-        raise RuntimeError("no reader of timelines is registered (import instrumented_convs)")
-    return _reader(snapshot())
-
-
-settings.on_switch("timeline", set_limit)  # configure(timeline=N) starts and stops it

@@ -22,9 +22,10 @@ generic DGL layer is built) sees every call without copying any DGL code. Steps:
     segment_mm, gather_mm
 
 A wrapper records only while a generic layer's forward runs on this thread
-(:data:`._generic.framework_steps`); everywhere else (stock layers, user code, the detailed
-``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run: their copies
-time DGL's calls as steps of their own) it calls DGL's own function after one thread-local read.
+(:data:`~instrumented_convs.layers.generic.framework_steps`); everywhere else (stock layers, user
+code, the detailed ``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run:
+their copies time DGL's calls as steps of their own) it calls DGL's own function after one
+thread-local read.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ from typing import Any, Callable, Dict, FrozenSet, List, Tuple
 
 import torch
 
-from ..core import counters
 from ..core.step import mark_outputs
 from ..layers.contract import InstrumentedLayer
 from ..layers.generic import GenericLayer, framework_steps, make_class
-from ..layers.statements.calls import any_function, torch_function
+from ..layers.statements.routes import any_function, torch_function
 from .kernels import FORMULA_KERNELS, grad_in_backward, marked, scopes, wrap
 
 __all__ = [
@@ -83,7 +83,7 @@ WRAPPED = (
 
 def install() -> None:
     """Wrap DGL's graph methods and kernels (:data:`WRAPPED`), and ``torch.autograd.grad``
-    (:func:`._dgl_wrap.grad_in_backward`); idempotent, thread-safe."""
+    (:func:`.kernels.grad_in_backward`); idempotent, thread-safe."""
     import importlib
 
     with _lock:
@@ -165,10 +165,6 @@ class GenericDGL(GenericLayer):
         install()
 
 
-counters.on_start.append(install)  # the counters mark DGL's kernels, whatever layer runs
-if counters.is_on():
-    install()
-
 #: Classes of ``dgl.nn.pytorch.conv.__all__`` that get no instrumented version, and why.
 NOT_INSTRUMENTED: Dict[str, str] = {}
 
@@ -183,7 +179,8 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
     return make(conv, module, GenericDGL, detailed, NOT_INSTRUMENTED, vocabulary=VOCABULARY)
 
 
-#: What a DGL layer's forward calls that is timed as a step during its calls (:mod:`._route`):
+#: What a DGL layer's forward calls that is timed as a step during its calls
+#: (:mod:`~instrumented_convs.layers.statements.routes`):
 #: DGL's own functions (``dgl.add_self_loop``, ``reverse``...; not the kernels' own steps),
 #: ``F.<function>`` and most ``torch.<function>`` (``th.pow`` of the degree normalisation;
 #: not views, predicates or grad modes).

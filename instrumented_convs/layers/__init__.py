@@ -30,10 +30,14 @@ author times the internal steps of a layer of their own the way the drop-ins do:
   inside a ``torch.compile`` trace). Check it once per forward and run the plain code when
   it is False, as the drop-ins do.
 - :func:`current_path` is the path of the innermost open step on this thread.
+
+For tools (``run``): :class:`InstrumentedLayer`, the base of every instrumented layer (the
+contract, :mod:`.contract`), to tell ours from others; not in ``__all__``.
 """
 
 from __future__ import annotations
 
 from ..core.step import Step, current_path, mark_outputs, recording, step
+from .contract import InstrumentedLayer  # noqa: F401  (for tools: see the docstring)
 
 __all__ = ["step", "Step", "mark_outputs", "recording", "current_path"]

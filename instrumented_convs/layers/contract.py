@@ -25,7 +25,7 @@ swap on a shallow copy sharing parameters, buffers and grandchildren
 copy ``torch.jit.script`` compiles instead).
 
 During its instrumented forward a layer's timed methods and children are :data:`Timed`
-callables in its instance ``__dict__`` (``_generic.install``), there for that call only.
+callables in its instance ``__dict__`` (``generic.install``), there for that call only.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ L = TypeVar("L", bound="InstrumentedLayer")
 
 class PyTimed:
     """A bound callable run inside a step: set in an instance's ``__dict__`` for the length of
-    one instrumented forward (see ``_generic.install``), so it needs no check of its own. (The C
+    one instrumented forward (see ``generic.install``), so it needs no check of its own. (The C
     extension has the same type, without a Python frame per call: :data:`Timed`.)"""
 
     __slots__ = ("fn", "step")
@@ -98,7 +98,7 @@ class Handed:
         self.step = step
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)``, inside the step while :func:`~._step.recording`."""
+        """``fn(*args, **kwargs)``, inside the step while :func:`.recording`."""
         if not recording():
             return self.fn(*args, **kwargs)
         with self.step:
@@ -118,7 +118,7 @@ class InstrumentedLayer:
     #: The stock class this layer instruments.
     _ic_stock: ClassVar[type]
     #: Methods of the layer timed as steps during its instrumented forward: (name, Step)
-    #: pairs (see ``_generic.install``); none by default.
+    #: pairs (see ``generic.install``); none by default.
     _ic_methods: ClassVar[Tuple[Tuple[str, Step], ...]] = ()
     #: Methods the forward hands on as values, timed wherever they run (:class:`Handed`).
     _ic_handed: ClassVar[Tuple[Tuple[str, Step], ...]] = ()

@@ -1,25 +1,27 @@
 """Generic instrumented layers: every conv class without a detailed version, no copied code.
 
 A generic layer is a subclass of a stock conv class, made at import by :func:`make_class`
-(``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no
-upstream code and overrides nothing but ``forward``: the stock ``forward`` inside the
-layer's own step (named after the class, scoped per instance). During that call only, each
-direct child module (``lin``, ``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or
-``ModuleDict`` as ``convs.0``, ``convs.<key>``), each of the layer's own methods that the
-framework module names (PyG: :mod:`._pyg_generic`), each helper method of the stock class
-its forward calls and each function the instance holds that it calls (an activation:
-:func:`._scan.helpers`) run in a step: :func:`install` puts a :class:`Timed` callable in
-the instance's ``__dict__`` (which Python looks in before the class) and :func:`uninstall`
-takes it out again when the forward ends, however it ends. A method the forward hands on
-as a value (:func:`._scan.handed`) gets a :class:`Handed` there, a step wherever it runs.
+(``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no upstream
+code and overrides nothing but ``forward``: the stock ``forward`` inside the layer's own step (named
+after the class, scoped per instance). During that call only, each direct child module (``lin``,
+``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or ``ModuleDict`` as ``convs.0``,
+``convs.<key>``), each of the layer's own methods that the framework module names (PyG:
+:mod:`~instrumented_convs.pyg.generic`), each helper method of the stock class its forward calls and
+each function the instance holds that it calls (an activation:
+:func:`~instrumented_convs.layers.statements.routes.helpers`) run in a step: :func:`install` puts a
+:class:`Timed` callable in the instance's ``__dict__`` (which Python looks in before the class) and
+:func:`uninstall` takes it out again when the forward ends, however it ends. A method the forward
+hands on as a value (:func:`~instrumented_convs.layers.statements.routes.handed`) gets a
+:class:`Handed` there, a step wherever it runs.
 
-So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock
-layer sharing a child, the child called on its own) every call runs the stock code with no
-extra Python frame and no check; inside one, the timed calls need no check either. The
-framework modules add the framework's own steps (DGL: :mod:`._dgl_generic`). Unless
-``configure(statements=False)``, the functions the forward calls through its module are
-steps too (:mod:`._route`), and so are its own statements of work (:mod:`._own`: the stock
-forward's code, recompiled with steps, runs in its place).
+So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock layer
+sharing a child, the child called on its own) every call runs the stock code with no extra Python
+frame and no check; inside one, the timed calls need no check either. The framework modules add the
+framework's own steps (DGL: :mod:`~instrumented_convs.dgl.generic`). Unless
+``configure(statements=False)``, the functions the forward calls through its module are steps too
+(:mod:`~instrumented_convs.layers.statements.routes`), and so are its own statements of work
+(:mod:`~instrumented_convs.layers.statements.forward`: the stock forward's code, recompiled with
+steps, runs in its place).
 """
 
 from __future__ import annotations
@@ -33,13 +35,12 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
-from ..core import settings
 from ..core.native import speedups
+from ..core.settings import switches
 from ..core.step import Step, mark_outputs, recording
 from .contract import Handed, InstrumentedLayer, Timed
-from .statements.calls import handed, helpers
 from .statements.forward import Own
-from .statements.routes import Routes, Vocabulary, route_forward
+from .statements.routes import Routes, Vocabulary, handed, helpers, route_forward
 
 __all__ = [
     "GenericLayer",
@@ -59,9 +60,10 @@ class _Depth(threading.local):
     n = 0
 
 
-#: Where the framework's own calls are steps: the per-thread depth of running generic
-#: forwards. DGL's graph and kernel wrappers record a step only while it is positive (and
-#: :func:`._step.recording`), so stock layers elsewhere record nothing; the detailed DGL
+#: Where the framework's own calls are steps: the per-thread depth of running generic forwards.
+#: DGL's graph and kernel wrappers record a step only while it is positive (and
+#: :func:`~instrumented_convs.core.step.recording`), so stock layers elsewhere record nothing; the
+#: detailed DGL
 #: layers set it to 0 while they run, since their copies time those calls themselves.
 framework_steps = _Depth()
 
@@ -186,8 +188,8 @@ _NOTHING = contextlib.nullcontext()
 
 def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
     """The generic layer's ``forward``: the stock one (or the same code with its own
-    statements in steps, :class:`._own.Own`) in the layer's step, with ``routes`` in place
-    (both unless ``configure(statements=False)``)."""
+    statements in steps, :class:`.statements.forward.Own`) in the layer's step, with ``routes``
+    in place (both unless ``configure(statements=False)``)."""
     stock_forward = stock.forward
     if own is None:
         own = Own(stock, frozenset(), frozenset())
@@ -198,7 +200,7 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recording():
             return stock_forward(self, *args, **kwargs)
-        if settings.statements:
+        if switches.statements:
             run, ctx = own.fn or own.resolve(), calls
         else:
             run, ctx = stock_forward, _NOTHING
@@ -253,7 +255,7 @@ def make_class(
 ) -> type:
     """The generic instrumented subclass of ``stock``, living in ``module`` under its name;
     the functions its ``forward`` calls that ``vocabulary`` names are routed through steps
-    during its calls (:mod:`._route`)."""
+    during its calls (:mod:`~instrumented_convs.layers.statements.routes`)."""
     routes = route_forward(stock, vocabulary) if vocabulary is not None else None
     own = None
     if vocabulary is not None:

@@ -1,16 +1,17 @@
 """PyG's message passing, step by step, in every instrumented PyG layer (no copied code).
 
-PyG generates each class's ``propagate`` from ``propagate.jinja`` (PyG 2.5 and later) at the
-first construction of the class, and the generated code calls, through ``self``: ``collect``
-(the gather of node features onto edges, ``x_j = x[edge_index[0]]``), then ``message``,
-``aggregate`` and ``update``, or ``message_and_aggregate`` and ``update`` on the fused
-(sparse) path; ``edge_updater`` calls ``edge_collect`` and ``edge_update``. PyG's own hook
-API (``register_message_forward_pre_hook``...) has no hook for ``collect`` or ``update``, and
-a step opened in one hook and closed in another stays open when the code between raises.
-So, for the length of an instrumented forward, each of these methods is found on the
-instance as a :class:`~._generic.Timed` callable (:func:`~._generic.install`) that runs the
-method in a ``with <step>:`` block; the classes override none of them, so PyG inspects and
-generates exactly what it does for the stock class, and outside an instrumented forward the
+PyG generates each class's ``propagate`` from ``propagate.jinja`` (PyG 2.5 and later) at the first
+construction of the class, and the generated code calls, through ``self``: ``collect`` (the gather
+of node features onto edges, ``x_j = x[edge_index[0]]``), then ``message``, ``aggregate`` and
+``update``, or ``message_and_aggregate`` and ``update`` on the fused (sparse) path; ``edge_updater``
+calls ``edge_collect`` and ``edge_update``. PyG's own hook API
+(``register_message_forward_pre_hook``...) has no hook for ``collect`` or ``update``, and a step
+opened in one hook and closed in another stays open when the code between raises. So, for the length
+of an instrumented forward, each of these methods is found on the instance as a
+:class:`~instrumented_convs.layers.generic.Timed` callable
+(:func:`~instrumented_convs.layers.generic.install`) that runs the method in a ``with <step>:``
+block; the classes override none of them, so PyG inspects and generates exactly what it does for the
+stock class, and outside an instrumented forward the
 stock methods run with nothing in between. Steps::
 
     propagate
@@ -44,7 +45,7 @@ from torch_geometric.nn.conv import MessagePassing
 from ..core.step import Step
 from ..layers.contract import InstrumentedLayer
 from ..layers.generic import GenericLayer
-from ..layers.statements.calls import any_function, torch_function
+from ..layers.statements.routes import any_function, torch_function
 
 __all__ = [
     "GenericPyG",
@@ -263,7 +264,8 @@ def make_all(module: str, detailed: frozenset, through: Dict[str, Any]) -> Dict[
     return made
 
 
-#: What a PyG layer's forward calls that is timed as a step during its calls (:mod:`._route`):
+#: What a PyG layer's forward calls that is timed as a step during its calls
+#: (:mod:`~instrumented_convs.layers.statements.routes`):
 #: PyG's own functions (``add_self_loops``, ``softmax``, ``gcn_norm``...) and torch-sparse's,
 #: ``F.<function>`` and most ``torch.<function>`` (not views, predicates or grad modes).
 VOCABULARY = (

@@ -1,38 +1,44 @@
-"""The summary of a run: rows of numbers, and renderers that only read those rows.
+"""The report: summaries of what steps recorded, and every output made of them.
 
-:class:`Summary` is what ``registry.summary()`` returns. ``str(summary)`` is the table;
-``summary.rows`` are :class:`Row` dataclasses with the numbers (seconds), so tests and
-programs read numbers, never text. Fractions are shares of the *grand total*, the sum of the
-top-level steps: the top-level rows add up to 100%, and under every step its children's
-fractions plus its own self fraction add up to its fraction, so nothing is counted twice.
+It reads snapshots (the registry's plain data, :class:`~instrumented_convs.core.entry.
+EntryStats`) and nothing else of the core. What it holds, by module:
 
-A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
-the forward's, marked ``[backward]`` in the table; see :mod:`instrumented_convs.core.backward`).
+- :mod:`.summary`: :class:`Summary`, what ``registry.summary()`` returns (rows of numbers,
+  selection, the diff of two, and JSON, CSV and pandas both ways); :mod:`.row`: :class:`Row`;
+  :mod:`.stats`: the arithmetic from snapshots to rows, and merging ranks;
+- :mod:`.columns`: the one list of a table's columns (:class:`Column`), its unit;
+- :mod:`.renderers`: every output by name (text, page, JSON, CSV, roofline, trace) and the
+  files of a run folder; the formats themselves in :mod:`.text`, :mod:`.page`,
+  :mod:`.roofline` (the counters' table) and :mod:`.timeline` (:class:`Timeline`, what
+  ``registry.timeline()`` returns, and Chrome traces);
+- :mod:`.diff`: two summaries side by side; :mod:`.saved`: reading a saved run
+  (:func:`read_run`).
 
-A summary merged over processes (``registry.summary(all_ranks=True)``, see
-:mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),
-and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
-The table itself is drawn by :class:`~instrumented_convs.report.text.TableRenderer`.
-:class:`Timeline` is what ``registry.timeline()`` returns: when each call ran, for Perfetto.
+:data:`__all__` is its API: users read summaries, rows and timelines; the commands (``run``,
+``view``, ``check``...) and integrations use the rest, never a module inside the report.
 """
 
-from __future__ import annotations
-
-import csv
-import dataclasses
-import io
-import json
-from typing import Any, Dict, Iterator, List, Optional, Sequence
-
-from . import diff as _diff
-from . import page, roofline, saved
+from ..core.entry import BACKWARD_MARK, EntryStats
+from . import columns
+from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff
-from .row import _FIELDS, _INT_FIELDS, _OPTIONAL, _STR_FIELDS, Row, _parse
-from .text import BACKWARD_MARK, UNITS, TableRenderer, choose_unit
-from .timeline import Timeline
+from .renderers import RENDERERS, Renderer, Run, render, write_folder
+from .roofline import Peak
+from .row import Row
+from .saved import FORMAT as RUN_FORMAT
+from .saved import RUN_FILE
+from .saved import VERSION as RUN_VERSION
+from .saved import read as read_run
+from .stats import check_by, merge_ranks, summarize
+from .summary import Summary
+from .text import TableRenderer
+from .timeline import Timeline, merge_traces, read_trace, write_trace
 
+#: The report's API: what users read (the first ten), and what the commands and
+#: integrations use (never a module inside the report).
 __all__ = [
     "Row",
+    "Column",
     "Summary",
     "SummaryDiff",
     "DiffRow",
@@ -41,271 +47,22 @@ __all__ = [
     "UNITS",
     "BACKWARD_MARK",
     "choose_unit",
+    "columns",
+    "read_run",
+    "RUN_FILE",
+    "RUN_FORMAT",
+    "RUN_VERSION",
+    "EntryStats",
+    "Peak",
+    "Run",
+    "Renderer",
+    "RENDERERS",
+    "render",
+    "write_folder",
+    "summarize",
+    "merge_ranks",
+    "check_by",
+    "merge_traces",
+    "read_trace",
+    "write_trace",
 ]
-
-
-class Summary:
-    """Per-step statistics; ``str()`` renders the table, ``rows`` hold the numbers."""
-
-    def __init__(
-        self,
-        rows: Sequence[Row],
-        unit: Optional[str] = None,
-        by: str = "step",
-        total: Optional[float] = None,
-        per_rank: Optional[Sequence["Summary"]] = None,
-    ) -> None:
-        """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
-
-        ``total`` (seconds) is what the fractions are shares of; it defaults to the
-        sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
-        ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
-        order (what :meth:`by_rank` returns).
-        """
-        if unit is not None and unit not in dict(UNITS):
-            raise ValueError(f"unit must be one of {[u for u, _ in UNITS]}, not {unit!r}")
-        self.rows: List[Row] = list(rows)
-        self.unit = unit
-        self.by = by
-        #: The grand total in seconds, of which every ``fraction`` is a share.
-        self.total: float = (
-            total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
-        )
-        self._per_rank = None if per_rank is None else list(per_rank)
-
-    # -- access ---------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Row]:
-        """Iterate over the rows in tree order."""
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        """Number of rows."""
-        return len(self.rows)
-
-    def __getitem__(self, path: str) -> Row:
-        """The row of a step path (the first one, when grouped by layer)."""
-        for row in self.rows:
-            if row.name == path:
-                return row
-        raise KeyError(path)
-
-    def __contains__(self, path: object) -> bool:
-        """Whether a row has this step path."""
-        return any(row.name == path for row in self.rows)
-
-    def __eq__(self, other: object) -> bool:
-        """Same rows, unit, grouping, grand total and per-rank parts."""
-        if not isinstance(other, Summary):
-            return NotImplemented
-        return (self.rows, self.unit, self.by, self.total, self._per_rank) == (
-            other.rows,
-            other.unit,
-            other.by,
-            other.total,
-            other._per_rank,
-        )
-
-    @property
-    def world_size(self) -> Optional[int]:
-        """How many ranks this summary merges (``None``: the summary of one process)."""
-        return None if self._per_rank is None else len(self._per_rank)
-
-    def by_rank(self) -> List["Summary"]:
-        """One summary per rank, in rank order (a summary merged over ranks only).
-
-        Each part's rows carry their ``rank``; its fractions are shares of that rank's own
-        grand total.
-        """
-        if self._per_rank is None:
-            raise ValueError(
-                "this summary is of one process: registry.summary(all_ranks=True) merges the "
-                "ranks of a torch.distributed job and keeps one summary per rank"
-            )
-        return list(self._per_rank)
-
-    def find(self, step: str) -> List[Row]:
-        """Every row whose last path component is ``step``."""
-        return [row for row in self.rows if row.step == step]
-
-    def children(self, path: Optional[str]) -> List[Row]:
-        """The rows directly under ``path`` (``None``: the top-level rows)."""
-        return [row for row in self.rows if row.parent == path]
-
-    def select(
-        self,
-        prefix: Optional[str] = None,
-        max_depth: Optional[int] = None,
-        phase: Optional[str] = None,
-    ) -> "Summary":
-        """The rows under (and including) ``prefix``, down to ``max_depth``, of ``phase``.
-
-        ``phase`` is ``"forward"``, ``"backward"`` or ``None`` (both); fractions stay shares
-        of this summary's grand total.
-        """
-        if phase not in (None, "forward", "backward"):
-            raise ValueError(f"phase must be 'forward', 'backward' or None, not {phase!r}")
-        rows = [
-            r
-            for r in self.rows
-            if (prefix is None or r.name == prefix or r.name.startswith(prefix + "/"))
-            and (max_depth is None or r.depth <= max_depth)
-            and (phase is None or r.phase == phase)
-        ]
-        parts = (
-            None
-            if self._per_rank is None
-            else [part.select(prefix, max_depth, phase) for part in self._per_rank]
-        )
-        return Summary(rows, unit=self.unit, by=self.by, total=self.total, per_rank=parts)
-
-    # -- rendering --------------------------------------------------------------------------
-    def table(
-        self,
-        unit: Optional[str] = None,
-        title: str = "Timer summary",
-        spread: bool = True,
-        counters: bool = False,
-        peak: Any = None,
-        times: Optional["Summary"] = None,
-    ) -> str:
-        """The table (:class:`TableRenderer`; merged over ranks, Slowest and Spread unless
-        ``spread=False``); ``counters=True``: the counters' table (``_roof.render``: the
-        machine's ``peak``, ``times`` of a run without counters)."""
-        if counters:
-            return roofline.render(self, peak, unit or self.unit, times=times)
-        return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)
-
-    def __str__(self) -> str:
-        """The rendered table."""
-        return self.table()
-
-    def __repr__(self) -> str:
-        """``Summary(N rows, total=..., by=...)`` (and ``ranks=N`` when merged)."""
-        ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"
-        return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r}{ranks})"
-
-    def diff(self, other: "Summary", min_change: float = 0.05) -> SummaryDiff:
-        """This summary (the baseline) and ``other`` side by side: per step the change in
-        mean time per call and a verdict (slower, faster, unchanged, too noisy, added,
-        missing); ``min_change`` is the share of a change that counts (see ``_diff``)."""
-        return _diff.diff(self, other, min_change)
-
-    def to_html(self, title: str = "instrumented_convs", **kwargs: Any) -> str:
-        """A self-contained HTML page (offline; open it in a browser): the icicle of the step
-        tree, the table and, merged over ranks, each rank's totals (``_page.summary_page``)."""
-        return page.summary_page(self, title, **kwargs)
-
-    # -- serialisation ----------------------------------------------------------------------
-    def to_dict(self) -> Dict[str, Any]:
-        """A JSON-ready dict: ``{"by", "unit", "total", "rows": [row fields...]}``.
-
-        A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
-        """
-        data = {
-            "by": self.by,
-            "unit": self.unit,
-            "total": self.total,
-            "rows": [dataclasses.asdict(r) for r in self.rows],
-        }
-        if self._per_rank is not None:
-            data["per_rank"] = [part.to_dict() for part in self._per_rank]
-        return data
-
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        """The summary as JSON text (``Summary.from_json`` reads it back exactly)."""
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "Summary":
-        """Rebuild a summary from :meth:`to_dict` output."""
-        parts = data.get("per_rank")
-        return cls(
-            [Row(**r) for r in data["rows"]],
-            unit=data.get("unit"),
-            by=data.get("by", "step"),
-            total=data.get("total"),
-            per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> "Summary":
-        """Rebuild a summary from :meth:`to_json` output."""
-        return cls.from_dict(json.loads(text))
-
-    @classmethod
-    def load(cls, path: Any) -> "Summary":
-        """The summary of a run saved by ``python -m instrumented_convs run`` (its folder or
-        ``run.json``: merged over ranks under torchrun), or of a :meth:`to_json` file."""
-        data = saved.read(path, runs_only=False)
-        return cls.from_dict(data["summary"] if data.get("format") == saved.FORMAT else data)
-
-    def _all_rows(self) -> List[Row]:
-        """The rows, then (merged over ranks) every rank's rows, which carry their ``rank``."""
-        return self.rows + [r for part in self._per_rank or () for r in part.rows]
-
-    @classmethod
-    def _from_rows(cls, rows: List[Row], by: str, total: Optional[float]) -> "Summary":
-        """The summary of exported rows: those without a rank, and a part per rank if both."""
-        merged = [r for r in rows if r.rank is None]
-        if not merged or len(merged) == len(rows):
-            return cls(rows, by=by, total=total)
-        ranks = sorted({r.rank for r in rows if r.rank is not None})
-        parts = [cls([r for r in rows if r.rank == k], by=by) for k in range(max(ranks) + 1)]
-        return cls(merged, by=by, total=total, per_rank=parts)
-
-    def to_csv(self) -> str:
-        """The rows as CSV text with a header line (times in seconds, repr precision).
-
-        A summary merged over ranks writes its merged rows (empty ``rank``) and then each
-        rank's rows (``rank`` set): :meth:`from_csv` rebuilds both.
-        """
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        for row in self._all_rows():
-            d = dataclasses.asdict(row)
-            d = {
-                k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
-                for k, v in d.items()
-            }
-            writer.writerow(d)
-        return out.getvalue()
-
-    @classmethod
-    def from_csv(cls, text: str, by: str = "step", total: Optional[float] = None) -> "Summary":
-        """Rebuild a summary from :meth:`to_csv` output (pass ``total`` for a part)."""
-        rows = []
-        for d in csv.DictReader(io.StringIO(text)):
-            rows.append(Row(**{k: _parse(k, v) for k, v in d.items()}))
-        return cls._from_rows(rows, by, total)
-
-    def to_dataframe(self) -> Any:
-        """The rows as a pandas DataFrame, one column per :class:`Row` field.
-
-        Merged over ranks: the merged rows (``rank`` missing), then each rank's rows.
-        """
-        import pandas as pd
-
-        return pd.DataFrame([dataclasses.asdict(r) for r in self._all_rows()], columns=_FIELDS)
-
-    @classmethod
-    def from_dataframe(
-        cls, frame: Any, by: str = "step", total: Optional[float] = None
-    ) -> "Summary":
-        """Rebuild a summary from :meth:`to_dataframe` output (pass ``total`` for a part)."""
-        rows = []
-        for record in frame.to_dict(orient="records"):
-            values = {}
-            for k in _FIELDS:
-                if k not in record:  # a frame saved before the field existed
-                    continue
-                v = record[k]
-                if k in _OPTIONAL and (v is None or v != v):  # NaN from pandas
-                    v = None
-                elif k in _INT_FIELDS:
-                    v = int(v)
-                elif k not in _STR_FIELDS:
-                    v = float(v)
-                values[k] = v
-            rows.append(Row(**values))
-        return cls._from_rows(rows, by, total)

@@ -22,8 +22,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.entry import BACKWARD_MARK
 from . import page
-from .text import BACKWARD_MARK, UNITS, choose_unit
+from .columns import UNITS, choose_unit
 
 __all__ = ["DiffRow", "SummaryDiff", "diff"]
 
@@ -85,7 +86,7 @@ class SummaryDiff:
 
     def to_html(self, labels: Tuple[str, str] = ("A", "B"), **kwargs: Any) -> str:
         """A self-contained HTML page: both runs' icicles on one scale, the change per step
-        and both tables (``_page.diff_page``)."""
+        and both tables (``page.diff_page``)."""
         return page.diff_page(self, self.a, self.b, labels, **kwargs)
 
     def __iter__(self) -> Any:
@@ -184,7 +185,7 @@ def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
                 change,
                 relative,
                 error,
-                verdict,  # fmt: skip
+                verdict,
             )
         )
     return SummaryDiff(rows, min_change, a.unit or b.unit, a, b)

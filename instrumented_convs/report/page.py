@@ -10,7 +10,7 @@ totals side by side for a run merged over ranks, and for a diff the two runs' ic
 scale with the change per step. It sets ``data-ready="1"`` on ``<body>`` when drawn and
 ``data-errors`` to the number of script errors (shown on the page too): the tests open it in
 headless Chromium and read both. This module only renders: it reads summaries (``report``)
-by their attributes and imports nothing above :mod:`._table`.
+by their attributes and imports nothing above :mod:`.text`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,25 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .text import choose_unit
+from . import columns
 
 __all__ = ["summary_page", "diff_page", "embed"]
 
 _ASSETS = Path(__file__).with_name("page_assets")
-_ROW_FIELDS = ("name", "step", "depth", "scope", "kind", "phase", "count", "total",
-               "self_time", "mean", "min", "max", "std", "fraction", "estimated")  # fmt: skip
+#: What the icicle and its tooltips read of a row (the table's cells come from the spec).
+_ROW_FIELDS = (
+    "name",
+    "step",
+    "depth",
+    "scope",
+    "kind",
+    "phase",
+    "count",
+    "total",
+    "self_time",
+    "mean",
+    "estimated",
+)
 _RANK_DEPTH = 2  # the per-rank table shows the steps down to this depth
 
 
@@ -37,8 +49,19 @@ def embed(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _unit(summary: Any) -> str:
-    return summary.unit or choose_unit([r.total for r in summary.rows])[0]
+def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Dict[str, Any]:
+    """One run's part of the page's data: its rows for the icicle, and its table as the text
+    table has it (:mod:`.columns`: the same columns, cells and unit, stated in the headers)."""
+    scale = dict(columns.UNITS)[unit]
+    shown = columns.shown(world is not None)
+    headers = [c.header + (f" ({unit})" if c.kind in ("time", "slowest") else "") for c in shown]
+    return {
+        "label": label,
+        "unit": unit,
+        "rows": _rows(rows),
+        "columns": headers,
+        "cells": [[columns.cell(c, r, scale, world) for c in shown] for r in rows],
+    }
 
 
 def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
@@ -64,9 +87,16 @@ def _ranks(summary: Any) -> Optional[Dict[str, Any]]:
         if r.depth > _RANK_DEPTH:
             continue
         key = (r.name, r.phase, r.scope)
-        rows.append({"name": r.name, "step": r.step, "depth": r.depth, "phase": r.phase,
-                     "totals": [t.get(key) for t in totals],
-                     "spread": _finite(r.spread)})  # fmt: skip
+        rows.append(
+            {
+                "name": r.name,
+                "step": r.step,
+                "depth": r.depth,
+                "phase": r.phase,
+                "totals": [t.get(key) for t in totals],
+                "spread": _finite(r.spread),
+            }
+        )
     return {"ranks": list(range(len(parts))), "rows": rows}
 
 
@@ -99,7 +129,14 @@ def summary_page(
         "title": title,
         "subtitle": subtitle,
         "meta": [[str(k), str(v)] for k, v in meta],
-        "runs": [{"label": title, "unit": _unit(summary), "rows": _rows(summary.rows)}],
+        "runs": [
+            _run(
+                title,
+                summary.rows,
+                columns.unit_of(summary.rows, summary.unit)[0],
+                summary.world_size,
+            )
+        ],
         "ranks": _ranks(summary),
         "diff": None,
         "note": note,
@@ -122,22 +159,28 @@ def diff_page(
     """
     rows_a = a.rows if a is not None else [d.a for d in result.rows if d.a is not None]
     rows_b = b.rows if b is not None else [d.b for d in result.rows if d.b is not None]
-    unit = result.unit or choose_unit([r.total for r in (*rows_a, *rows_b)])[0]
+    unit = columns.unit_of([*rows_a, *rows_b], result.unit)[0]
     rows = []
     for d in result.rows:
-        rows.append({"name": d.name, "step": d.step, "depth": d.depth, "phase": d.phase,
-                     "a_mean": None if d.a is None else d.a.mean,
-                     "b_mean": None if d.b is None else d.b.mean,
-                     "change": d.change, "relative": d.relative, "verdict": d.verdict})  # fmt: skip
+        rows.append(
+            {
+                "name": d.name,
+                "step": d.step,
+                "depth": d.depth,
+                "phase": d.phase,
+                "a_mean": None if d.a is None else d.a.mean,
+                "b_mean": None if d.b is None else d.b.mean,
+                "change": d.change,
+                "relative": d.relative,
+                "verdict": d.verdict,
+            }
+        )
     title = title or f"{labels[0]} -> {labels[1]}"
     data = {
         "title": title,
         "subtitle": f"min change {100 * result.min_change:g}%: smaller changes are unchanged",
         "meta": [[str(k), str(v)] for k, v in meta],
-        "runs": [
-            {"label": labels[0], "unit": unit, "rows": _rows(rows_a)},
-            {"label": labels[1], "unit": unit, "rows": _rows(rows_b)},
-        ],
+        "runs": [_run(labels[0], rows_a, unit, None), _run(labels[1], rows_b, unit, None)],
         "ranks": None,
         "diff": {"unit": unit, "labels": list(labels), "rows": rows},
         "note": "",

@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .text import BACKWARD_MARK, UNITS, choose_unit
+from ..core.entry import BACKWARD_MARK
+from .columns import UNITS, choose_unit
 
 __all__ = ["Peak", "render", "rows_of", "roof", "as_peak"]
 
@@ -47,8 +48,13 @@ def as_peak(peak: Any) -> Optional[Peak]:
     return Peak(*peak)
 
 
-def render(summary: Any, peak: Any = None, unit: Optional[str] = None,
-           title: str = "Counters", times: Any = None) -> str:  # fmt: skip
+def render(
+    summary: Any,
+    peak: Any = None,
+    unit: Optional[str] = None,
+    title: str = "Counters",
+    times: Any = None,
+) -> str:
     """The counters' table of ``summary`` (its rows with ``ops > 0``). ``peak``: a
     :class:`Peak` (or a ``(GB/s, GFLOP/s)`` pair) for the roof columns. ``times``: a summary
     of a run without the counters (they slow every op down) whose times and counts to use,
@@ -57,8 +63,11 @@ def render(summary: Any, peak: Any = None, unit: Optional[str] = None,
     rows = rows_of(summary, times)
     if not rows:
         return f"--- {title}: nothing counted (configure(counters=True) counts the ops of steps)"
-    title += ", times from a run without them" if times is not None else (
-        ", times measured with the counters on")  # fmt: skip
+    title += (
+        ", times from a run without them"
+        if times is not None
+        else (", times measured with the counters on")
+    )
     if unit is not None:
         u, scale = unit, dict(UNITS)[unit]
     else:
@@ -68,8 +77,10 @@ def render(summary: Any, peak: Any = None, unit: Optional[str] = None,
     if peak is not None:
         head += ["Bound", "Roof/call", "x roof"]
     head += ["Alloc"] + (["Left/call", "Peak"] if cuda else [])
-    labels = [("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
-              for r in rows]  # fmt: skip
+    labels = [
+        ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
+        for r in rows
+    ]
     cells = [_cells(r, peak, scale, cuda) for r in rows]
     event_w = max([30] + [len(x) for x in labels])
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
@@ -83,10 +94,12 @@ def render(summary: Any, peak: Any = None, unit: Optional[str] = None,
             label.ljust(event_w + 2) + "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
         )
     lines.append("-" * len(header))
-    lines.append("FLOP, Bytes: all calls of a step, its children's included (Bytes: read + "
-                 "written; k, M, G: 10^3, 10^6, 10^9); FLOP/B: their ratio; GFLOP/s, GB/s: over "
-                 "the step's measured time. Alloc: bytes of the tensors its ops allocated, all "
-                 "calls.")  # fmt: skip
+    lines.append(
+        "FLOP, Bytes: all calls of a step, its children's included (Bytes: read + "
+        "written; k, M, G: 10^3, 10^6, 10^9); FLOP/B: their ratio; GFLOP/s, GB/s: over "
+        "the step's measured time. Alloc: bytes of the tensors its ops allocated, all "
+        "calls."
+    )
     if cuda:
         lines.append(
             "Left/call: CUDA allocator bytes a call left allocated (after its last op less "

@@ -1,17 +1,17 @@
 """One row of a summary: the numbers of one step path (in one layer instance), in seconds.
 
 :class:`Row` is what :class:`~instrumented_convs.report.Summary` holds and its exports
-write; the field sets below say how CSV and DataFrame cells turn back into fields. This
-module imports nothing from the package.
+write; :func:`value_of` turns a CSV or DataFrame cell back into a field, by the field's own
+annotation. This module imports nothing from the package.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["Row"]
+__all__ = ["Row", "FIELDS", "TYPES", "value_of"]
 
 
 @dataclass(frozen=True)
@@ -73,22 +73,23 @@ class Row:
         return self.slowest / self.fastest
 
 
-_FIELDS = [f.name for f in dataclasses.fields(Row)]
-_INT_FIELDS = {
-    "depth", "count", "errors", "untimed", "rank", "ranks", "slowest_rank", "estimated",
-    "flops", "bytes_read", "bytes_written", "ops", "alloc_bytes", "cuda_calls", "cuda_left",
-    "cuda_peak",
-}  # fmt: skip
-_STR_FIELDS = {"name", "step", "scope", "kind", "phase", "unknown"}
-#: Fields that may be ``None`` (an empty CSV cell, NaN in a DataFrame).
-_OPTIONAL = {"scope", "rank", "ranks", "slowest", "slowest_rank", "fastest"}
+#: Every field of :class:`Row`, in order: what JSON, CSV and pandas write for a row.
+FIELDS: List[str] = [f.name for f in dataclasses.fields(Row)]
+#: Each field's type, read from its annotation: (``int``, ``float`` or ``str``, optional).
+TYPES: Dict[str, Tuple[type, bool]] = {}
+for _f in dataclasses.fields(Row):
+    _t = str(_f.type)
+    _optional = _t.startswith("Optional[")
+    _base = _t[len("Optional[") : -1] if _optional else _t
+    TYPES[_f.name] = ({"int": int, "float": float, "str": str}[_base], _optional)
 
 
-def _parse(field: str, value: str) -> Any:
-    if field in _OPTIONAL and value == "":
+def value_of(field: str, value: Any) -> Any:
+    """A cell of CSV text or a DataFrame as ``field``'s value: an empty cell or NaN is
+    ``None`` for an optional field; else converted to the field's type."""
+    kind, optional = TYPES[field]
+    if optional and (value is None or value == "" or (isinstance(value, float) and value != value)):
         return None
-    if field in _STR_FIELDS:
+    if kind is str:
         return value
-    if field in _INT_FIELDS:
-        return int(value)
-    return float(value)
+    return kind(float(value)) if kind is int and isinstance(value, float) else kind(value)

@@ -1,8 +1,8 @@
 """Reading a saved run's JSON: where it is, whether it is one, whether this version reads it.
 
 A run saved by ``python -m instrumented_convs run`` is a folder holding ``run.json`` (see
-:mod:`instrumented_convs.commands.launch.runs`, which writes it). This module imports nothing from the
-package: :meth:`~instrumented_convs.report.Summary.load` and the launcher both read through it.
+:mod:`instrumented_convs.commands.launch.runs`, which writes it). This module imports nothing from
+the package: :meth:`~instrumented_convs.report.Summary.load` and the launcher both read through it.
 """
 
 from __future__ import annotations

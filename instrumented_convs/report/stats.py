@@ -1,11 +1,11 @@
 """The arithmetic of a summary, in one place: from raw per-entry statistics to rows.
 
-The registry hands over a snapshot, a list of :class:`~._entry.EntryStats` (plain data: integer
-nanoseconds and the index of each record's parent); :func:`summarize` groups it by step
-path (merging layer instances) or by layer, computes self time, mean, standard deviation
-and the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
-:func:`merge_ranks` does the same for the snapshots of several processes, merged.
-Nothing here knows how the numbers were measured, stored or gathered.
+The registry hands over a snapshot, a list of :class:`~instrumented_convs.core.entry.EntryStats`
+(plain data: integer nanoseconds and the index of each record's parent); :func:`summarize` groups it
+by step path (merging layer instances) or by layer, computes self time, mean, standard deviation and
+the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
+:func:`merge_ranks` does the same for the snapshots of several processes, merged. Nothing here knows
+how the numbers were measured, stored or gathered.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..core.entry import EntryStats
-from . import Row, Summary
+from .row import Row
+from .summary import Summary
 
 _GroupKey = Tuple[Optional[str], str, str]
 _TOP: _GroupKey = (None, "", "")
@@ -60,16 +61,28 @@ def _inclusive_counters(stats: Sequence[EntryStats]) -> List[Optional[tuple]]:
         for item in filter(None, s.unknown.split(";")):
             op, n = item.rsplit(":", 1)
             unknown[op] = unknown.get(op, 0) + int(n)
-        mine = (own[0] + s.flops, own[1] + s.bytes_read, own[2] + s.bytes_written,
-                own[3] + s.ops, unknown, own[5] + s.alloc_bytes)  # fmt: skip
+        mine = (
+            own[0] + s.flops,
+            own[1] + s.bytes_read,
+            own[2] + s.bytes_written,
+            own[3] + s.ops,
+            unknown,
+            own[5] + s.alloc_bytes,
+        )
         out[i] = mine
         if s.parent >= 0:
             up = out[s.parent] or (0, 0, 0, 0, {}, 0)
             merged = dict(up[4])
             for op, n in unknown.items():
                 merged[op] = merged.get(op, 0) + n
-            out[s.parent] = (up[0] + mine[0], up[1] + mine[1], up[2] + mine[2],
-                             up[3] + mine[3], merged, up[5] + mine[5])  # fmt: skip
+            out[s.parent] = (
+                up[0] + mine[0],
+                up[1] + mine[1],
+                up[2] + mine[2],
+                up[3] + mine[3],
+                merged,
+                up[5] + mine[5],
+            )
     return out
 
 

@@ -1,58 +1,44 @@
-"""The text table of a summary: units, labels, and the renderer that only reads rows.
+"""The text table of a summary: the study's table, extended, drawn from the column spec.
 
 :class:`TableRenderer` takes one summary object (anything with ``rows``, ``by`` and
 ``total``, and ``world_size`` when merged over ranks; in practice
-:class:`~instrumented_convs.report.Summary`) and returns
-the table of the original study, extended with self time, spread and nesting. A summary
-merged over processes gets two more columns per step: the slowest rank's total (and which
-rank it was) and the spread, slowest over fastest rank, so a straggler shows at a glance.
-This module imports nothing from the package: ``report`` re-exports what users need.
+:class:`~instrumented_convs.report.Summary`) and returns the table of the original study,
+extended with self time, spread and nesting: a step's label (:func:`label`), its layer when
+grouped by layer, then the columns of :mod:`.columns` (their headers and cells; for a
+summary merged over ranks also the slowest rank's total and the spread, so a straggler
+shows at a glance), and the notes the rows call for.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional
 
-#: Time units a table can use, largest first: (name, seconds per unit).
-UNITS: Tuple[Tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
-#: The label suffix of backward rows in the table (and of their NVTX ranges).
-BACKWARD_MARK = " [backward]"
+from ..core.entry import BACKWARD_MARK
+from . import columns
+
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
 UPSTREAM_MARK = " (upstream code)"
 
 
-def choose_unit(seconds: Sequence[float]) -> Tuple[str, float]:
-    """The unit in which the largest of ``seconds`` reads between 1 and 1000."""
-    largest = max((abs(s) for s in seconds), default=0.0)
-    for name, scale in UNITS:
-        if largest >= scale:
-            return name, scale
-    return UNITS[-1]
-
-
-def spread_text(row: Any, world_size: int) -> str:
-    """A merged row's spread cell: ``1.08x``, and ``k/n`` when only k of n ranks ran it."""
-    spread = row.spread
-    if spread is None:
-        return "-"
-    text = "inf" if spread == float("inf") else f"{spread:.2f}x"
-    if row.ranks is not None and row.ranks < world_size:
-        text += f" {row.ranks}/{world_size}"
-    return text
+def label(row: Any) -> str:
+    """A row's label in a table: its step, indented by depth, marked backward or upstream."""
+    return (
+        ("  " * row.depth)
+        + "- "
+        + row.step
+        + (BACKWARD_MARK if row.phase == "backward" else "")
+        + (UPSTREAM_MARK if row.kind == "upstream" else "")
+    )
 
 
 class TableRenderer:
     """Renders a :class:`~instrumented_convs.report.Summary` as the study's table, extended.
 
-    Columns: Event (indented by depth), Count, Average, Total, Self, Min, Max, Std, Frac.;
-    for a summary merged over ranks also Slowest (the slowest rank's total, ``r<rank>``)
-    and Spread (slowest / fastest rank's total), unless ``spread=False``. One time unit for
-    the whole table, chosen so the largest average reads between 1 and 1000, and stated in
-    the title line.
+    Columns: Event (indented by depth), Layer (grouped by layer), then :data:`.columns.COLUMNS`
+    (Count, Average, Total, Self, Min, Max, Std, Frac.; for a summary merged over ranks also
+    Slowest and Spread, unless ``spread=False``). One time unit for the whole table,
+    :func:`.columns.unit_of`, stated in the title line.
     """
-
-    COLUMNS = ("Count", "Average", "Total", "Self", "Min", "Max", "Std", "Frac.")
-    SPREAD_COLUMNS = ("Slowest", "Spread")
 
     def __init__(
         self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True
@@ -65,54 +51,27 @@ class TableRenderer:
     def render(self, summary: Any) -> str:
         """The table as a string (no trailing newline)."""
         rows = summary.rows
-        if self.unit is not None:
-            unit, scale = self.unit, dict(UNITS)[self.unit]
-        else:
-            unit, scale = choose_unit([r.mean for r in rows])
+        unit, scale = columns.unit_of(rows, self.unit)
         by_layer = summary.by == "layer"
         world = getattr(summary, "world_size", None)
         spread = self.spread and world is not None
-        labels = [
-            ("  " * r.depth) + "- " + r.step + (BACKWARD_MARK if r.phase == "backward" else "")
-            + (UPSTREAM_MARK if r.kind == "upstream" else "")
-            for r in rows
-        ]  # fmt: skip
-        event_w = max([30] + [len(label) for label in labels])
+        labels = [label(r) for r in rows]
+        event_w = max([30] + [len(text) for text in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
-
-        def num(seconds: float, estimate: bool = False) -> str:
-            return ("~" if estimate else "") + f"{seconds / scale:.3f}"
-
-        columns = self.COLUMNS + (self.SPREAD_COLUMNS if spread else ())
-        cells: List[List[str]] = []
-        for r in rows:
-            est = bool(r.estimated)
-            cells.append(
-                [
-                    str(r.count),
-                    num(r.mean, est),
-                    num(r.total, est),
-                    num(r.self_time, est),
-                    num(r.min),
-                    num(r.max),
-                    num(r.std),
-                    ("~" if est else "") + f"{100.0 * r.fraction:.1f}%",
-                ]
-            )
-            if spread:
-                slowest = "-" if r.slowest is None else f"{num(r.slowest)} r{r.slowest_rank}"
-                cells[-1] += [slowest, spread_text(r, world)]
-        widths = [max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(columns)]
+        shown = columns.shown(world is not None, self.spread)
+        cols = [c.header for c in shown]
+        cells: List[List[str]] = [[columns.cell(c, r, scale, world) for c in shown] for r in rows]
+        widths = [max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(cols)]
         header = "  " + "Event".ljust(event_w)
         if by_layer:
             header += " | " + "Layer".ljust(layer_w)
-        header += "".join(" | " + col.rjust(w) for col, w in zip(columns, widths))
+        header += "".join(" | " + col.rjust(w) for col, w in zip(cols, widths))
         width = len(header)
         merged = f", {world} ranks merged" if world is not None else ""
         head = f"--- {self.title}{merged} (times in {unit}) "
         lines = [head + "-" * max(3, width - len(head)), header]
-        for r, label, c in zip(rows, labels, cells):
-            line = label.ljust(event_w + 2)
+        for r, text, c in zip(rows, labels, cells):
+            line = text.ljust(event_w + 2)
             if by_layer:
                 line += " | " + (r.scope or "").ljust(layer_w)
             line += "".join(" | " + v.rjust(w) for v, w in zip(c, widths))

@@ -4,7 +4,7 @@ The Chrome Trace Event format (JSON, gzip-compressed when the name ends in ``.gz
 Perfetto (ui.perfetto.dev) and chrome://tracing open. Each recorded call becomes a complete
 event (``"ph": "X"``) named like its NVTX range and profiler label (``<step> [backward]``
 for a backward), with its path, scope and phase in ``args`` (and ``inputs``, what the call
-was given, where the ``run`` launcher noted it: ``_timeline.note``, made when it changed and
+was given, where the ``run`` launcher noted it: ``core.timeline.note``, made when it changed and
 standing for the calls after it); one process per rank;
 one track per thread (the main thread, autograd's backward thread on CUDA, named) in which
 events nest strictly (a call that overlaps its neighbours without nesting, which steps
@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from .text import BACKWARD_MARK
+from ..core.entry import BACKWARD_MARK
 
 __all__ = ["Timeline", "write_trace", "read_trace", "merge_traces"]
 
@@ -47,7 +47,7 @@ class Timeline:
         self._cut: Optional[int] = snapshot["truncated"]
         self._main: Optional[int] = snapshot["main_thread"]
         self._offset: int = snapshot["wall_offset_ns"]
-        #: ``(thread, CPU ns, scope, inputs)``: what calls were given (``_timeline.note``).
+        #: ``(thread, CPU ns, scope, inputs)``: what calls were given (``core.timeline.note``).
         self.notes: List[tuple] = list(snapshot.get("notes", ()))
 
     @property
@@ -120,14 +120,30 @@ class Timeline:
             {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name or f"pid {pid}"}}
         ]
         for tid, text in sorted(names.items()):
-            meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                         "args": {"name": text}})  # fmt: skip
-            meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                         "args": {"sort_index": tid}})  # fmt: skip
+            meta.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": text}}
+            )
+            meta.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
         if self._cut is not None:
             note = f"timeline truncated: its limit of {self.limit} calls was reached"
-            meta.append({"ph": "i", "s": "g", "name": note, "pid": pid, "tid": 1,
-                         "ts": (self._cut + off - base) / 1e3})  # fmt: skip
+            meta.append(
+                {
+                    "ph": "i",
+                    "s": "g",
+                    "name": note,
+                    "pid": pid,
+                    "tid": 1,
+                    "ts": (self._cut + off - base) / 1e3,
+                }
+            )
         other = {"calls": len(self.calls), "limit": self.limit, "truncated": self.truncated}
         return {
             "traceEvents": meta + events + flows,
@@ -154,7 +170,7 @@ def _attach_inputs(notes: List[tuple], calls: List[tuple], events: List[Dict[str
     first forward call starting at or after it of its layer (``scope``, a string) or of the
     region it names (``("region", name)``), and the later calls of that step until the next
     note for the same key: a call is noted only when what it is given changed
-    (``_timeline.note``), so a call without a note of its own was given the last one's."""
+    (``core.timeline.note``), so a call without a note of its own was given the last one's."""
     if not notes:
         return
     starts: Dict[Tuple[Any, Any], List[Tuple[int, int]]] = {}

@@ -104,8 +104,9 @@ def _dgl(kind: str) -> Callable[[int, torch.device], Tuple[tuple, Dict[str, Any]
             return (g, x), {"weight": _x(F_IN, F_OUT, seed=8).to(device)}
         if kind == "bipartite":
             half = n // 2
-            b = dgl.heterograph({("s", "e", "d"): (ei[0], ei[1] % half)},
-                                {"s": n, "d": half}).to(device)  # fmt: skip
+            b = dgl.heterograph({("s", "e", "d"): (ei[0], ei[1] % half)}, {"s": n, "d": half}).to(
+                device
+            )
             return (b, (x, _x(half, seed=9).to(device))), {}
         return (g, x), {}
 
@@ -129,7 +130,7 @@ def cases(quick: bool = False) -> List[Case]:
             "improved, cached",
             (("improved", True), ("cached", True)),
             _pyg("edge_index"),
-        ),  # fmt: skip
+        ),
         Case("pyg", "GCNConv", "normalize=False", (("normalize", False),), _pyg("edge_weight")),
         Case("pyg", "SAGEConv", "edge_index", (), _pyg("edge_index")),
         Case("pyg", "GATConv", "heads=2", (("heads", 2),), _pyg("edge_index")),
@@ -155,7 +156,7 @@ def cases(quick: bool = False) -> List[Case]:
             _dgl("plain"),
             args=(),
             child=_mlp,
-        ),  # fmt: skip
+        ),
     ]
     if quick:  # the detailed layers' kinds and one generic layer each
         pyg = [c for c in pyg if c.cls == "GCNConv" or c.cls == "SAGEConv"]

@@ -51,8 +51,9 @@ def read(prof: Any, names: Set[str]) -> List[Event]:
         elif name in names:
             out.append(Event("label", name, start, end, int(e.start_thread_id()), 0))
         elif name.startswith(("cuda", "cu")) and e.correlation_id():
-            out.append(Event("launch", name, start, end, int(e.start_thread_id()),
-                             int(e.correlation_id())))  # fmt: skip
+            out.append(
+                Event("launch", name, start, end, int(e.start_thread_id()), int(e.correlation_id()))
+            )
     return out
 
 
@@ -69,8 +70,10 @@ def _paths(labels: Iterable[Event]) -> List[Tuple[str, str, Event]]:
         for e in sorted(events, key=lambda e: (e.start, -e.end)):
             while stack and stack[-1].end <= e.start:
                 stack.pop()
-            names = [x.name[: -len(BACKWARD)] if x.name.endswith(BACKWARD) else x.name
-                     for x in (*stack, e)]  # fmt: skip
+            names = [
+                x.name[: -len(BACKWARD)] if x.name.endswith(BACKWARD) else x.name
+                for x in (*stack, e)
+            ]
             phase = "backward" if e.name.endswith(BACKWARD) else "forward"
             out.append(("/".join(names), phase, e))
             stack.append(e)
@@ -120,8 +123,10 @@ def label_times(events: List[Event]) -> Dict[Tuple[str, str], Dict[str, Any]]:
     queue = _Queue([e for ls in launches.values() for e in ls], kernels)
     out: Dict[Tuple[str, str], Dict[str, Any]] = {}
     for path, phase, lab in _paths(e for e in events if e.kind == "label"):
-        row = out.setdefault((path, phase), {"count": 0, "total": 0, "span": 0, "sum": 0,
-                                             "kernels": 0, "timeline": 0, "calls": []})  # fmt: skip
+        row = out.setdefault(
+            (path, phase),
+            {"count": 0, "total": 0, "span": 0, "sum": 0, "kernels": 0, "timeline": 0, "calls": []},
+        )
         row["count"] += 1
         row["total"] += lab.end - lab.start
         mine = launches.get(lab.thread, [])

@@ -83,8 +83,9 @@ def measure(
     platform: str, shape: str, device: torch.device, epochs: int
 ) -> Tuple[Ours, Dict[Tuple[str, str], Dict[str, Any]]]:
     """Train the study's model ``epochs`` times under the profiler: ours and the profiler's."""
-    from ..study import SHAPES, build_model, synthetic_graph
     from ..study.bench import training_epoch
+    from ..study.data import SHAPES, synthetic_graph
+    from ..study.models import build_model
 
     data = synthetic_graph(shape, **SHAPES[shape]).to(device)
     torch.manual_seed(0)
@@ -114,8 +115,9 @@ def measure(
     theirs = label_times([e for e in events if not e.name.startswith(EMPTY)])
     for phase, label in (("forward", EMPTY), ("backward", EMPTY + BACKWARD)):
         mine = [c[6] - c[5] for c in calls if c[0] == EMPTY and c[4] == phase]
-        labels = sorted((e for e in events if e.kind == "label" and e.name == label),
-                        key=lambda e: e.start)  # fmt: skip
+        labels = sorted(
+            (e for e in events if e.kind == "label" and e.name == label), key=lambda e: e.start
+        )
         added = sorted((e.end - e.start) - m for e, m in zip(labels, mine))
         p90 = added[int(0.9 * (len(added) - 1))] if added else 0
         theirs[("", "empty " + phase)] = {"label_adds_p90_ns": p90}
@@ -134,9 +136,12 @@ def _empty_steps() -> None:
 
 
 def compare(
-    ours: Ours, theirs: Dict[Tuple[str, str], Dict[str, Any]], cuda: bool, section: Section,
+    ours: Ours,
+    theirs: Dict[Tuple[str, str], Dict[str, Any]],
+    cuda: bool,
+    section: Section,
     prefix: str = "",
-) -> None:  # fmt: skip
+) -> None:
     """A line per step and direction: our time against the profiler's."""
     for (path, phase), row in sorted(ours.items(), key=lambda kv: (kv[0][1] != "forward", kv[0])):
         short = SHORT_US["cuda" if cuda else "cpu"]
@@ -179,8 +184,10 @@ def compare(
             what = "device's timeline"
         text = f"{mine_us:.1f} us a call, the {what} {theirs_us:.1f} us (medians of {n})"
         if cuda:
-            text = (text[:-1] + f"; its kernels' span {data['kernel_span_us']:.1f} us, "
-                    f"{ref['kernels'] / n:.0f} a call)")  # fmt: skip
+            text = (
+                text[:-1] + f"; its kernels' span {data['kernel_span_us']:.1f} us, "
+                f"{ref['kernels'] / n:.0f} a call)"
+            )
         if cuda:
             data["label_around_us"] = round(around, 3)
         if theirs_us >= LONG_US:  # what the label adds is no error of ours, long or short
@@ -197,8 +204,9 @@ def compare(
         section.add(name, PASS if ok else FAIL, text, **data)
 
 
-def section(device: torch.device, quick: bool, progress: Optional[Callable[[str], Any]] = None
-            ) -> Section:  # fmt: skip
+def section(
+    device: torch.device, quick: bool, progress: Optional[Callable[[str], Any]] = None
+) -> Section:
     """The accuracy section: the study's GCN, PyG and DGL where they run, at Cora's and
     arxiv's shapes (``quick``: a small graph)."""
     s = Section("2. Accuracy: our clock against the profiler's", ABOUT)

@@ -21,7 +21,7 @@ import torch
 
 from ._report import FAIL, PASS, SKIPPED, Section
 
-__all__ = ["PROMISES", "epochs", "verdict", "section"]
+__all__ = ["PROMISES", "verdict", "section"]
 
 #: What the docs promise, the defaults' epoch against stock's: README (CPU, 2026-11-26: the
 #: launch-bound proxy 6-17%, Cora's shape 2-4%) and docs/performance.md (arxiv's shape on the
@@ -39,8 +39,9 @@ DISABLED_SLACK = 0.02
 NOISY = 0.10
 
 #: The launch-bound proxy of benchmarks/launch_bound.py.
-LAUNCH_BOUND = dict(num_nodes=256, num_edges=1024, num_features=32, num_classes=7,
-                    split=(128, 64, 64))  # fmt: skip
+LAUNCH_BOUND = dict(
+    num_nodes=256, num_edges=1024, num_features=32, num_classes=7, split=(128, 64, 64)
+)
 
 ABOUT = (
     "Training epochs of the study's GCN: stock, ours (the defaults), ours with backward "
@@ -51,27 +52,11 @@ ABOUT = (
 
 
 def _graph(shape: str) -> Any:
-    from ..study import SHAPES, synthetic_graph
+    from ..study.data import SHAPES, synthetic_graph
 
     if shape == "launch-bound":
         return synthetic_graph("launch-bound", **LAUNCH_BOUND)
     return synthetic_graph(shape, **SHAPES[shape])
-
-
-def epochs(platform: str, shape: str, device: torch.device) -> Tuple[Callable, Callable]:
-    """One training epoch of the study's GCN, stock and ours (same weights), on ``device``."""
-    from ..study import build_model
-    from ..study.bench import training_epoch
-
-    data = _graph(shape).to(device)
-    torch.manual_seed(0)
-    ours, graph = build_model(platform, data, hidden=64)
-    stock, _ = build_model(platform, data, hidden=64, stock=True)
-    stock.load_state_dict(ours.state_dict())
-    if platform == "dgl":
-        graph = graph.to(device)
-    stock, ours = stock.to(device), ours.to(device)
-    return training_epoch(stock, graph, data), training_epoch(ours, graph, data)
 
 
 def verdict(result: Dict[str, Any], promise: float) -> Tuple[str, str, Dict[str, Any]]:
@@ -79,8 +64,13 @@ def verdict(result: Dict[str, Any], promise: float) -> Tuple[str, str, Dict[str,
     r, iqr = result["ratio_median"], result["ratio_iqr"]
     noise = max(abs(r["stock again"] - 1.0), iqr["enabled"] / 2)
     on, off = r["enabled"], r["disabled"]
-    data = {"ratios": r, "noise": round(noise, 4), "promise": promise,
-            "rounds": result["rounds"], "stock_s": result["median_s"]["stock"]}  # fmt: skip
+    data = {
+        "ratios": r,
+        "noise": round(noise, 4),
+        "promise": promise,
+        "rounds": result["rounds"],
+        "stock_s": result["median_s"]["stock"],
+    }
     text = (
         f"defaults {on:.3f}x stock (promised <= {promise:.2f}), backward off "
         f"{r['no backward']:.3f}, disabled {off:.3f}, A/A {r['stock again']:.3f}, noise "
@@ -103,8 +93,10 @@ def section(device: torch.device, quick: bool, progress: Optional[Callable] = No
     dev = "cuda" if device.type == "cuda" else "cpu"
     shapes: List[Tuple[str, str, int]]  # (key of PROMISES, shape, rounds)
     if dev == "cuda":  # a GPU epoch at Cora's shape is launch-bound
-        shapes = [("cora", "synthetic-cora", 30 if quick else 100),
-                  ("arxiv", "synthetic-arxiv", 5 if quick else 20)]  # fmt: skip
+        shapes = [
+            ("cora", "synthetic-cora", 30 if quick else 100),
+            ("arxiv", "synthetic-arxiv", 5 if quick else 20),
+        ]
     elif quick:
         shapes = [("launch-bound", "launch-bound", 100), ("cora", "synthetic-cora", 60)]
     else:

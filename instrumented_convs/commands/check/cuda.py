@@ -25,7 +25,14 @@ from ...layers import mark_outputs, step
 from ...testing import depth
 from ._report import FAIL, PASS
 
-__all__ = ["count_syncs", "syncs_added", "events_without_sync", "graph_capture", "backward_thread"]
+__all__ = [
+    "count_syncs",
+    "syncs_added",
+    "events_without_sync",
+    "graph_capture",
+    "backward_thread",
+    "epochs",
+]
 
 Verdict = Tuple[str, str, Dict[str, Any]]
 #: The text of the sync debug mode's warning (c10's ``warn_or_error_on_sync``). Not a bare
@@ -114,8 +121,11 @@ def graph_capture(device: torch.device) -> Verdict:
     registry.reset()
     ok = r.untimed == 1 and r.count == 0 and torch.allclose(y, x * 2)
     data = {"untimed": r.untimed, "count": r.count}
-    return (PASS, "counted as untimed, the graph replays", data) if ok else (
-        FAIL, f"untimed {r.untimed}, timed {r.count}", data)  # fmt: skip
+    return (
+        (PASS, "counted as untimed, the graph replays", data)
+        if ok
+        else (FAIL, f"untimed {r.untimed}, timed {r.count}", data)
+    )
 
 
 def backward_thread(device: torch.device) -> Verdict:
@@ -150,11 +160,27 @@ def backward_thread(device: torch.device) -> Verdict:
     return PASS, "5 backward calls under the caller's region, no synchronisation", data
 
 
+def epochs(platform: str, shape: str, device: torch.device) -> Tuple[Callable, Callable]:
+    """One training epoch of the study's GCN, stock and ours (same weights), on ``device``."""
+    from ..study.bench import training_epoch
+    from ..study.data import SHAPES, synthetic_graph
+    from ..study.models import build_model
+
+    data = synthetic_graph(shape, **SHAPES[shape]).to(device)
+    torch.manual_seed(0)
+    ours, graph = build_model(platform, data, hidden=64)
+    stock, _ = build_model(platform, data, hidden=64, stock=True)
+    stock.load_state_dict(ours.state_dict())
+    if platform == "dgl":
+        graph = graph.to(device)
+    stock, ours = stock.to(device), ours.to(device)
+    return training_epoch(stock, graph, data), training_epoch(ours, graph, data)
+
+
 def section(device: torch.device, quick: bool, progress: Any = None) -> Any:
     """Section 3: skipped without CUDA; else the epochs' synchronisations and the checks
     above, a line each."""
     from ._report import SKIPPED, Section
-    from .cost import epochs
 
     s = Section("3. No added synchronisation (CUDA)", ABOUT)
     if device.type != "cuda":

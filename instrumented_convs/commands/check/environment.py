@@ -15,9 +15,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from ... import configure
-from ...core.lifecycle import tool_attached
-from ...core.native import IMPLEMENTATION
+from ... import configure, core
 from ._report import FAIL, PASS, SKIPPED, Section
 
 __all__ = ["TESTED", "section"]
@@ -63,8 +61,12 @@ def _version_line(s: Section, dist: str, low: str, high: Optional[str]) -> None:
 def section(device: torch.device, quick: bool = False, progress: object = None) -> Section:
     """The environment section."""
     s = Section("5. Environment", ABOUT)
-    s.add("python", PASS, f"{platform.python_version()} on {platform.platform()}",
-          version=platform.python_version())  # fmt: skip
+    s.add(
+        "python",
+        PASS,
+        f"{platform.python_version()} on {platform.platform()}",
+        version=platform.python_version(),
+    )
     for dist, low, high in TESTED:
         _version_line(s, dist, low, high)
     if device.type == "cuda":
@@ -72,12 +74,21 @@ def section(device: torch.device, quick: bool = False, progress: object = None) 
             s.add("device", FAIL, f"{device}: torch sees no CUDA device")
         else:
             p = torch.cuda.get_device_properties(device)
-            s.add("device", PASS, f"{device}: {p.name}, compute {p.major}.{p.minor}, "
-                  f"{p.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}",
-                  name=p.name, cuda=torch.version.cuda)  # fmt: skip
+            s.add(
+                "device",
+                PASS,
+                f"{device}: {p.name}, compute {p.major}.{p.minor}, "
+                f"{p.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}",
+                name=p.name,
+                cuda=torch.version.cuda,
+            )
     else:
-        s.add("device", PASS, f"{device}: {platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads")  # fmt: skip
+        s.add(
+            "device",
+            PASS,
+            f"{device}: {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads",
+        )
     for framework, module in (("PyG", "instrumented_convs.pyg"), ("DGL", "instrumented_convs.dgl")):
         try:
             detailed = import_module(module).DETAILED
@@ -85,20 +96,29 @@ def section(device: torch.device, quick: bool = False, progress: object = None) 
             s.add(f"{framework} copies", SKIPPED, f"needs {exc.name or exc}: not installed")
             continue
         for name, ok in detailed.items():
-            s.add(f"{framework} copy of {name}", PASS if ok else SKIPPED,
-                  "the installed release matches the copy: detailed steps" if ok else
-                  "the installed release differs: upstream's forward runs, coarser steps, "
-                  "the same numbers")  # fmt: skip
+            s.add(
+                f"{framework} copy of {name}",
+                PASS if ok else SKIPPED,
+                "the installed release matches the copy: detailed steps"
+                if ok
+                else "the installed release differs: upstream's forward runs, coarser steps, "
+                "the same numbers",
+            )
     s.add(
         "C fast path",
-        PASS if IMPLEMENTATION == "C" else SKIPPED,
-        "in use" if IMPLEMENTATION == "C" else "not built: the Python twin runs (slower)",
+        PASS if core.IMPLEMENTATION == "C" else SKIPPED,
+        "in use" if core.IMPLEMENTATION == "C" else "not built: the Python twin runs (slower)",
     )
     backend = configure().nvtx
-    attached = tool_attached()
-    s.add("NVTX", PASS, f"backend {backend}; a tool is {'' if attached else 'not '}attached"
-          + ("" if attached else " (ranges cost nothing until one is)"), backend=backend,
-          attached=attached)  # fmt: skip
+    attached = core.nvtx_tool_attached()
+    s.add(
+        "NVTX",
+        PASS,
+        f"backend {backend}; a tool is {'' if attached else 'not '}attached"
+        + ("" if attached else " (ranges cost nothing until one is)"),
+        backend=backend,
+        attached=attached,
+    )
     compile_ok = hasattr(torch, "compile")
     s.add(
         "torch.compile",

@@ -179,8 +179,10 @@ def run_case(
             spreads[k] = max(spreads.get(k, 0.0), v)
     spread = max(spreads.values(), default=0.0)
     data["stock_spread"] = spread
-    allowed = {k: max(SPREAD * spreads[k], ULPS * _ulp(expected[k]) if k in expected else 0)
-               for k in ours_d}  # fmt: skip
+    allowed = {
+        k: max(SPREAD * spreads[k], ULPS * _ulp(expected[k]) if k in expected else 0)
+        for k in ours_d
+    }
     off = [k for k in sorted(ours_d) if ours_d[k] > allowed[k]]
     if spread == 0 or off:
         k = off[0] if off else where

@@ -10,10 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ...core.registry import registry
-from ...core.settings import configure
-from ...report.roofline import Peak
-from ...report.timeline import write_trace
+from ... import configure, registry
+from ...report import RENDERERS, Peak, Run, render
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .peaks import add_peak_options, run_peak, view_peak
 from .runs import (
@@ -22,7 +20,7 @@ from .runs import (
     job_rank,
     load,
     merge_folder,
-    page_of,
+    outputs_of,
     summary_of,
     trace_of,
     write_run,
@@ -120,7 +118,13 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     view.add_argument("--prefix", help="only the rows under this step path")
     view.add_argument("--depth", type=int, help="only rows down to this depth (0: top level)")
     view.add_argument("--phase", choices=("forward", "backward"))
-    view.add_argument("--json", action="store_true", help="the summary as JSON")
+    view.add_argument(
+        "--format",
+        choices=[n for n in RENDERERS if n != "trace"],
+        default="text",
+        help="print the run in this format (text, page, json, csv, roofline: see --counters)",
+    )
+    view.add_argument("--json", action="store_true", help="the summary as JSON (--format json)")
     view.add_argument(
         "--trace", metavar="FILE", help="write the run's timeline to FILE (Chrome trace; .gz)"
     )
@@ -246,9 +250,10 @@ def run_main(args: argparse.Namespace) -> int:
         return outcome.code
     if not args.quiet:
         ended = "" if outcome.how == "returned" else f", exit code {outcome.code}"
-        print(summary.table(title=f"instrumented_convs run: {args.target}{ended}"))
+        title = f"instrumented_convs run: {args.target}{ended}"
+        print(render("text", Run(summary, options={"title": title})))
         if args.counters:
-            print(summary.table(counters=True, peak=Peak(**meta["peak"])))
+            print(render("roofline", Run(summary, peak=Peak(**meta["peak"]))))
     logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
     return outcome.code
 
@@ -261,22 +266,23 @@ def view_main(args: argparse.Namespace) -> int:
         except FileNotFoundError as exc:
             logger.error("view: %s", exc)
             return 1
-        print(f"timeline written to {write_trace(args.trace, trace)}")
+        written = RENDERERS["trace"].write(Run(timeline=trace), args.trace)
+        print(f"timeline written to {written}")
         return 0
     run = load(args.run)
     summary = summary_of(run, by=args.by, unit=args.unit, rank=args.rank)
     if args.prefix or args.depth is not None or args.phase:
         summary = summary.select(args.prefix, args.depth, args.phase)
+    outputs = outputs_of(run, summary)
     if args.html:
-        Path(args.html).write_text(page_of(run, summary))
+        RENDERERS["page"].write(outputs, args.html)
         print(f"page written to {args.html}")
         return 0
-    if args.counters:
-        peak = view_peak(args, run)
-        times = summary_of(load(args.times), by=args.by) if args.times else None
-        print(summary.table(counters=True, peak=peak, times=times))
-        return 0
-    print(summary.to_json() if args.json else summary)
+    name = "roofline" if args.counters else "json" if args.json else args.format
+    if name == "roofline":
+        outputs.peak = view_peak(args, run)
+        outputs.times = summary_of(load(args.times), by=args.by) if args.times else None
+    print(render(name, outputs))
     return 0
 
 

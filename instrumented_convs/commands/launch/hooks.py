@@ -30,11 +30,8 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Set
 
 import torch
 
-from ...core import timeline
-from ...core.registry import registry
-from ...layers import Step, recording
-from ...layers.contract import InstrumentedLayer
-from ...layers.instrument import instrument
+from ... import core, instrument, registry
+from ...layers import InstrumentedLayer, Step, recording
 from . import loaders
 from .inputs import note_inputs
 
@@ -137,7 +134,7 @@ class Hooks:
         @functools.wraps(call)
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if tls.depth or not recording():
-                if noting and timeline.events is not None and isinstance(module, InstrumentedLayer):
+                if noting and core.timeline_recording() and isinstance(module, InstrumentedLayer):
                     note_inputs((module.scope,), args, kwargs)  # for the trace
                 return call(module, *args, **kwargs)
             if id(module) not in seen:
@@ -145,7 +142,7 @@ class Hooks:
             tls.depth = 1
             try:
                 training = grad()
-                if noting and timeline.events is not None:
+                if noting and core.timeline_recording():
                     region = ("region", FORWARD if training else NO_GRAD)
                     if isinstance(module, InstrumentedLayer):  # a conv layer called alone
                         note_inputs((region, module.scope), args, kwargs)

@@ -6,7 +6,7 @@ string per tensor, and two or three calls into DGL for a graph. So :func:`note_i
 makes the call's :func:`signature`, a tuple of cheap parts (a tensor's dtype and shape, a
 number, a graph's identity), and describes and notes the inputs only when the signature
 differs from the last one noted on this thread for the same layer or region
-(``_timeline.noted``). A training loop calls a model with the same shapes again and again:
+(``core.noted``). A training loop calls a model with the same shapes again and again:
 most calls then cost the signature and one comparison. Nothing is lost on the trace: a call
 without a note of its own was given what the last note says (``_trace`` puts it in its args).
 
@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ...core import timeline
+from ... import core
 
 __all__ = ["describe", "inputs", "signature", "note_inputs"]
 
@@ -99,7 +99,7 @@ def note_inputs(keys: Tuple[Any, ...], args: tuple, kwargs: Dict[str, Any]) -> N
     sig, keep = signature(args, kwargs)
     given = None
     for key in keys:
-        if not timeline.noted(key, sig):
+        if not core.noted(key, sig):
             if given is None:
                 given = inputs(args, kwargs)
-            timeline.note(key, given, sig, keep)
+            core.note(key, given, sig, keep)

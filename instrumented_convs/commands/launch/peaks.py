@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Optional
 
-from ...report.roofline import Peak
+from ...report import Peak
 from ...roofline import device_of_run, given, probe
 
 __all__ = ["add_peak_options", "run_peak", "view_peak"]

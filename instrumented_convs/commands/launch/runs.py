@@ -26,10 +26,23 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from ...core.entry import EntryStats
-from ...report import Summary, Timeline, saved
-from ...report.stats import merge_ranks, summarize
-from ...report.timeline import merge_traces, read_trace, write_trace
+from ...report import (
+    RENDERERS,
+    RUN_FILE,
+    RUN_FORMAT,
+    RUN_VERSION,
+    EntryStats,
+    Run,
+    Summary,
+    Timeline,
+    merge_ranks,
+    merge_traces,
+    read_run,
+    read_trace,
+    render,
+    summarize,
+    write_folder,
+)
 from .folders import default_folder, job_rank
 
 __all__ = [
@@ -45,12 +58,11 @@ __all__ = [
     "write_timeline",
     "trace_of",
     "page_of",
+    "outputs_of",
 ]
 
-FORMAT, VERSION, RUN_FILE = saved.FORMAT, saved.VERSION, saved.RUN_FILE
-TABLE_FILE = "summary.txt"
-TRACE_FILE = "trace.json.gz"  #: the timeline, a Chrome trace (all ranks under torchrun)
-PAGE_FILE = "page.html"  #: the page: icicle, table, per-rank totals (see _page)
+FORMAT, VERSION = RUN_FORMAT, RUN_VERSION
+TRACE_FILE = RENDERERS["trace"].file  #: the timeline, a Chrome trace (all ranks under torchrun)
 
 
 def _version(module: str) -> Optional[str]:
@@ -122,8 +134,7 @@ def write_run(
     path = folder / (RUN_FILE if world is None else f"rank{rank}.json")
     _write(path, data)
     if world is None:
-        (folder / TABLE_FILE).write_text(str(summary) + "\n")
-        (folder / PAGE_FILE).write_text(page_of(data, summary))
+        write_folder(folder, outputs_of(data, summary))
     return path
 
 
@@ -134,9 +145,13 @@ def write_timeline(folder: Path, timeline: Timeline, name: str) -> Dict[str, Any
     rank, world = job_rank()
     path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
     pid = os.getpid() if rank is None else rank
-    write_trace(path, timeline.to_chrome(pid=pid, name=name))
-    return {"file": path.name, "calls": len(timeline), "limit": timeline.limit,
-            "truncated": timeline.truncated}  # fmt: skip
+    RENDERERS["trace"].write(Run(timeline=timeline, pid=pid, name=name), path)
+    return {
+        "file": path.name,
+        "calls": len(timeline),
+        "limit": timeline.limit,
+        "truncated": timeline.truncated,
+    }
 
 
 def trace_of(path: "str | os.PathLike[str]") -> Dict[str, Any]:
@@ -150,9 +165,9 @@ def trace_of(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     return read_trace(folder / TRACE_FILE)
 
 
-def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> str:
-    """The HTML page of a loaded run (``summary``: how it is summarised), with its command,
-    ending, time, versions, device and settings under the title."""
+def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> Run:
+    """What the renderers read of a loaded run (``summary``: how it is summarised): its
+    command, ending, time, versions, device and settings under the page's title."""
     target = run.get("target") or "run"
     meta = []
     if run.get("command"):
@@ -174,15 +189,20 @@ def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) 
     if settings.get("backward") and settings.get("backward_every", 1) > 1:
         every = settings["backward_every"]
         note = (
-            "Rows counted with * include backward calls whose time is estimated "
+            "Cells marked ~ include backward calls whose time is estimated "
             f"(one layer call in {every} is timed step by step)."
         )
-    return summary.to_html(title=title or str(target), meta=meta, note=note)
+    return Run(summary, title=title or str(target), meta=meta, note=note)
+
+
+def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> str:
+    """The HTML page of a loaded run (``summary``: how it is summarised)."""
+    return render("page", outputs_of(run, summary, title))
 
 
 def load(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     """A saved run as a dict: a run folder, its ``run.json``, or a rank file (``.gz`` too)."""
-    return saved.read(path)
+    return read_run(path)
 
 
 def summary_of(
@@ -235,7 +255,8 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
     merged.pop("trace", None)  # rank 0's own: the merged run's is the merged timeline
     traces = sorted(folder.glob(f"rank*.{TRACE_FILE}"))
     if traces:  # the ranks' timelines, one process each, on one time base
-        write_trace(folder / TRACE_FILE, merge_traces(read_trace(t) for t in traces))
+        merged_trace = merge_traces(read_trace(t) for t in traces)
+        RENDERERS["trace"].write(Run(timeline=merged_trace), folder / TRACE_FILE)
         told = [runs[r]["trace"] for r in sorted(runs) if runs[r].get("trace")]
         merged["trace"] = {
             "file": TRACE_FILE,
@@ -244,6 +265,5 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
             "truncated": any(t["truncated"] for t in told),
         }
     _write(folder / RUN_FILE, merged)
-    (folder / TABLE_FILE).write_text(str(summary) + "\n")
-    (folder / PAGE_FILE).write_text(page_of(merged, summary))
+    write_folder(folder, outputs_of(merged, summary))
     return merged

@@ -1,16 +1,15 @@
 """PyG and DGL side by side: the per-step time of each framework, aligned by role.
 
-The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``,
-``lin`` vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's
-steps to a common role (:data:`MODEL_ROLES` does the same for each model: the GCN's table,
-and GraphSAGE's, whose ``SAGEConv`` has no normalisation or bias step of its own), and
-:func:`breakdown` turns a run's summary into milliseconds per
-epoch for each role; the rows add up to the epoch time. The backward is split the same way
-when the run timed it (the layers' ``[backward]`` rows under ``epoch/backward``): each role
-has a backward counterpart (:func:`backward_role`), and autograd's work outside the layers is
-``rest of backward``; without backward rows the backward is one role, ``backward``.
-:func:`side_by_side` (text) and :func:`instrumented_convs.commands.study.plot.plot` (a chart) read only
-those numbers.
+The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``, ``lin``
+vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's steps to a
+common role (:data:`MODEL_ROLES` does the same for each model: the GCN's table, and GraphSAGE's,
+whose ``SAGEConv`` has no normalisation or bias step of its own), and :func:`breakdown` turns a
+run's summary into milliseconds per epoch for each role; the rows add up to the epoch time. The
+backward is split the same way when the run timed it (the layers' ``[backward]`` rows under
+``epoch/backward``): each role has a backward counterpart (:func:`backward_role`), and autograd's
+work outside the layers is ``rest of backward``; without backward rows the backward is one role,
+``backward``. :func:`side_by_side` (text) and :func:`instrumented_convs.commands.study.plot.plot` (a
+chart) read only those numbers.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from instrumented_convs.report import Row, Summary
-
-from .models import MODELS
 
 __all__ = [
     "ROLES",
@@ -84,6 +81,10 @@ OUTER: Tuple[str, ...] = (
 ORDER: Tuple[str, ...] = tuple(r for r, _ in ROLES) + OUTER
 #: The regions of an epoch (the study's loop); what else the epoch took is ``epoch glue``.
 PHASES = ("forward", "loss", "backward", "optimizer.step")
+
+
+#: The study's models, by the name ``--model`` takes.
+MODELS: Dict[str, str] = {"gcn": "3-layer GCN", "sage": "3-layer GraphSAGE"}
 
 
 @dataclass

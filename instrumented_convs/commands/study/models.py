@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -18,12 +18,12 @@ from torch import Tensor
 
 from instrumented_convs import name_layers
 
+from .compare import MODELS
 from .data import GraphData, MissingDependency
 
 __all__ = ["PygGCN", "DglGCN", "build_model", "require_torch_sparse", "MODELS"]
 
 #: The study's models (``--model``) and how the reports name them.
-MODELS: Dict[str, str] = {"gcn": "3-layer GCN", "sage": "3-layer GraphSAGE"}
 
 
 def require_torch_sparse() -> Any:

@@ -1,4 +1,5 @@
-"""A stacked bar chart of a :class:`~instrumented_convs.commands.study.compare.Breakdown` (matplotlib)."""
+"""A stacked bar chart of a :class:`~instrumented_convs.commands.study.compare.Breakdown`
+(matplotlib)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,32 @@
-"""The optional C extension ``_speedups``: whether it is built and in use.
+"""The C fast path of steps (``_speedups``, built from the ``.c`` files beside this one):
+whether it is built and in use, and which Python twin each part mirrors.
 
-``instrumented_convs/core/native/_speedups*.c`` hold the common case of a step (see :mod:`._stepbase`),
-the frames and the per-thread stack they live on, and the arithmetic of folding an entry's
-buffer. It needs only CPython's headers (it reads autograd's sequence counter through ATen's
-own C++ function where :func:`seq_counter_address` finds it and it agrees with torch);
-``pip install`` builds it, and so does ``python setup.py build_ext --inplace`` in a checkout.
-Where it is not built, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its
-Python twin, which behaves the same. This module imports nothing from the package but the
-extension.
+The C files hold the common case of a step, the frames and the per-thread stack they live
+on, timed callables, an anchor's exit, the counting hook, the hooks of a timed backward and
+the arithmetic of folding an entry's buffer. They need only CPython's headers (autograd's
+sequence counter is read through ATen's own C++ function where :func:`seq_counter_address`
+finds it and it agrees with torch); ``pip install`` builds them, and so does ``python
+setup.py build_ext --inplace`` in a checkout. Where they are not built, or where
+``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its Python twin, which behaves the
+same (CI runs the core tests with both). The twins, and what the C side reads of Python:
+
+- ``_speedups.c`` (``bind``, the CPU clock, each thread's stack, ``sums``): twins
+  ``clock.cpu_now``, ``stack._ThreadState``, ``entry.fold_buffer``; reads ``switches.enabled``,
+  ``.backward``, ``.backward_every`` (``core.settings``), the registry, and the ``Entry`` slots
+  ``children``, ``buf``, ``retired``;
+- ``_speedups_step.c`` (``Frame``, ``StepBase``): twins ``stack.Frame`` and
+  ``stepbase.PyStepBase``; reads the ``Step`` slots ``name``, ``scope``, ``cuda``, ``dev``,
+  ``kind``, ``key``, ``region``;
+- ``_speedups_timed.c`` (``Timed``, ``time_methods``, ``time_children``, ``restore``): twins
+  ``layers.contract.PyTimed`` and ``layers.generic.install`` / ``uninstall``; writes the
+  instance's ``__dict__``;
+- ``_speedups_anchor.c`` (anchor logs, ``anchor_exit``): twins ``anchor.Log``,
+  ``anchor.log_exit`` and ``sampling.choose``; reads the ``Log`` slots ``seq0``, ``depth0``,
+  ``items``, ``outputs``, ``anchor.fast_exit`` and ``sampling.random``;
+- ``_speedups_count.c`` (``CountHook``): twin ``sampling._Count``;
+- ``_speedups_hook.c`` (``BackwardHook``): twin ``backward``'s node hooks.
+
+This module imports nothing from the package but the extension.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
  *                      timed, counting it);
  *   _speedups_count.c  CountHook, the hook that counts a backward not timed;
  *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes.
- * The Python twin of all of it is instrumented_convs/core/native/stepbase.py and _generic.py.
+ * The Python twins: the table in instrumented_convs/core/native/__init__.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
 #define INSTRUMENTED_CONVS_SPEEDUPS_H

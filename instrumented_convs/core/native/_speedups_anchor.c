@@ -108,12 +108,14 @@ static void report_failure(PyObject *entry) {
     Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
 }
 
-/* A module global as a C integer; 0 and no exception when it is missing or not an int. */
+/* An attribute (a switch of core.settings.switches, or a module global) as a C integer; 0 and
+ * no exception when it is missing or not an int. */
 static long long module_int(PyObject *mod, PyObject *name, int *ok) {
-    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);  /* borrowed */
+    PyObject *v = PyObject_GetAttr(mod, name);  /* new reference */
     *ok = 0;
-    if (v == NULL || !PyLong_CheckExact(v)) { PyErr_Clear(); return 0; }
+    if (v == NULL || !PyLong_CheckExact(v)) { Py_XDECREF(v); PyErr_Clear(); return 0; }
     long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
     if (x == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
     *ok = 1;
     return x;

@@ -1,15 +1,15 @@
 """The common case of entering and leaving a step, fast: :class:`StepBase`, the base of Step.
 
-Nearly every step runs on the CPU clock (nested in a CPU step, or given a CPU device), with
-no NVTX tool attached, no profiler recording and no exception. For that case, ``__enter__``
-finds the entry, fills a reused frame, logs the autograd counter (or starts the log of an
-anchor: see :mod:`._anchor`), and starts the clock; ``__exit__`` stops the clock, appends the
-duration to the entry's buffer (the registry's lock-free write, see :mod:`._entry`), and logs
-the node range for the anchor (an anchor's own exit hands over to ``_anchor.log_exit``).
-Every other case (a new path, CUDA, NVTX, a profiler label, an exception, a reset while open,
-a top-level step that must pick its clock, steps that do not nest) calls ``Step._enter`` /
-``Step._exit`` (:mod:`._step`), the general path, which opens and closes frames through
-:mod:`._frame`.
+Nearly every step runs on the CPU clock (nested in a CPU step, or given a CPU device), with no NVTX
+tool attached, no profiler recording and no exception. For that case, ``__enter__`` finds the entry,
+fills a reused frame, logs the autograd counter (or starts the log of an anchor: see
+:mod:`~instrumented_convs.core.anchor`), and starts the clock; ``__exit__`` stops the clock, appends
+the duration to the entry's buffer (the registry's lock-free write, see
+:mod:`~instrumented_convs.core.entry`), and logs the node range for the anchor (an anchor's own exit
+hands over to ``_anchor.log_exit``). Every other case (a new path, CUDA, NVTX, a profiler label, an
+exception, a reset while open, a top-level step that must pick its clock, steps that do not nest)
+calls ``Step._enter`` / ``Step._exit`` (:mod:`~instrumented_convs.core.step`), the general path,
+which opens and closes frames through :mod:`~instrumented_convs.core.lifecycle`.
 
 This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
 it exists twice: in C (``instrumented_convs/core/native/_speedups*.c``, built by ``pip install`` or
@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
-from .. import anchor, clock, labels, lifecycle, sampling, settings, timeline
+from .. import anchor, clock, labels, lifecycle, sampling, timeline
 from ..entry import FOLD_AT, Entry
 from ..registry import SKIPS_FOLD_AT, registry
+from ..settings import switches
 from ..stack import CPU, Frame, _tls
 from . import IMPLEMENTATION, seq_counter_address, speedups
 
@@ -81,7 +82,7 @@ class PyStepBase:
             frame.anchor = False
             frame.outputs = None
             frame.seq0 = _seq()
-        elif settings.backward and _grad_enabled():  # the outermost step with grad: an anchor
+        elif switches.backward and _grad_enabled():  # the outermost step with grad: an anchor
             seq = _seq()
             frame.log, frame.anchor, frame.outputs, frame.seq0 = (
                 anchor.Log(seq, len(stack)),
@@ -124,7 +125,7 @@ class PyStepBase:
             timeline.add(entry, frame.start, t1, seq0)
         if seq0 >= 0 and frame.anchor:  # walk the anchor's graph or count it
             anchor.log_exit(frame, stack, True)
-        elif seq0 >= 0:  # log the node range in the anchor's log (see _anchor.Log)
+        elif seq0 >= 0:  # log the node range in the anchor's log (see anchor.Log)
             seq1 = _seq()
             log, outputs = frame.log, frame.outputs
             frame.log = frame.outputs = None
@@ -140,7 +141,7 @@ class PyStepBase:
 
 if speedups is not None:
     speedups.bind(
-        settings,
+        switches,
         _prof,
         registry,
         _seq,
@@ -152,7 +153,6 @@ if speedups is not None:
         anchor.log_exit,
         FOLD_AT,
     )
-    clock.on_set.append(speedups.set_clock)  # the clock the extension reads, kept current
     speedups.set_seq_native(seq_counter_address())
     speedups.bind_anchor(
         Entry,

@@ -1,31 +1,29 @@
 """A generic layer's own code, statement by statement: what runs in no other step.
 
 A stock ``forward`` does work of its own between its calls of children, message passing
-and routed functions (:mod:`._route`): GAT's attention logits ``(x * self.att).sum(-1)``,
+and routed functions (:mod:`.routes`): GAT's attention logits ``(x * self.att).sum(-1)``,
 GIN's ``out + (1 + self.eps) * x_r``, a bias added, DGL's degree normalisation and its
 ``graph.srcdata.update(...)``. :func:`with_steps` gives a function that computes exactly
 what the stock ``forward`` does, with each such statement in a step named after its source
 (``alpha_src = (x_src * self.att_src).sum(dim=-1)``, ``out = out + self.bias``, shortened to
 48 characters; a second statement of the same text is ``... (2)``).
 
-It is made at a class's first instrumented call, from the installed source of that
-``forward``, and only if that source compiles to the code that runs (same bytecode,
-constants and names: a file changed after import, or a function built at run time, is not
-used); otherwise, and for a forward defined in a function or under more than one decorator
-(torch's grad modes are made again; another decorator's wrapper, built with
-``functools.wraps``, is made again around the new function: PyG's
-``disable_dynamic_shapes``), the stock ``forward`` runs and its own work stays in the
-layer's own time. A statement is wrapped when it does tensor work by its shape (arithmetic,
-comparisons, indexing by a tensor, a tensor method that computes or reshapes, DGL's feature
-stores, a module made and run in place) and calls nothing that is a step already
-(``self.<anything>(...)``, a routed function, ``super()``, a function given the layer or
-its attributes); one that does both is split (:mod:`._split`). A loop with no step inside
-is one step, named after its first line (not one per turn), and so is an ``if`` whose test
-does work; otherwise the statements of a block are, each as above. A function defined in
-the forward (not a generator, not decorated) is a step named after it, its own statements
-as the forward's. The steps are plain :class:`~._step.Step` objects, free variables of the
-new function: a statement costs one step. Line numbers are the file's: a traceback points
-into upstream's source.
+It is made at a class's first instrumented call, from the installed source of that ``forward``, and
+only if that source compiles to the code that runs (same bytecode, constants and names: a file
+changed after import, or a function built at run time, is not used); otherwise, and for a forward
+defined in a function or under more than one decorator (torch's grad modes are made again; another
+decorator's wrapper, built with ``functools.wraps``, is made again around the new function: PyG's
+``disable_dynamic_shapes``), the stock ``forward`` runs and its own work stays in the layer's own
+time. A statement is wrapped when it does tensor work by its shape (arithmetic, comparisons,
+indexing by a tensor, a tensor method that computes or reshapes, DGL's feature stores, a module made
+and run in place) and calls nothing that is a step already (``self.<anything>(...)``, a routed
+function, ``super()``, a function given the layer or its attributes); one that does both is split
+(:mod:`.split`). A loop with no step inside is one step, named after its first line (not one per
+turn), and so is an ``if`` whose test does work; otherwise the statements of a block are, each as
+above. A function defined in the forward (not a generator, not decorated) is a step named after it,
+its own statements as the forward's. The steps are plain :class:`~instrumented_convs.core.step.Step`
+objects, free variables of the new function: a statement costs one step. Line numbers are the
+file's: a traceback points into upstream's source.
 """
 
 from __future__ import annotations
@@ -52,8 +50,12 @@ logger = logging.getLogger(__name__)
 def _same_code(a: types.CodeType, b: types.CodeType) -> bool:
     """Whether two code objects do the same (line numbers aside), nested code included."""
     if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_argcount) != (
-        b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_argcount
-    ):  # fmt: skip
+        b.co_code,
+        b.co_names,
+        b.co_varnames,
+        b.co_freevars,
+        b.co_argcount,
+    ):
         return False
     ca, cb = a.co_consts, b.co_consts
     if len(ca) != len(cb):
@@ -105,8 +107,10 @@ def _rewrap(wrapper: types.FunctionType, inner: Any, new: Callable[..., Any]) ->
     out.__kwdefaults__ = wrapper.__kwdefaults__
     out.__dict__.update(wrapper.__dict__)
     out.__qualname__, out.__doc__, out.__module__ = (
-        wrapper.__qualname__, wrapper.__doc__, wrapper.__module__
-    )  # fmt: skip
+        wrapper.__qualname__,
+        wrapper.__doc__,
+        wrapper.__module__,
+    )
     out.__wrapped__ = new  # type: ignore[attr-defined]
     return out
 
@@ -120,8 +124,13 @@ def _find(tree: ast.Module, qualname: str, line: int) -> Optional[ast.FunctionDe
         if len(found) != 1:
             return None
         body = found[0].body
-    hits = [n for n in body if isinstance(n, ast.FunctionDef) and n.name == name
-            and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) == line]  # fmt: skip
+    hits = [
+        n
+        for n in body
+        if isinstance(n, ast.FunctionDef)
+        and n.name == name
+        and (n.decorator_list[0].lineno if n.decorator_list else n.lineno) == line
+    ]
     return hits[0] if len(hits) == 1 else None
 
 
@@ -147,11 +156,19 @@ def _enclose(tree: ast.Module, cls: ast.ClassDef, params: List[str]) -> str:
     that the steps are free variables of its methods; return the new qualname prefix."""
     outer = ast.FunctionDef(
         name="__ic_outer",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params], vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg=p) for p in params],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
         body=[cls, ast.Return(value=ast.Constant(value=None))],
-        decorator_list=[], returns=None,
-    )  # fmt: skip
+        decorator_list=[],
+        returns=None,
+    )
     if hasattr(ast, "TypeAlias"):  # pragma: no cover - Python 3.12+: type parameters
         outer.type_params = []
     ast.copy_location(outer, cls)
@@ -218,8 +235,11 @@ def with_steps(
     except (OSError, TypeError, SyntaxError, ValueError, StopIteration) as e:
         logger.debug("%s.forward: its own statements are not timed: %s", stock.__name__, e)
         return None
-    cells = {"__class__": fn.__closure__[code.co_freevars.index("__class__")]
-             if "__class__" in code.co_freevars else None}  # fmt: skip
+    cells = {
+        "__class__": fn.__closure__[code.co_freevars.index("__class__")]
+        if "__class__" in code.co_freevars
+        else None
+    }
     cells.update((p, types.CellType(Step(n))) for p, n in zip(params, wrap.names))
     cells[TRUTH] = types.CellType(operator.truth)
     if set(new.co_freevars) - set(cells):  # the class's own name, say: a local of the enclosure
@@ -239,13 +259,13 @@ def with_steps(
 
 class Own:
     """The code a generic layer's forward runs: the stock ``forward``, or the same code with its
-    own statements in steps (:func:`._own.with_steps`), made at the first instrumented call
+    own statements in steps (:func:`.forward.with_steps`), made at the first instrumented call
     (it compiles the class's module; thread-safe: a race makes it twice, equal)."""
 
     __slots__ = ("stock", "timed", "methods", "fn")
 
     def __init__(self, stock: type, timed: FrozenSet[str], methods: FrozenSet[str]) -> None:
-        """For ``stock``, with what is timed otherwise (see :func:`._own.with_steps`)."""
+        """For ``stock``, with what is timed otherwise (see :func:`.forward.with_steps`)."""
         self.stock, self.timed, self.methods = stock, timed, methods
         self.fn: Optional[Callable[..., Any]] = None
 

@@ -1,6 +1,6 @@
 """Which statements of a ``forward`` get steps, and the transformer that puts them in: the
-syntax side of :mod:`._own` (see there), with :mod:`._statements` (what a statement does)
-and :mod:`._split` (a statement that calls steps and does work of its own). Nothing here
+syntax side of :mod:`.forward` (see there), with :mod:`.statements` (what a statement does)
+and :mod:`.split` (a statement that calls steps and does work of its own). Nothing here
 imports from the package but those two.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["Wrap"]
 
 class Wrap(ast.NodeTransformer):
     """Puts each statement of work of its own in ``with <free variable>:`` (a statement that
-    also calls steps is split first: :class:`._split.Split`), and the body of each function
+    also calls steps is split first: :class:`.split.Split`), and the body of each function
     defined in the forward in a step named after it."""
 
     def __init__(self, timed: FrozenSet[str], methods: FrozenSet[str], known: Any) -> None:
@@ -25,7 +25,7 @@ class Wrap(ast.NodeTransformer):
         self.timed, self.methods, self.known = timed, methods, known
         self.names: List[str] = []  #: the steps' names, in the order of their variables
         self.temps = 0  #: temporaries made by splitting statements
-        self.truth = False  #: whether ``operator.truth`` is used (:data:`._split.TRUTH`)
+        self.truth = False  #: whether ``operator.truth`` is used (:data:`.split.TRUTH`)
         self.top: Optional[ast.AST] = None
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:

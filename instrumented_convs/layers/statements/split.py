@@ -1,6 +1,6 @@
 """A statement that calls steps and does work of its own, split in the order Python runs it:
-the syntax side of :mod:`._own` for such statements. Nothing here imports from the package
-but :mod:`._statements`.
+the syntax side of :mod:`.forward` for such statements. Nothing here imports from the package
+but :mod:`.statements`.
 
 ``rst = self.fc_self(h_self) + h_neigh`` calls a child (a step of its own, ``fc_self``) and
 adds (the layer's own work). Put whole in a step, the child's step would nest under the
@@ -40,7 +40,7 @@ __all__ = ["Split", "TRUTH"]
 
 #: The free variable holding ``operator.truth`` (an ``if``'s test, computed apart).
 TRUTH = "_ic_bool_"
-#: The names of temporaries (see :meth:`._wrap.Wrap.temp`).
+#: The names of temporaries (see :meth:`.rewrite.Wrap.temp`).
 _TEMP = re.compile(r"_ic_t[0-9]+_$")
 
 #: Kinds of the statements a split makes: a call of a step (in no step of ours), work of
@@ -53,7 +53,7 @@ class _Cannot(Exception):
 
 
 class Split:
-    """Splits one statement; ``ctx`` (a :class:`._wrap.Wrap`) names steps and temporaries."""
+    """Splits one statement; ``ctx`` (a :class:`.rewrite.Wrap`) names steps and temporaries."""
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -212,8 +212,11 @@ class Split:
 
     def _delete(self, used: ast.AST) -> None:
         """``del`` the temporaries that ``used`` reads (each is read once)."""
-        temps = [n.id for n in ast.walk(used) if isinstance(n, ast.Name)
-                 and isinstance(n.ctx, ast.Load) and _TEMP.match(n.id)]  # fmt: skip
+        temps = [
+            n.id
+            for n in ast.walk(used)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and _TEMP.match(n.id)
+        ]
         if temps:
             targets = [ast.Name(t, ast.Del()) for t in temps]
             stmt = ast.copy_location(ast.Delete(targets), self.where)
@@ -252,8 +255,10 @@ class Split:
     def _refuse(self, node: ast.AST) -> bool:
         """Whether a statement is left as it is: ``:=`` (a name changing inside it), or
         ``super()`` (kept in its expression)."""
-        return any(isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Name) and n.id == "super")
-                   for n in ast.walk(node))  # fmt: skip
+        return any(
+            isinstance(n, ast.NamedExpr) or (isinstance(n, ast.Name) and n.id == "super")
+            for n in ast.walk(node)
+        )
 
     def _steps_in(self, node: ast.AST) -> bool:
         return self.ctx.shape(node).calls_timed

@@ -1,5 +1,5 @@
 """Which statements of a ``forward`` are work of its own, what they are called, and how
-they are put in steps: the syntax side of :mod:`._own` (see there). Nothing here imports
+they are put in steps: the syntax side of :mod:`.forward` (see there). Nothing here imports
 from the package.
 """
 

@@ -171,12 +171,13 @@
   }
   function indent(r) { return "\u00a0\u00a0".repeat(Math.max(r.depth, 0)) + label(r); }
 
+  /* The table as the text table has it: the columns and cells of the column spec
+   * (instrumented_convs/report/columns.py), written by Python in the table's unit. */
   function rowsTable(run) {
-    const u = run.unit;
     const scoped = run.rows.some(function (r) { return r.scope; });
-    const head = ["step"].concat(scoped ? ["layer"] : [], ["calls", "total " + u, "mean " + u, "self " + u, "min " + u, "max " + u, "std " + u, "share"]);
-    const body = run.rows.map(function (r) {
-      return [indent(r)].concat(scoped ? [r.scope || ""] : [], [String(r.count) + (r.estimated ? "*" : ""), fmt(r.total, u), fmt(r.mean, u), fmt(r.self_time, u), fmt(r.min, u), fmt(r.max, u), fmt(r.std, u), pct(r.fraction)]);
+    const head = ["step"].concat(scoped ? ["layer"] : [], run.columns);
+    const body = run.rows.map(function (r, k) {
+      return [indent(r)].concat(scoped ? [r.scope || ""] : [], run.cells[k]);
     });
     const classes = run.rows.map(function (r) { return (r.phase === "backward" ? "backward " : "") + (r.kind === "region" ? "region" : ""); });
     return table(head, body, classes);

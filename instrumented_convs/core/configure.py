@@ -1,0 +1,178 @@
+"""``configure()``: the one way to change the switches, and :class:`Settings`, what it returns.
+
+``configure`` sets the switches of :data:`.settings.switches` and starts or stops what a
+switch stands for, directly: an NVTX backend (:func:`.lifecycle.use_nvtx`), the timeline
+(:func:`.timeline.set_limit`), the counters (:func:`.counters.set_on`). It returns the
+switches as they were, a :class:`Settings` that is also a context manager putting them
+back::
+
+    with configure(enabled=False):      # a block run on the stock code, nothing recorded
+        model(x, edge_index)
+    previous = configure(backward=False)    # or for good: previous.restore() undoes it
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Union
+
+from . import counters, lifecycle, timeline
+from .settings import nvtx_choice, switches
+
+__all__ = ["Settings", "configure"]
+
+
+class Settings(NamedTuple):
+    """The switches at one moment, as :func:`configure` returns them (the ones it replaced).
+
+    A context manager: leaving a ``with`` block puts these switches back
+    (``with configure(enabled=False): ...``); :meth:`restore` does the same at any time.
+    """
+
+    enabled: bool  #: steps record
+    nvtx: str  #: the NVTX backend in use: ``nvtx``, ``torch`` or ``none``
+    record_function: bool  #: steps open profiler labels while a profiler records
+    backward: bool  #: steps time their backward too (autograd hooks)
+    backward_every: int  #: how often a layer call's backward is timed
+    timeline: int = 0  #: the most calls the timeline records (0: off)
+    counters: bool = False  #: steps count the FLOPs and bytes of their ops
+    statements: bool = True  #: a generic layer's own statements and calls are steps
+
+    def restore(self) -> None:
+        """Set every switch back to the value it has in this snapshot."""
+        s = switches
+        s.nvtx = lifecycle.use_nvtx(self.nvtx)
+        s.enabled, s.record_function, s.statements = (
+            self.enabled,
+            self.record_function,
+            self.statements,
+        )
+        s.backward, s.backward_every = self.backward, self.backward_every
+        s.every_before_counters = None
+        _timeline(self.timeline)
+        _counters(self.counters)
+
+    def __enter__(self) -> "Settings":
+        """The block runs with the switches :func:`configure` set; this is what they were."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Put these switches back (exceptions propagate)."""
+        self.restore()
+
+
+def _current() -> Settings:
+    s = switches
+    return Settings(
+        s.enabled,
+        s.nvtx,
+        s.record_function,
+        s.backward,
+        s.backward_every,
+        s.timeline,
+        s.counters,
+        s.statements,
+    )
+
+
+def _timeline(limit: int) -> None:
+    timeline.set_limit(limit)
+    switches.timeline = limit
+
+
+def _counters(on: bool) -> None:
+    counters.set_on(on)
+    switches.counters = on
+
+
+def configure(
+    *,
+    enabled: Optional[bool] = None,
+    nvtx: Union[bool, str, None] = None,
+    record_function: Optional[bool] = None,
+    backward: Optional[bool] = None,
+    backward_every: Optional[int] = None,
+    timeline: Optional[int] = None,
+    counters: Optional[bool] = None,
+    statements: Optional[bool] = None,
+) -> Settings:
+    """Set switches; return the :class:`Settings` as they were (a context manager).
+
+    ``None`` keeps a switch as it is, so ``configure()`` only reads them.
+
+    - ``enabled``: whether steps record. Disabled, a step costs one flag check and the
+      layers run the stock code (``INSTRUMENTED_CONVS_DISABLE=1`` starts disabled).
+    - ``nvtx``: how steps push NVTX ranges: ``"auto"`` (or ``True``; the default) through
+      the ``nvtx`` package, else ``torch.cuda.nvtx``, when an NVTX tool (Nsight Systems) is
+      attached to the process, and not at all otherwise, since nothing could see them;
+      ``"nvtx"`` or ``"torch"`` that backend even with no tool in sight; ``"none"`` (or
+      ``False``) never. :class:`Settings` tells the backend then in use.
+    - ``record_function``: whether steps open ``torch.profiler.record_function`` labels
+      while a torch profiler records (only then: the check costs one attribute read).
+    - ``backward``: whether steps time their backward (autograd hooks). ``False`` takes
+      effect at once: forwards set up no hooks, and hooks set up before record nothing.
+    - ``backward_every=N`` (default 16): the backward of the first N calls of each layer
+      (of each step that sets up backward timing, per shape of its autograd graph) is
+      timed, then that of one call in N, chosen at random; every other call's backward is
+      counted, and its time estimated from the calls timed at random (``Row.estimated``
+      says how many; the table marks such rows). Hooks on autograd nodes cost microseconds
+      each, so timing every call's backward would cost more than the rest of the
+      instrumentation together. ``backward_every=1`` times every call.
+    - ``timeline=N``: also record when each step call starts and ends, on which thread (and
+      on CUDA, the GPU's times from the same events), up to N calls; ``0`` (the default)
+      stops it. ``registry.timeline()`` reads it, a Chrome trace for Perfetto. Turning it on
+      starts an empty timeline; ``registry.reset()`` empties it. Each call costs a tuple
+      (about 0.5 µs and 190 bytes: docs/performance.md).
+    - ``counters=True``: also count, per step call, the FLOPs and bytes read and written of
+      the ops it runs, and the bytes of the tensors they allocate (a ``TorchDispatchMode``
+      on this thread and autograd's, a ``TorchFunctionMode`` for torch-sparse's and
+      torch-scatter's ops; on CUDA also the allocator's bytes left and peak; a debugging
+      mode: docs/performance.md says what it costs), for the table's roofline columns
+      (``summary.table(counters=True)``). It times every backward call while on
+      (``backward_every=1``, unless given), so that each op lands in its own step, and
+      puts the previous ``backward_every`` back when they are turned off (unless one was
+      given meanwhile).
+
+    - ``statements=False``: a generic layer's own statements (``alpha_src = ...``) and the
+      functions its forward calls (``add_self_loops``, ``F.dropout``) are not steps; their
+      time stays in the layer's own (default ``True``: docs/layers.md, docs/performance.md).
+
+    Used as ``with configure(...):``, the switches are put back when the block ends.
+    """
+    s = switches
+    if backward_every is not None:
+        if (
+            isinstance(backward_every, bool)
+            or not isinstance(backward_every, int)
+            or backward_every < 1
+        ):
+            raise ValueError(f"backward_every must be a whole number >= 1, not {backward_every!r}")
+    if timeline is not None:
+        if isinstance(timeline, bool) or not isinstance(timeline, int) or timeline < 0:
+            raise ValueError(f"timeline must be a whole number >= 0, not {timeline!r}")
+    choice = None if nvtx is None else nvtx_choice(nvtx)
+    previous = _current()
+    if choice is not None:
+        s.nvtx = lifecycle.use_nvtx(choice)
+    if enabled is not None:
+        s.enabled = bool(enabled)
+    if record_function is not None:
+        s.record_function = bool(record_function)
+    if backward is not None:
+        s.backward = bool(backward)
+    if backward_every is not None:
+        s.backward_every = backward_every
+    if statements is not None:
+        s.statements = bool(statements)
+    if timeline is not None and timeline != s.timeline:
+        _timeline(timeline)
+    if backward_every is not None:
+        s.every_before_counters = None  # the user's value: kept when the counters stop
+    if counters is not None and bool(counters) != s.counters:
+        if counters and backward_every is None:
+            s.every_before_counters = s.backward_every
+            s.backward_every = 1
+        elif not counters and s.every_before_counters is not None:
+            s.backward_every = s.every_before_counters
+            s.every_before_counters = None
+        _counters(bool(counters))
+    return previous

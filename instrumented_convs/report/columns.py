@@ -1,0 +1,175 @@
+"""The columns of a summary, in one list: what each reads from a row, its header, its format.
+
+Every reader of a summary goes through :data:`COLUMNS`: the text table (:mod:`.text`) and
+the page (:mod:`.page`, whose script draws the headers and cells it is given) show them in
+this order; JSON, CSV and pandas (:class:`~instrumented_convs.report.Summary`) write every
+field of :class:`~.row.Row` and, beside them, the value of each column a row does not hold
+(a column computed from the others). So a new column is one :class:`Column` here (with
+:func:`add`) plus, if it is a new measurement, its field in :class:`~.row.Row`.
+
+Times are shown in one unit per table, :func:`unit_of`: the one in which the largest mean
+reads between 1 and 1000 (or the summary's own), the same in the table and on the page.
+This module imports nothing from the package but :mod:`.row`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .row import FIELDS, Row
+
+__all__ = [
+    "Column",
+    "COLUMNS",
+    "UNITS",
+    "add",
+    "remove",
+    "shown",
+    "derived",
+    "cell",
+    "unit_of",
+    "choose_unit",
+    "spread_text",
+]
+
+#: Time units a table can use, largest first: (name, seconds per unit).
+UNITS: Tuple[Tuple[str, float], ...] = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a summary's table.
+
+    ``key``: the :class:`~.row.Row` field it shows, or the name its computed value has in
+    JSON, CSV and pandas; ``header``: its title; ``kind``: how its value is written
+    (``count``, ``time`` in the table's unit, ``fraction`` as a percentage, ``slowest`` a
+    time and its rank, ``spread`` a ratio, ``number``); ``value``: how to compute it from a
+    row, for a column no field holds; ``merged``: shown only for a summary merged over
+    ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated.
+    """
+
+    key: str
+    header: str
+    kind: str = "number"
+    value: Optional[Callable[[Row], Any]] = None
+    merged: bool = False
+    estimated: bool = False
+    doc: str = ""
+
+    def of(self, row: Row) -> Any:
+        """This column's value for ``row``."""
+        return self.value(row) if self.value is not None else getattr(row, self.key)
+
+
+#: The columns of a summary's table, in order (after the step's label and, by layer, its
+#: layer). Change it with :func:`add` and :func:`remove`.
+COLUMNS: List[Column] = [
+    Column("count", "Count", "count", doc="calls (timed, and counted with their time estimated)"),
+    Column("mean", "Average", "time", estimated=True, doc="total / count"),
+    Column("total", "Total", "time", estimated=True, doc="inclusive time, all calls"),
+    Column("self_time", "Self", "time", estimated=True, doc="total less the children's"),
+    Column("min", "Min", "time", doc="the shortest timed call"),
+    Column("max", "Max", "time", doc="the longest timed call"),
+    Column("std", "Std", "time", doc="the timed calls' standard deviation"),
+    Column("fraction", "Frac.", "fraction", estimated=True, doc="total / grand total"),
+    Column("slowest", "Slowest", "slowest", merged=True, doc="the largest total of one rank"),
+    Column(
+        "spread",
+        "Spread",
+        "spread",
+        lambda r: r.spread,
+        merged=True,
+        doc="slowest / fastest rank's total",
+    ),
+]
+
+
+def add(column: Column, before: Optional[str] = None) -> Column:
+    """Add ``column`` to :data:`COLUMNS` (at the end, or before the column keyed
+    ``before``); its key must be new. Returns it."""
+    if any(c.key == column.key for c in COLUMNS):
+        raise ValueError(f"a column keyed {column.key!r} exists already")
+    keys = [c.key for c in COLUMNS]
+    COLUMNS.insert(keys.index(before) if before is not None else len(COLUMNS), column)
+    return column
+
+
+def remove(key: str) -> Column:
+    """Take the column keyed ``key`` out of :data:`COLUMNS`; returns it."""
+    for i, c in enumerate(COLUMNS):
+        if c.key == key:
+            return COLUMNS.pop(i)
+    raise KeyError(key)
+
+
+def shown(merged: bool, spread: bool = True) -> List[Column]:
+    """The columns of a table: the merged-only ones for a summary merged over ranks (and
+    ``spread``: its Slowest and Spread, unless turned off)."""
+    return [c for c in COLUMNS if not c.merged or (merged and spread)]
+
+
+def derived() -> List[Column]:
+    """The columns no :class:`~.row.Row` field holds: JSON, CSV and pandas write their
+    values beside the fields."""
+    fields = set(FIELDS)
+    return [c for c in COLUMNS if c.key not in fields]
+
+
+def derived_values(row: Row) -> Dict[str, Any]:
+    """``{key: value}`` of the :func:`derived` columns for ``row``."""
+    return {c.key: c.of(row) for c in derived()}
+
+
+def choose_unit(seconds: Sequence[float]) -> Tuple[str, float]:
+    """The unit in which the largest of ``seconds`` reads between 1 and 1000."""
+    largest = max((abs(s) for s in seconds), default=0.0)
+    for name, scale in UNITS:
+        if largest >= scale:
+            return name, scale
+    return UNITS[-1]
+
+
+def unit_of(rows: Sequence[Row], unit: Optional[str] = None) -> Tuple[str, float]:
+    """The table's unit: ``unit`` if given, else the one its largest mean reads best in."""
+    if unit is not None:
+        return unit, dict(UNITS)[unit]
+    return choose_unit([r.mean for r in rows])
+
+
+def spread_text(row: Row, world_size: Optional[int]) -> str:
+    """A merged row's spread cell: ``1.08x``, and ``k/n`` when only k of n ranks ran it."""
+    spread = row.spread
+    if spread is None:
+        return "-"
+    text = "inf" if spread == float("inf") else f"{spread:.2f}x"
+    if row.ranks is not None and world_size is not None and row.ranks < world_size:
+        text += f" {row.ranks}/{world_size}"
+    return text
+
+
+def cell(column: Column, row: Row, scale: float, world_size: Optional[int] = None) -> str:
+    """``column``'s cell of ``row`` as text, times in the unit of ``scale`` seconds."""
+    value = column.of(row)
+    mark = "~" if column.estimated and row.estimated else ""
+    if column.kind == "count":
+        return mark + str(value)
+    if column.kind == "time":
+        return "" if value is None else f"{mark}{value / scale:.3f}"
+    if column.kind == "fraction":
+        return f"{mark}{100.0 * value:.1f}%"
+    if column.kind == "slowest":
+        return "-" if value is None else f"{value / scale:.3f} r{row.slowest_rank}"
+    if column.kind == "spread":
+        return spread_text(row, world_size)
+    if value is None:
+        return "-"
+    return mark + (f"{value:.4g}" if isinstance(value, float) else str(value))
+
+
+def as_dict(row: Row) -> Dict[str, Any]:
+    """``row``'s fields and its :func:`derived` values: what JSON, CSV and pandas write."""
+    out = dataclasses.asdict(row)
+    out.update(derived_values(row))
+    return out

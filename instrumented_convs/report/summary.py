@@ -1,0 +1,305 @@
+"""The summary of a run: :class:`Summary`, its rows of numbers and what reads them.
+
+:class:`Summary` is what ``registry.summary()`` returns. ``str(summary)`` is the table;
+``summary.rows`` are :class:`Row` dataclasses with the numbers (seconds), so tests and
+programs read numbers, never text. Fractions are shares of the *grand total*, the sum of the
+top-level steps: the top-level rows add up to 100%, and under every step its children's
+fractions plus its own self fraction add up to its fraction, so nothing is counted twice.
+
+A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
+the forward's, marked ``[backward]`` in the table; see :mod:`instrumented_convs.core.backward`).
+
+A summary merged over processes (``registry.summary(all_ranks=True)``, see
+:mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),
+and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
+The table itself is drawn by :class:`~instrumented_convs.report.text.TableRenderer`; every
+output (the table, the page, JSON, CSV, the counters' table) is one of
+:mod:`~instrumented_convs.report.renderers`, by name (:meth:`Summary.render`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+from . import columns, diff, page, roofline, saved
+from .columns import UNITS
+from .diff import SummaryDiff
+from .row import FIELDS, Row, value_of
+from .text import TableRenderer
+
+__all__ = ["Summary"]
+
+_FIELD_SET = frozenset(FIELDS)
+
+
+class Summary:
+    """Per-step statistics; ``str()`` renders the table, ``rows`` hold the numbers."""
+
+    def __init__(
+        self,
+        rows: Sequence[Row],
+        unit: Optional[str] = None,
+        by: str = "step",
+        total: Optional[float] = None,
+        per_rank: Optional[Sequence["Summary"]] = None,
+    ) -> None:
+        """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
+
+        ``total`` (seconds) is what the fractions are shares of; it defaults to the
+        sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
+        ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
+        order (what :meth:`by_rank` returns).
+        """
+        if unit is not None and unit not in dict(UNITS):
+            raise ValueError(f"unit must be one of {[u for u, _ in UNITS]}, not {unit!r}")
+        self.rows: List[Row] = list(rows)
+        self.unit = unit
+        self.by = by
+        #: The grand total in seconds, of which every ``fraction`` is a share.
+        self.total: float = (
+            total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
+        )
+        self._per_rank = None if per_rank is None else list(per_rank)
+
+    # -- access ---------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Row]:
+        """Iterate over the rows in tree order."""
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        """Number of rows."""
+        return len(self.rows)
+
+    def __getitem__(self, path: str) -> Row:
+        """The row of a step path (the first one, when grouped by layer)."""
+        for row in self.rows:
+            if row.name == path:
+                return row
+        raise KeyError(path)
+
+    def __contains__(self, path: object) -> bool:
+        """Whether a row has this step path."""
+        return any(row.name == path for row in self.rows)
+
+    def __eq__(self, other: object) -> bool:
+        """Same rows, unit, grouping, grand total and per-rank parts."""
+        if not isinstance(other, Summary):
+            return NotImplemented
+        return (self.rows, self.unit, self.by, self.total, self._per_rank) == (
+            other.rows,
+            other.unit,
+            other.by,
+            other.total,
+            other._per_rank,
+        )
+
+    @property
+    def world_size(self) -> Optional[int]:
+        """How many ranks this summary merges (``None``: the summary of one process)."""
+        return None if self._per_rank is None else len(self._per_rank)
+
+    def by_rank(self) -> List["Summary"]:
+        """One summary per rank, in rank order (a summary merged over ranks only).
+
+        Each part's rows carry their ``rank``; its fractions are shares of that rank's own
+        grand total.
+        """
+        if self._per_rank is None:
+            raise ValueError(
+                "this summary is of one process: registry.summary(all_ranks=True) merges the "
+                "ranks of a torch.distributed job and keeps one summary per rank"
+            )
+        return list(self._per_rank)
+
+    def find(self, step: str) -> List[Row]:
+        """Every row whose last path component is ``step``."""
+        return [row for row in self.rows if row.step == step]
+
+    def children(self, path: Optional[str]) -> List[Row]:
+        """The rows directly under ``path`` (``None``: the top-level rows)."""
+        return [row for row in self.rows if row.parent == path]
+
+    def select(
+        self,
+        prefix: Optional[str] = None,
+        max_depth: Optional[int] = None,
+        phase: Optional[str] = None,
+    ) -> "Summary":
+        """The rows under (and including) ``prefix``, down to ``max_depth``, of ``phase``.
+
+        ``phase`` is ``"forward"``, ``"backward"`` or ``None`` (both); fractions stay shares
+        of this summary's grand total.
+        """
+        if phase not in (None, "forward", "backward"):
+            raise ValueError(f"phase must be 'forward', 'backward' or None, not {phase!r}")
+        rows = [
+            r
+            for r in self.rows
+            if (prefix is None or r.name == prefix or r.name.startswith(prefix + "/"))
+            and (max_depth is None or r.depth <= max_depth)
+            and (phase is None or r.phase == phase)
+        ]
+        parts = (
+            None
+            if self._per_rank is None
+            else [part.select(prefix, max_depth, phase) for part in self._per_rank]
+        )
+        return Summary(rows, unit=self.unit, by=self.by, total=self.total, per_rank=parts)
+
+    # -- rendering --------------------------------------------------------------------------
+    def table(
+        self,
+        unit: Optional[str] = None,
+        title: str = "Timer summary",
+        spread: bool = True,
+        counters: bool = False,
+        peak: Any = None,
+        times: Optional["Summary"] = None,
+    ) -> str:
+        """The table (:class:`TableRenderer`; merged over ranks, Slowest and Spread unless
+        ``spread=False``); ``counters=True``: the counters' table (``roofline.render``: the
+        machine's ``peak``, ``times`` of a run without counters)."""
+        if counters:
+            return roofline.render(self, peak, unit or self.unit, times=times)
+        return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)
+
+    def __str__(self) -> str:
+        """The rendered table."""
+        return self.table()
+
+    def render(self, name: str = "text", **run: Any) -> Any:
+        """This summary in the format called ``name``: ``text``, ``page``, ``json``, ``csv``,
+        ``roofline`` or ``trace`` (:data:`~instrumented_convs.report.renderers.RENDERERS`);
+        ``run``: the other fields of a :class:`~instrumented_convs.report.renderers.Run`
+        (``title``, ``meta``, ``peak``, ``times``, ``options``...)."""
+        from .renderers import Run, render
+
+        return render(name, Run(self, **run))
+
+    def __repr__(self) -> str:
+        """``Summary(N rows, total=..., by=...)`` (and ``ranks=N`` when merged)."""
+        ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"
+        return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r}{ranks})"
+
+    def diff(self, other: "Summary", min_change: float = 0.05) -> SummaryDiff:
+        """This summary (the baseline) and ``other`` side by side: per step the change in
+        mean time per call and a verdict (slower, faster, unchanged, too noisy, added,
+        missing); ``min_change`` is the share of a change that counts (see :mod:`.diff`)."""
+        return diff.diff(self, other, min_change)
+
+    def to_html(self, title: str = "instrumented_convs", **kwargs: Any) -> str:
+        """A self-contained HTML page (offline; open it in a browser): the icicle of the step
+        tree, the table and, merged over ranks, each rank's totals (``page.summary_page``)."""
+        return page.summary_page(self, title, **kwargs)
+
+    # -- serialisation ----------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-ready dict: ``{"by", "unit", "total", "rows": [...]}``, each row its fields
+        and the values of the columns no field holds (:mod:`.columns`).
+
+        A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
+        """
+        data = {
+            "by": self.by,
+            "unit": self.unit,
+            "total": self.total,
+            "rows": [columns.as_dict(r) for r in self.rows],
+        }
+        if self._per_rank is not None:
+            data["per_rank"] = [part.to_dict() for part in self._per_rank]
+        return data
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        """The summary as JSON text (``Summary.from_json`` reads it back exactly)."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Summary":
+        """Rebuild a summary from :meth:`to_dict` output."""
+        parts = data.get("per_rank")
+        return cls(
+            [Row(**{k: v for k, v in r.items() if k in _FIELD_SET}) for r in data["rows"]],
+            unit=data.get("unit"),
+            by=data.get("by", "step"),
+            total=data.get("total"),
+            per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Summary":
+        """Rebuild a summary from :meth:`to_json` output."""
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def load(cls, path: Any) -> "Summary":
+        """The summary of a run saved by ``python -m instrumented_convs run`` (its folder or
+        ``run.json``: merged over ranks under torchrun), or of a :meth:`to_json` file."""
+        data = saved.read(path, runs_only=False)
+        return cls.from_dict(data["summary"] if data.get("format") == saved.FORMAT else data)
+
+    def _all_rows(self) -> List[Row]:
+        """The rows, then (merged over ranks) every rank's rows, which carry their ``rank``."""
+        return self.rows + [r for part in self._per_rank or () for r in part.rows]
+
+    @classmethod
+    def _from_rows(cls, rows: List[Row], by: str, total: Optional[float]) -> "Summary":
+        """The summary of exported rows: those without a rank, and a part per rank if both."""
+        merged = [r for r in rows if r.rank is None]
+        if not merged or len(merged) == len(rows):
+            return cls(rows, by=by, total=total)
+        ranks = sorted({r.rank for r in rows if r.rank is not None})
+        parts = [cls([r for r in rows if r.rank == k], by=by) for k in range(max(ranks) + 1)]
+        return cls(merged, by=by, total=total, per_rank=parts)
+
+    def to_csv(self) -> str:
+        """The rows as CSV text with a header line (times in seconds, repr precision): every
+        field, then the values of the columns no field holds (:mod:`.columns`).
+
+        A summary merged over ranks writes its merged rows (empty ``rank``) and then each
+        rank's rows (``rank`` set): :meth:`from_csv` rebuilds both.
+        """
+        out = io.StringIO()
+        names = FIELDS + [c.key for c in columns.derived()]
+        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        for row in self._all_rows():
+            d = columns.as_dict(row)
+            d = {
+                k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
+                for k, v in d.items()
+            }
+            writer.writerow(d)
+        return out.getvalue()
+
+    @classmethod
+    def from_csv(cls, text: str, by: str = "step", total: Optional[float] = None) -> "Summary":
+        """Rebuild a summary from :meth:`to_csv` output (pass ``total`` for a part)."""
+        rows = []
+        for d in csv.DictReader(io.StringIO(text)):
+            rows.append(Row(**{k: value_of(k, v) for k, v in d.items() if k in _FIELD_SET}))
+        return cls._from_rows(rows, by, total)
+
+    def to_dataframe(self) -> Any:
+        """The rows as a pandas DataFrame, one column per :class:`Row` field, then one per
+        column no field holds (:mod:`.columns`).
+
+        Merged over ranks: the merged rows (``rank`` missing), then each rank's rows.
+        """
+        import pandas as pd
+
+        names = FIELDS + [c.key for c in columns.derived()]
+        return pd.DataFrame([columns.as_dict(r) for r in self._all_rows()], columns=names)
+
+    @classmethod
+    def from_dataframe(
+        cls, frame: Any, by: str = "step", total: Optional[float] = None
+    ) -> "Summary":
+        """Rebuild a summary from :meth:`to_dataframe` output (pass ``total`` for a part)."""
+        rows = []
+        for record in frame.to_dict(orient="records"):
+            # a frame saved before a field existed lacks it: the field's default then
+            rows.append(Row(**{k: value_of(k, record[k]) for k in FIELDS if k in record}))
+        return cls._from_rows(rows, by, total)
