@@ -13,10 +13,13 @@ backward rows.
 
 Our side is the raw clock interval of each call (the timeline's): a row of the table leaves
 out the tool's own time inside the step (docs/guide.rst), which the profiler's label holds,
-so the raw interval is what both clocks saw. Calls are paired in the order they started and
-judged by the median of their differences: a preemption that lands in one call's label,
-outside our readings, moves a mean, not the median. Verdict: within :data:`TOLERANCE` for
-steps of :data:`LONG_US` or more a call; any step, long or short, within what the label adds
+so the raw interval is what both clocks saw. Calls are paired in the order they started,
+each judged against its own tolerance, and a step passes when its median call does: a
+preemption that lands in one call's label, outside our readings, fails that call alone, and
+a step whose calls differ in length (a graph's first passes; the profiler's clock running a
+little fast against ours, ~1.6% on this project's VM) is judged call by call, not by its
+median difference against its median call. A call's tolerance: within :data:`TOLERANCE` for
+calls of :data:`LONG_US` or more; any call, long or short, within what the label adds
 around our clock readings (opening and closing it; on a busy machine that grows, and it is
 no error of ours): on CPU three times what it added to an empty step in the same run (the
 90th percentile of :data:`EMPTY` steps, forward and backward apart: a backward label is
@@ -52,7 +55,7 @@ ABOUT = (
     "call, any step within what the label adds around our clock (on CPU three times what it "
     "added to an empty step in the same run, at least 5 us; CUDA 20 us). Ours: the raw clock "
     "interval of each call (the timeline), as the label holds the tool's own time too; calls "
-    "paired in order, the median of their differences judged."
+    "paired in order, each judged against its own tolerance, the step by its median call."
 )
 
 Ours = Dict[Tuple[str, str], Dict[str, Any]]
@@ -155,24 +158,34 @@ def compare(
             seen = 0 if ref is None else ref["count"]
             section.add(name, FAIL, f"{n} calls timed, {seen} labels in the profile", calls=n)
             continue
-        # Call by call, in the order they started; the median, so that a preemption landing
-        # in the label's part outside our readings, in one call, judges nothing.
+        # Call by call, in the order they started: each call's difference against its own
+        # tolerance (5% of a long call, what the label adds to a short one), and the median of
+        # the calls' verdicts judged, so that a preemption landing in one call's label, outside
+        # our readings, judges nothing, and a step whose calls differ in length (a graph's
+        # first pass, another shape) is judged per call, not by the median call's 5% alone.
         mine = [c[1] for c in row["calls"]]
         refs = [c[3] if cuda else c[1] for c in ref["calls"]]
         diff = median([m - r for m, r in zip(mine, refs)]) / 1e3
         # CUDA: the label opens before our start event and closes after our end event; on a
         # device that waits for the CPU, its interval there is longer than ours by that
         # much, which each call's CPU clock measures (label minus ours), up to its own length
-        around = 0.0
+        arounds = [0.0] * n
         if cuda and row["calls"] and len(row["calls"][0]) > 2:
-            around = median(max(0, c[1] - m[2]) for c, m in zip(ref["calls"], row["calls"]))
-            around /= 1e3
+            arounds = [max(0, c[1] - m[2]) for c, m in zip(ref["calls"], row["calls"])]
+        around = median(arounds) / 1e3
+        excess = []
+        for m, r, a in zip(mine, refs, arounds):
+            tol = max(TOLERANCE * r, short * 1e3) if r >= LONG_US * 1e3 else short * 1e3
+            excess.append((m - r) / tol if m >= r else (r - m) / (a + tol))
+        within = sum(e <= 1.0 for e in excess)
+        ok = median(excess) <= 1.0
         mine_us, theirs_us = median(mine) / 1e3, median(refs) / 1e3
         data = dict(
             calls=n,
             ours_us=round(mine_us, 3),
             profiler_us=round(theirs_us, 3),
             diff_us=round(diff, 3),
+            calls_within=within,
             ours_mean_us=round(row["total"] / 1e3 / n, 3),
             profiler_mean_us=round((ref["timeline"] if cuda else ref["total"]) / 1e3 / n, 3),
         )
@@ -191,16 +204,14 @@ def compare(
         if cuda:
             data["label_around_us"] = round(around, 3)
         if theirs_us >= LONG_US:  # what the label adds is no error of ours, long or short
-            tol = max(TOLERANCE * theirs_us, short)
-            ok = -(around + tol) <= diff <= tol
             text += f": {diff / theirs_us:+.1%}"
             if not abs(diff) <= TOLERANCE * theirs_us:
                 text += f" ({diff:+.1f} us: within the {short:.0f} us the label adds"
                 text += f", and the {around:.1f} us it spends around ours)" if around else ")"
         else:
-            ok = -(around + short) <= diff <= short
             text += f": {diff:+.1f} us, a short step: within {short:.0f} us"
             text += f", and the {around:.1f} us the label spends around ours" if around else ""
+        text += f"; {within} of {n} calls within"
         section.add(name, PASS if ok else FAIL, text, **data)
 
 
