@@ -322,7 +322,7 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
         from instrumented_convs.core import lifecycle
         ic.configure(nvtx="nvtx")
-        assert ic.configure().nvtx == "nvtx" and _frame._nvtx.forced
+        assert ic.configure().nvtx == "nvtx" and lifecycle._nvtx.forced
         with step("outer"):
             with step("inner"):
                 pass
