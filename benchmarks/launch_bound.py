@@ -20,6 +20,13 @@ so that every timing includes its share of the calls whose backward is timed ste
   timeline each timing, so it never reaches its limit);
 - ``no backward``: ours with ``configure(backward=False)``;
 - ``disabled``: ours inside ``configure(enabled=False)``;
+- ``1 in 10``: the duty cycle, ``configure(record_every=10)``: one training iteration in 10
+  recorded as ``defaults``, the others on the stock code (its goal: at most ``defaults``'
+  added time / 10, plus half a point, plus the A/A floor's distance from 1);
+- ``budget 1%``: the duty cycle choosing its rate, ``configure(budget=0.01)`` (the rate it
+  chose is printed; goal: at most 1.01 plus the A/A floor's distance from 1);
+- ``none drawn``: the duty cycle at one in 10**9 (after its first iterations nothing is
+  recorded): what the cycle itself costs, its hooks and switch;
 - ``stock again``: a second stock copy: its ratio to ``stock`` is the noise floor (A/A).
 
 torch.profiler is process-wide, so it runs in a phase of its own after the others: ``stock``
@@ -70,6 +77,9 @@ VARIANTS = (
     "timeline",
     "no backward",
     "disabled",
+    "1 in 10",
+    "budget 1%",
+    "none drawn",
     "stock again",
 )
 
@@ -275,6 +285,13 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         with ic.configure(timeline=10_000_000):  # on: a new, empty timeline; off at the end
             return _timed(epochs["timeline"])
 
+    def cycled(variant: str, **how: Any) -> Callable[[], float]:
+        def run() -> float:  # the cycle goes on where it stopped (its draw, its budget)
+            with ic.configure(**how):
+                return _timed(epochs[variant])
+
+        return run
+
     variants = {
         "stock": lambda: _timed(epochs["stock"]),
         "defaults": lambda: _timed(epochs["defaults"]),
@@ -282,9 +299,15 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         "timeline": timeline,
         "no backward": no_backward,
         "disabled": disabled,
+        "1 in 10": cycled("1 in 10", record_every=10),
+        "budget 1%": cycled("budget 1%", budget=0.01),
+        "none drawn": cycled("none drawn", record_every=10**9),
         "stock again": lambda: _timed(epochs["stock again"]),
     }
+    ic.registry.reset()
     times = _interleave(variants, rounds, warmup)
+    with ic.configure(budget=0.01):
+        chosen = ic.registry.summary().sampling["every"]  # the rate the budget ended at
     fwd, bwd = _rows_per_epoch(epochs["defaults"])
     with ic.configure(statements=False):
         fwd_ns, bwd_ns = _rows_per_epoch(epochs["no statements"])
@@ -297,6 +320,7 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
     ic.registry.reset()
     out: Dict[str, Any] = {
         "rounds": rounds,
+        "budget_every": chosen,
         "rows": {
             "defaults": fwd + bwd,
             "forward": fwd,
@@ -342,6 +366,29 @@ def measure(label: str, rounds: int, warmup: int, profiler: bool = True) -> Dict
         "no backward": out["extra_us"]["no backward"] / max(fwd_only, 1),
     }
     return out
+
+
+def cycle_goal(ratio: Dict[str, float]) -> float:
+    """The duty cycle's goal at one in 10: the full mode's added time / 10, plus half a
+    point, plus the A/A floor's distance from 1."""
+    return 1 + (ratio["defaults"] - 1) / 10 + 0.005 + abs(ratio["stock again"] - 1)
+
+
+def write_json(path: str, results: Dict[str, Any], **info: Any) -> None:
+    """Write ``{"info": ..., "results": results}`` to ``path``: the machine, the versions and
+    the device with ``info`` (the benchmarks of this folder share it)."""
+    name = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "CPU"
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "device": str(DEVICE),
+        "device_name": name,
+        **info,
+    }
+    with open(path, "w") as fh:
+        json.dump({"info": info, "results": results}, fh, indent=2)
 
 
 def device_of(name: str) -> Optional[torch.device]:
@@ -424,7 +471,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"{'timeline':>9s} {'no bw':>7s} "
         f"{'disabled':>9s} {'profiler':>9s} "
         f"{'A/A':>6s} {'rows':>5s} {'us/row':>7s} {'tl us/row':>9s} {'rows nb':>7s} "
-        f"{'us/row nb':>9s}"
+        f"{'us/row nb':>9s} {'1 in 10':>8s} {'goal':>6s} {'budget':>7s} {'K':>4s} "
+        f"{'none':>6s}"
     )
     results: Dict[str, Any] = {}
     for label in args.layers:
@@ -448,22 +496,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{q['stock again']:6.3f} "
             f"{r['rows']['defaults']:5d} {r['us_per_row']['defaults']:7.2f} "
             f"{r['us_per_row']['timeline']:9.2f} {r['rows']['no backward']:7d} "
-            f"{r['us_per_row']['no backward']:9.2f}",
+            f"{r['us_per_row']['no backward']:9.2f} {q['1 in 10']:8.3f} "
+            f"{cycle_goal(q):6.3f} {q['budget 1%']:7.3f} {r['budget_every']:4d} "
+            f"{q['none drawn']:6.3f}",
             flush=True,
         )
     if args.json:
-        info = {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "nvtx_backend": ic.configure().nvtx,
-            "machine": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "device": str(DEVICE),
-            "device_name": where,
-            "python_floor_ns": floor,
-        }
-        with open(args.json, "w") as fh:
-            json.dump({"info": info, "results": results}, fh, indent=2)
+        write_json(args.json, results, nvtx_backend=ic.configure().nvtx, python_floor_ns=floor)
     return 0
 
 

@@ -25,6 +25,7 @@ import typing as _t
 
 from .core import timeline as _timeline
 from .core.configure import Settings, configure
+from .core.cycle import cycle as _cycle
 from .core.entry import EntryStats as _EntryStats
 from .core.registry import registry as _store
 from .core.step import region
@@ -72,11 +73,13 @@ class _Registry:
         step and ``by_rank()`` (see :mod:`instrumented_convs.distributed`). Without an
         initialised process group it raises RuntimeError.
         """
+        sampling = _cycle.describe()  # before the snapshot: it settles the weights
         if all_ranks:
             from .distributed import merged_summary
 
-            return merged_summary(_store.snapshot(), by=by, unit=unit, group=group)
-        return _summarize(_store.snapshot(), by=by, unit=unit)
+            stats = _store.snapshot()
+            return merged_summary(stats, by=by, unit=unit, group=group, sampling=sampling)
+        return _summarize(_store.snapshot(), by=by, unit=unit, sampling=sampling)
 
     def timeline(self) -> _Timeline:
         """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
@@ -88,15 +91,18 @@ class _Registry:
         """Forget every recorded time (the timeline too) and start a new tree.
 
         Steps open during the reset are recorded, whole, into the new tree when they close,
-        and steps opened inside them later nest under them there as usual.
+        and steps opened inside them later nest under them there as usual. The duty cycle
+        numbers iterations from 0 again: the first ones are recorded in full again.
         """
         _store.reset()
+        _cycle.restart()
 
     def snapshot(self) -> _t.List[_EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times): an
         :class:`~instrumented_convs.core.entry.EntryStats` each (raw statistics, integer ns,
-        its counters, and the index of its parent record, -1 at the top level), all a
-        summary is made of."""
+        its counters, the index of its parent record, -1 at the top level, and the weight
+        of a sampled run's entries), all a summary is made of."""
+        _cycle.describe()  # settles whether the recorded iteration under way counts yet
         return _store.snapshot()
 
     def __getattr__(self, name: str) -> _t.Any:

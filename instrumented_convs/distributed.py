@@ -22,7 +22,7 @@ before the exchange. Nothing here opens sockets or files: the process group is t
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .core.entry import EntryStats
 from .report import Summary
@@ -54,11 +54,13 @@ def merged_summary(
     by: str = "step",
     unit: Optional[str] = None,
     group: Any = None,
+    sampling: Optional[Dict[str, Any]] = None,
 ) -> Summary:
     """The summary of every rank's ``snapshot``, merged (a collective over ``group``).
 
     Every rank of ``group`` (default: the default process group) must call it; every rank
-    gets the same result. ``snapshot`` is this rank's ``registry.snapshot()``.
+    gets the same result. ``snapshot`` is this rank's ``registry.snapshot()``; ``sampling``
+    its duty cycle's description (every rank draws the same iterations: rank 0's is kept).
     """
     check_by(by)  # before the collective: a bad argument costs no exchange
     dist = _dist()
@@ -67,9 +69,9 @@ def merged_summary(
     world = dist.get_world_size(group)
     mine = [tuple(entry) for entry in snapshot]  # plain tuples: nothing of ours is unpickled
     gathered: List[Any] = [None] * world
-    dist.all_gather_object(gathered, (EntryStats._fields, mine), group=group)
+    dist.all_gather_object(gathered, (EntryStats._fields, mine, sampling), group=group)
     snapshots = []
-    for rank, (fields, entries) in enumerate(gathered):
+    for rank, (fields, entries, _) in enumerate(gathered):
         if tuple(fields) != EntryStats._fields:
             raise RuntimeError(
                 f"rank {rank} runs another version of instrumented_convs (its statistics have the "
@@ -78,4 +80,4 @@ def merged_summary(
                 "on every rank"
             )
         snapshots.append([EntryStats(*entry) for entry in entries])
-    return merge_ranks(snapshots, by=by, unit=unit)
+    return merge_ranks(snapshots, by=by, unit=unit, sampling=gathered[0][2])

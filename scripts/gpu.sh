@@ -10,7 +10,9 @@
 #   4. the study's GCN with PyG at Cora's and arxiv's shapes under `run` (table, page,
 #      timeline: the GPU track from the steps' own events, checked by scripts/gpu_checks.py);
 #   5. the launch-bound proxy (benchmarks/launch_bound.py --device cuda: stock, defaults,
-#      no statements, timeline, backward off, disabled, A/A, torch.profiler with CUPTI);
+#      no statements, timeline, backward off, disabled, the duty cycle at one in 10, under a
+#      1% budget and drawing nothing, A/A, torch.profiler with CUPTI), and the duty cycle's
+#      table against a full recording (benchmarks/fidelity.py, PyG, Cora's and arxiv's shapes);
 #   6. each step against the kernels CUPTI saw inside its label (check's section 2, forward and
 #      backward, at Cora's and arxiv's shapes; benchmarks/accuracy.py, forward, arxiv);
 #   7. memory per step against the allocator's own figures (benchmarks/memory.py);
@@ -69,12 +71,12 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 if [ "$quick" = 1 ]; then  # the plumbing: every step, the smallest sizes
   check_args=(--quick --sections equivalence sync environment) epochs_cora=2 epochs_arxiv=1
   lb_args=(--quick --no-profiler --layers "PyG GCNConv") mem_shapes=(synthetic-cora)
-  cs_args=(--n 500 --rounds 1 --epochs 5 --top 5)
+  cs_args=(--n 500 --rounds 1 --epochs 5 --top 5) fid_args=(--quick --platforms pyg)
 else
   check_args=() epochs_cora=50 epochs_arxiv=5 lb_args=(--rounds 20 --warmup 3 --layers
     "PyG GCNConv" "PyG SAGEConv" "PyG GATConv" "PyG GINConv" "DGL GraphConv")
   mem_shapes=(synthetic-cora synthetic-arxiv)
-  cs_args=(--n 5000 --rounds 5 --epochs 200 --top 30)
+  cs_args=(--n 5000 --rounds 5 --epochs 200 --top 30) fid_args=(--platforms pyg)
 fi
 
 build_fast_path() {  # for this Python (its own file name: a 3.11 build beside stays)
@@ -110,6 +112,9 @@ done
 
 step "launch-bound proxy on $device" 150 "$py" -W ignore::UserWarning benchmarks/launch_bound.py \
   --device "$device" "${lb_args[@]}" --json "$res/launch_bound.json"
+
+step "the duty cycle against a full recording on $device" 120 "$py" -W ignore::UserWarning \
+  benchmarks/fidelity.py --device "$device" "${fid_args[@]}" --json "$res/fidelity.json"
 
 step "a step's parts on $device, and epochs under cProfile" 90 "$py" -W ignore::UserWarning \
   benchmarks/cuda_step.py --device "$device" "${cs_args[@]}" --json "$res/cuda_step.json"

@@ -194,7 +194,16 @@ def summary(folder: str) -> int:
                 f"launch-bound | {label:12s} stock {r['median_us']['stock']:.0f} us/epoch | "
                 + ", ".join(f"{k} {v:.3f}" for k, v in q.items())
                 + f" | rows {r['rows']['defaults']}, {r['us_per_row']['defaults']:.2f} us/row"
+                + (f" | budget chose 1 in {r['budget_every']}" if "budget_every" in r else "")
             )
+    fid = _load(d / "fidelity.json")
+    if fid:
+        info = fid["info"]
+        print(
+            f"fidelity | {info['iterations']} iterations, 1 in {info['every']}: largest "
+            f"difference {info['worst_share_points']:.2f} points of a share, "
+            f"{info['worst_mean_percent']:.2f}% of a layer's mean"
+        )
     mem = _load(d / "memory.json")
     if mem:
         for e in mem.get("layers", []):

@@ -277,6 +277,7 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
         "facts.json",
         "check.json",
         "launch_bound.json",
+        "fidelity.json",
         "memory.json",
         "cuda_step.json",
         "pytest-gpu.xml",
@@ -284,6 +285,31 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
         "run-arxiv/page.html",
     } <= names
     lines = steps.strip().splitlines()
-    assert len(lines) == 11 and all("| exit 0 |" in line for line in lines), steps
+    assert len(lines) == 12 and all("| exit 0 |" in line for line in lines), steps
     summary = (out / "summary.txt").read_text()
     assert "check | 5. Environment" in summary and "launch-bound | PyG GCNConv" in summary
+    assert "fidelity | 30 iterations, 1 in 3" in summary
+
+
+def test_cycle_cost_reports_each_variant_and_the_goals(tmp_path):
+    """benchmarks/cycle_cost.py (issue 39): fresh processes per layer, every variant's ratio,
+    the goals computed from the same run, the rate the budget chose."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "cc.json"
+    proc = run_script(
+        "benchmarks/cycle_cost.py", "--quick", "--layers", "PyG GCNConv", "--json", str(out)
+    )
+    assert "PyG GCNConv" in proc.stdout and "none drawn" in proc.stdout
+    r = json.loads(out.read_text())["PyG GCNConv"]
+    assert set(r["median"]) == {
+        "defaults",
+        "1 in 10",
+        "budget 1%",
+        "none drawn",
+        "disabled",
+        "stock again",
+    }
+    assert r["goal"]["1 in 10"] == pytest.approx(
+        1 + (r["median"]["defaults"] - 1) / 10 + 0.005 + abs(r["median"]["stock again"] - 1)
+    )
+    assert all(run["budget_every"] >= 1 for run in r["runs"])

@@ -11,6 +11,8 @@
 - storage: :mod:`.entry` (one step path's statistics, and :class:`~.entry.EntryStats`, the
   plain data of a snapshot), :mod:`.registry` (the tree of entries), :mod:`.timeline` (when
   each call ran); the counters (:mod:`.counters`, :mod:`.formulas`: FLOPs, bytes, memory);
+- :mod:`.cycle`: the duty cycle (which training iterations are recorded, and the strata
+  of the registry they are recorded in), :mod:`.budget`: the K a budget allows;
 - :mod:`.native`: the C fast path of steps, each C part beside the Python twin it mirrors.
 
 The layers (:mod:`instrumented_convs.layers`, ``pyg``, ``dgl``) use these modules directly.
@@ -20,12 +22,21 @@ package itself offers (:data:`__all__`, imported when first read):
 - ``IMPLEMENTATION``: ``"C"`` or ``"Python"``, the fast path in use;
 - ``nvtx_tool_attached()``: whether an NVTX tool (Nsight Systems) can see ranges;
 - ``timeline_recording()``: whether the timeline records; ``noted(key, signature)`` and
-  ``note(key, inputs, signature, keep)``: what a call was given, for the timeline.
+  ``note(key, inputs, signature, keep)``: what a call was given, for the timeline;
+- ``duty_cycle()``: what the duty cycle says of itself, for a summary (None while it never
+  drew an iteration).
 """
 
 from typing import Any
 
-__all__ = ["IMPLEMENTATION", "nvtx_tool_attached", "timeline_recording", "noted", "note"]
+__all__ = [
+    "IMPLEMENTATION",
+    "nvtx_tool_attached",
+    "timeline_recording",
+    "noted",
+    "note",
+    "duty_cycle",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -37,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from .lifecycle import tool_attached as value
     elif name == "timeline_recording":
         from .timeline import recording as value
+    elif name == "duty_cycle":
+        from .cycle import cycle
+
+        value = cycle.describe
     elif name in ("noted", "note"):
         from . import timeline
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Union
 
 from . import counters, lifecycle, timeline
+from .cycle import cycle
 from .settings import nvtx_choice, switches
 
 __all__ = ["Settings", "configure"]
@@ -36,16 +37,21 @@ class Settings(NamedTuple):
     timeline: int = 0  #: the most calls the timeline records (0: off)
     counters: bool = False  #: steps count the FLOPs and bytes of their ops
     statements: bool = True  #: a generic layer's own statements and calls are steps
+    record_every: int = 1  #: the duty cycle records one iteration in this many (1: all)
+    budget: Optional[float] = None  #: the duty cycle chooses ``record_every`` under it
+    iteration: Optional[str] = None  #: the region that is an iteration (None: optimizer steps)
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
         s = switches
         s.nvtx = lifecycle.use_nvtx(self.nvtx)
-        s.enabled, s.record_function, s.statements = (
+        s.wanted, s.record_function, s.statements = (
             self.enabled,
             self.record_function,
             self.statements,
         )
+        s.apply()
+        _cycle(self.record_every, self.budget, self.iteration)
         s.backward, s.backward_every = self.backward, self.backward_every
         s.every_before_counters = None
         _timeline(self.timeline)
@@ -63,7 +69,7 @@ class Settings(NamedTuple):
 def _current() -> Settings:
     s = switches
     return Settings(
-        s.enabled,
+        s.wanted,
         s.nvtx,
         s.record_function,
         s.backward,
@@ -71,7 +77,25 @@ def _current() -> Settings:
         s.timeline,
         s.counters,
         s.statements,
+        cycle.every if cycle.budget is None else 1,
+        cycle.budget,
+        cycle.iteration,
     )
+
+
+def _cycle(every: int, budget: Optional[float], iteration: Optional[str]) -> None:
+    """Start (or stop) the duty cycle unless it already runs so (then its draw goes on)."""
+    if budget is not None:
+        same = (budget, iteration) == (cycle.budget, cycle.iteration)
+    else:
+        same = cycle.budget is None and (every, iteration) == (cycle.every, cycle.iteration)
+    if same:
+        return
+    if every <= 1 and budget is None:
+        cycle.stop()
+        cycle.iteration = iteration
+    else:
+        cycle.start(every, budget, iteration)
 
 
 def _timeline(limit: int) -> None:
@@ -94,6 +118,9 @@ def configure(
     timeline: Optional[int] = None,
     counters: Optional[bool] = None,
     statements: Optional[bool] = None,
+    record_every: Optional[int] = None,
+    budget: Optional[float] = None,
+    iteration: Optional[str] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -136,9 +163,39 @@ def configure(
       functions its forward calls (``add_self_loops``, ``F.dropout``) are not steps; their
       time stays in the layer's own (default ``True``: docs/layers.md, docs/performance.md).
 
+    - ``record_every=K``: the duty cycle (docs/cycle.md): record one training iteration in
+      K, drawn at random (the first few always), and run the stock code in the others; the
+      summary scales counts and totals to the whole run (rows marked ``~``, with their
+      standard error). An iteration ends when an optimizer step ends (several optimizers
+      stepped together, gradient accumulation and closures are one iteration), or is a
+      call of the region ``iteration`` names. Everything outside iterations (before the
+      first step; outside named iterations) is recorded in full. ``1`` turns it off.
+    - ``budget=B`` (a fraction, ``0.01``): the duty cycle chooses K as it goes, from what a
+      recorded iteration costs against an unrecorded one, to keep the added time under B
+      (the summary says what it chose and why); not with ``record_every``.
+    - ``iteration="name"``: the region (``region("name")``, outermost calls) that is an
+      iteration of the duty cycle, instead of optimizer steps.
+
     Used as ``with configure(...):``, the switches are put back when the block ends.
     """
     s = switches
+    if record_every is not None:
+        if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
+            raise ValueError(f"record_every must be a whole number >= 1, not {record_every!r}")
+    if budget is not None:
+        if record_every is not None:
+            raise ValueError(
+                "record_every and budget both choose how often iterations are recorded: "
+                "give one of them"
+            )
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1:
+            raise ValueError(f"budget must be a fraction in (0, 1) (0.01: 1%), not {budget!r}")
+    if iteration is not None and (
+        not isinstance(iteration, str) or not iteration or "/" in iteration
+    ):
+        raise ValueError(
+            f"iteration names a region: a non-empty string without '/', not {iteration!r}"
+        )
     if backward_every is not None:
         if (
             isinstance(backward_every, bool)
@@ -154,7 +211,8 @@ def configure(
     if choice is not None:
         s.nvtx = lifecycle.use_nvtx(choice)
     if enabled is not None:
-        s.enabled = bool(enabled)
+        s.wanted = bool(enabled)
+        s.apply()
     if record_function is not None:
         s.record_function = bool(record_function)
     if backward is not None:
@@ -175,4 +233,9 @@ def configure(
             s.backward_every = s.every_before_counters
             s.every_before_counters = None
         _counters(bool(counters))
+    if record_every is not None or budget is not None or iteration is not None:
+        every = previous.record_every if record_every is None else record_every
+        if budget is None and record_every is None:
+            budget = previous.budget
+        _cycle(every if budget is None else 1, budget, iteration or previous.iteration)
     return previous

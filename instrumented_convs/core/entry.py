@@ -18,7 +18,15 @@ from .native import speedups
 
 _sums = speedups.sums if speedups is not None else None
 
-__all__ = ["Entry", "EntryStats", "FOLD_AT", "BACKWARD_MARK", "backward_key", "fold_buffer"]
+__all__ = [
+    "Entry",
+    "EntryStats",
+    "FOLD_AT",
+    "BACKWARD_MARK",
+    "ASIDE",
+    "backward_key",
+    "fold_buffer",
+]
 
 Key = Union[str, Tuple[str, Optional[str]]]
 _NO_MIN = 1 << 62  # larger than any duration in ns
@@ -27,6 +35,10 @@ FOLD_AT = 64
 #: What ends the label of a step's backward (its NVTX range, profiler label, table row): the
 #: backward entry of a forward step has the same path and name, phase ``backward``.
 BACKWARD_MARK = " [backward]"
+#: ``Entry.retired`` of an entry whose tree is not the current one while its step is open
+#: (the duty cycle's strata: :meth:`~.registry.Registry.use`): a step opened in it continues
+#: in the current tree, its own calls close into it. ``True``: retired by a reset for good.
+ASIDE = "aside"
 
 
 def backward_key(key: Any) -> Tuple[Any, str]:
@@ -64,6 +76,9 @@ class EntryStats(NamedTuple):
     cuda_calls: int = 0  #: calls whose CUDA memory was read (0: not on CUDA, or off)
     cuda_left: int = 0  #: CUDA allocator bytes its calls left allocated (children in)
     cuda_peak: int = 0  #: the most CUDA bytes allocated above a call's start (children in)
+    #: What each recorded call stands for: its stratum's iterations over those it recorded
+    #: (the duty cycle, :mod:`.cycle`); 1.0: recorded in full.
+    weight: float = 1.0
 
 
 class Entry:

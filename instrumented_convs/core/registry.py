@@ -13,6 +13,16 @@ the duration to its entry's buffer without a lock (a list append is atomic); eve
 :data:`~.entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
 into the statistics under the lock (:func:`~.entry.fold_buffer`).
 
+Strata (the duty cycle, :mod:`.cycle`): the registry holds one tree per :class:`Stratum`, a
+part of the run recorded at one rate. The first is *exact* (everything recorded in full:
+set-up, the first iterations, whatever is outside the cycle's iterations); each rate the
+cycle records iterations at has one more. :meth:`Registry.use` makes a stratum's tree the
+current one (``registry.root``); the entries of steps still open then are set *aside*
+(``Entry.retired`` is :data:`ASIDE`): a step opened in them continues in the current tree
+(relocated, as after a reset), while their own calls close into the tree they opened in.
+:meth:`~Registry.snapshot` gives each entry the weight of its stratum: its iterations over
+those it recorded.
+
 Storage only (no PyG, DGL, rendering, or arithmetic beyond sums): :meth:`Registry.snapshot`
 gives every entry as plain data; the face (``instrumented_convs.registry``) reads it with the
 report (``registry.summary()``: :func:`instrumented_convs.report.stats.summarize`).
@@ -27,11 +37,39 @@ from typing import Any, Deque, List, Optional
 from . import counters
 from . import timeline as _timeline
 from .clock import PendingTimes
-from .entry import FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
+from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
 #: Skipped calls queued before :meth:`Registry.record_skipped` counts them (the C count hook
 #: leaves the append that reaches it to that method).
 SKIPS_FOLD_AT = 1024
+
+
+class Stratum:
+    """A part of the run recorded at one rate, with its own tree of entries: ``every`` 0 is
+    the exact stratum (recorded in full); else ``iterations`` ended while it was the cycle's
+    rate (one in ``every``, drawn), of which ``recorded`` were recorded, and ``open`` (0 or
+    1) a recorded one under way that counts already (it recorded something)."""
+
+    __slots__ = ("root", "every", "iterations", "recorded", "open")
+
+    def __init__(self, every: int = 0) -> None:
+        """An empty stratum (an empty tree; no iterations yet)."""
+        self.root = Entry("", "", None, "root", None, -1)
+        self.every = every
+        self.iterations = 0
+        self.recorded = 0
+        self.open = 0
+
+    def __repr__(self) -> str:
+        """``Stratum(every=10, recorded 3 of 30 iterations)``."""
+        n, of = self.recorded, self.iterations
+        return f"Stratum(every={self.every}, recorded {n} of {of} iterations)"
+
+
+def _root_of(entry: Entry) -> Entry:
+    while entry.parent is not None:
+        entry = entry.parent
+    return entry
 
 
 class Registry:
@@ -40,9 +78,16 @@ class Registry:
     def __init__(self) -> None:
         """Create an empty registry."""
         self._lock = threading.Lock()
+        #: The strata, the exact one first (see the module docstring), and the current one.
+        self.strata: List[Stratum] = [Stratum()]
+        self.stratum = self.strata[0]
         #: The invisible root of the current tree: top-level steps are its children.
-        #: ``reset()`` replaces it (a plain attribute: steps read it on their hot path).
-        self.root = Entry("", "", None, "root", None, -1)
+        #: ``reset()`` and :meth:`use` replace it (a plain attribute: steps read it on their
+        #: hot path).
+        self.root = self.stratum.root
+        self._aside: List[Entry] = []  # entries set aside by use()
+        #: How many times the registry was reset (what holds a stratum checks it).
+        self.generation = 0
         #: CUDA event pairs waiting to be read
         #: (:class:`~instrumented_convs.core.clock.PendingTimes`):
         #: ``len(registry.pending)``, and its ``poll_at`` / ``hard_limit`` thresholds.
@@ -89,6 +134,22 @@ class Registry:
             parent.children[key] = entry
         return entry
 
+    def counterparts(self, entry: Entry) -> List[Entry]:
+        """The entries of ``entry``'s path (the same keys from the root) in the other strata."""
+        keys: List[Any] = []
+        e: Optional[Entry] = entry
+        while e is not None and e.depth >= 0:
+            keys.append(e.key)
+            e = e.parent
+        out = []
+        for stratum in self.strata:
+            node: Optional[Entry] = stratum.root
+            for k in reversed(keys):
+                node = node.children.get(k) if node is not None else None
+            if node is not None and node is not entry:
+                out.append(node)
+        return out
+
     def relocate(self, entry: Entry) -> Entry:
         """The entry of the same path and scopes in the current tree (after a reset)."""
         with self._lock:
@@ -113,7 +174,7 @@ class Registry:
         This is the hot path of every CPU-timed step: an append to the entry's buffer,
         folded every :data:`FOLD_AT` durations (see the module docstring).
         """
-        if entry.retired:
+        if entry.retired is True:  # a reset's (not set aside)
             entry = self.relocate(entry)
         buf = entry.buf
         buf.append(ns)
@@ -132,7 +193,7 @@ class Registry:
     def record_sampled(self, entry: Entry, ns: int) -> None:
         """Add the duration of a call chosen at random for timing (see :attr:`Entry.rcount`)."""
         with self._lock:
-            if entry.retired:
+            if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
             entry.buf.append(ns)
             entry.rcount += 1
@@ -160,14 +221,14 @@ class Registry:
             except IndexError:  # another thread folded the last one
                 return
             for entry in entries:
-                if entry.retired:
+                if entry.retired is True:  # a reset's (not set aside)
                     entry = self._relocate_locked(entry)
                 entry.skipped += 1
 
     def record_untimed(self, entry: Entry, error: bool = False) -> None:
         """Count a call that could not be timed (CUDA-graph capture, an unreadable event)."""
         with self._lock:
-            if entry.retired:
+            if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
             entry.untimed += 1
             if error:
@@ -186,7 +247,7 @@ class Registry:
         when resolved (:class:`~.clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
         ``slot``: the call's GPU times on the timeline, filled then (:mod:`.timeline`)."""
         with self._lock:
-            if entry.retired:
+            if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
             if error:
                 entry.errors += 1
@@ -214,22 +275,67 @@ class Registry:
             entry = self.child(entry, name, scope)
         self.record(entry, int(round(seconds * 1e9)))
 
+    # -- strata (the duty cycle) ---------------------------------------------------------
+    def sampled(self, every: int) -> Stratum:
+        """A new stratum for iterations recorded one in ``every`` (not yet the current one)."""
+        with self._lock:
+            stratum = Stratum(every)
+            self.strata.append(stratum)
+            return stratum
+
+    def use(self, stratum: Stratum, stack: Optional[List[Any]] = None) -> None:
+        """Make ``stratum``'s tree the current one. The entries of the steps open on
+        ``stack`` (the calling thread's) that belong to another tree are set aside (see the
+        module docstring); those set aside before that belong to ``stratum`` are back."""
+        if stratum is self.stratum:
+            return
+        with self._lock:
+            if stratum not in self.strata:  # a stratum of before a reset: nothing to record in
+                return
+            root = stratum.root
+            keep = []
+            for e in self._aside:
+                if e.retired is ASIDE:
+                    if _root_of(e) is root:
+                        e.retired = False
+                    else:
+                        keep.append(e)
+            for frame in stack or ():
+                e = frame.entry
+                if isinstance(e, Entry) and e.retired is False and e.depth >= 0:
+                    if _root_of(e) is not root:
+                        e.retired = ASIDE
+                        keep.append(e)
+            self._aside = keep
+            self.stratum = stratum
+            self.root = root
+
     def reset(self) -> None:
         """Forget every recorded time (the timeline too) and start a new tree.
 
         Steps open during the reset are recorded, whole, into the new tree when they close,
-        and steps opened inside them later nest under them there as usual.
+        and steps opened inside them later nest under them there as usual. The strata start
+        again: an exact one, and one for the current rate if a sampled one is current (it
+        is the current one then, its counts at zero).
         """
         with self._lock:
             self.pending.clear()
             self._skips.clear()
             _timeline.clear()
             counters.clear()
-            old = self.root
-            old.retired = True
-            for e in old.walk():
-                e.retired = True
-            self.root = Entry("", "", None, "root", None, -1)
+            for stratum in self.strata:
+                old = stratum.root
+                old.retired = True
+                for e in old.walk():
+                    e.retired = True
+            self._aside = []
+            self.generation += 1
+            every = self.stratum.every
+            self.strata = [Stratum()]
+            if every:
+                self.strata.append(Stratum(every))
+            self.stratum = self.strata[-1]
+            self.root = self.stratum.root
 
     # -- reading ------------------------------------------------------------------------
     def resolve(self) -> int:
@@ -239,27 +345,49 @@ class Registry:
 
     def _fold_all_locked(self) -> List[Entry]:
         self._fold_skips_locked()
-        entries = list(self.root.walk())
+        entries = [e for stratum in self.strata for e in stratum.root.walk()]
         for e in entries:
             if e.buf:
                 fold_buffer(e)
         return entries
 
     def entries(self) -> List[Entry]:
-        """Every entry, depth first, its statistics up to date (pending CUDA times resolved)."""
+        """Every entry, depth first, its statistics up to date (pending CUDA times resolved);
+        stratum by stratum (the exact one first)."""
         self.resolve()
         with self._lock:
             return self._fold_all_locked()
 
+    def _weights_locked(self) -> List[float]:
+        """Each stratum's weight: its iterations over those it recorded (1 when exact). A
+        sampled stratum that has recorded nothing yet hands its iterations to the sampled
+        stratum before it (their rate's estimate stands for them)."""
+        weights = [1.0] * len(self.strata)
+        carry = 0
+        for i in range(len(self.strata) - 1, 0, -1):
+            s = self.strata[i]
+            if not s.recorded + s.open:
+                carry += s.iterations
+                continue
+            weights[i] = (s.iterations + s.open + carry) / (s.recorded + s.open)
+            carry = 0
+        return weights
+
     def snapshot(self) -> List[EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times): an
-        :class:`~.entry.EntryStats` each (raw statistics, integer ns, its counters, and the
-        index of its parent record, -1 at the top level), all a summary is made of."""
+        :class:`~.entry.EntryStats` each (raw statistics, integer ns, its counters, the
+        index of its parent record, -1 at the top level, and its stratum's weight), all a
+        summary is made of."""
         self.resolve()
         with self._lock:
             entries = self._fold_all_locked()
             index = {id(e): i for i, e in enumerate(entries)}
+            weight = {id(s.root): w for s, w in zip(self.strata, self._weights_locked())}
             out = [e.stats(index.get(id(e.parent), -1)) for e in entries]
+            for i, e in enumerate(entries):
+                w = weight[id(_root_of(e))]
+                if w != 1.0:
+                    out[i] = out[i]._replace(weight=w)
         for i, e in enumerate(entries):  # the counters' own, when they counted anything
             counted = counters.of(e)
             if counted is not None:

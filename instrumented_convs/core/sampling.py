@@ -16,7 +16,10 @@ that the timed calls of the same shape found a backward for (:func:`count`), und
 open when that backward runs, as a timed call's rows are. The summary estimates the time of
 counted calls from the calls timed at random (``_stats.estimated_total``): counts stay
 exact, times of sampled rows are unbiased estimates, and the census keeps short runs exact.
-``configure(backward_every=1)`` times every call.
+``configure(backward_every=1)`` times every call. Under the duty cycle (:mod:`.cycle`)
+each stratum of the registry has entries of its own, and so templates of its own; a new one
+takes the count of the same steps' template in another stratum, so the census is taken
+once for the run, not once per stratum.
 """
 
 from __future__ import annotations
@@ -113,7 +116,12 @@ def remember(entry: Any, shape: Any, recs: List[Any]) -> None:
         out.append(
             (r.name, r.key, r.scope, r.kind, -1 if r.parent is None else index[id(r.parent)])
         )
-    state[shape] = Template(tuple(out))
+    template = state[shape] = Template(tuple(out))
+    if len(registry.strata) > 1:  # the duty cycle: the census goes on where another stratum's is
+        for other in registry.counterparts(entry):
+            for t in (other.sampling or {}).values():
+                if t.records == template.records:
+                    template.calls = max(template.calls, t.calls + 1)
 
 
 def counted(template: Template, fwd_stack: List[Frame]) -> None:

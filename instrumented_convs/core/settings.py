@@ -15,6 +15,8 @@ The environment variables are read once, at import:
 - ``INSTRUMENTED_CONVS_BACKWARD=0``: never time the backward of steps (see :mod:`.backward`).
 - ``INSTRUMENTED_CONVS_BACKWARD_EVERY=N``: how often the backward of a layer call is timed
   (see :func:`configure`; ``1``: every call).
+- ``INSTRUMENTED_CONVS_RECORD_EVERY=K``: record one training iteration in K (the duty
+  cycle, :mod:`.cycle`; ``configure(record_every=K)``).
 - ``INSTRUMENTED_CONVS_STATEMENTS=0``: a generic layer's own statements and the functions
   its forward calls are not steps (see :func:`configure`).
 
@@ -97,6 +99,8 @@ class Switches:
 
     __slots__ = (
         "enabled",
+        "wanted",
+        "drawn",
         "nvtx",
         "record_function",
         "backward",
@@ -109,7 +113,13 @@ class Switches:
 
     def __init__(self) -> None:
         """The switches as the environment asks for them (defaults elsewhere)."""
+        #: Whether steps record now: :attr:`wanted` and :attr:`drawn` (the one flag the hot
+        #: path reads; :meth:`apply` keeps it so).
         self.enabled: bool = not _env_flag("INSTRUMENTED_CONVS_DISABLE", False)
+        #: What the user asked (``configure(enabled=...)``).
+        self.wanted: bool = self.enabled
+        #: Whether the duty cycle records this iteration (:mod:`.cycle`; True while it is off).
+        self.drawn: bool = True
         #: The NVTX backend in use: ``nvtx``, ``torch`` or ``none`` (what ``configure`` picked
         #: for :data:`NVTX_REQUEST` at import, through :func:`.lifecycle.use_nvtx`).
         self.nvtx: str = "none"
@@ -121,6 +131,10 @@ class Switches:
         self.counters: bool = False  #: steps count the FLOPs and bytes of their ops
         #: ``backward_every`` as it was before the counters set it to 1 (put back after).
         self.every_before_counters: Optional[int] = None
+
+    def apply(self) -> None:
+        """Set :attr:`enabled` from what the user wants and what the duty cycle drew."""
+        self.enabled = self.wanted and self.drawn
 
     def __repr__(self) -> str:
         """``Switches(enabled=True, ...)``."""

@@ -52,6 +52,7 @@ class Frame:
         "cpu0",
         "gpu",
         "own",
+        "opened",
     )
 
     def __init__(self) -> None:
@@ -79,6 +80,9 @@ class Frame:
         #: The tool's own time on this thread, in ns (see .backward): the bottom sentinel's is
         #: its running total; a CPU backward frame's, that total at its start.
         self.own: int = 0
+        #: The bottom sentinel's: how many steps were opened on this thread (the duty cycle
+        #: tells an iteration that recorded nothing by it).
+        self.opened: int = 0
 
     def __repr__(self) -> str:
         """``Frame('path', mode=...)``."""

@@ -30,6 +30,8 @@ from . import anchor, backward, clock, labels, lifecycle
 from . import stack as _stack
 from .clock import device_index as _device_index
 from .clock import device_is_cuda as _device_is_cuda
+from .cycle import Iteration
+from .cycle import cycle as _cycle
 from .native.stepbase import StepBase
 from .registry import backward_key, registry
 from .settings import switches
@@ -68,7 +70,7 @@ def recording() -> bool:
     The one gate: layers and wrappers check it once per call and run the stock code when it
     is False.
     """
-    return switches.enabled and not _is_compiling()
+    return not _is_compiling() and switches.enabled  # tracing first: no guard on the switch
 
 
 def _check_name(name: Any) -> None:
@@ -152,6 +154,7 @@ class Step(StepBase):
             bottom.own += frame.start - t_in
         else:  # a CUDA step is timed on the device: the tool's CPU time is not in it
             bottom.own += clock.cpu_now() - t_in
+        bottom.opened += 1
         frame.own = bottom.own
         return self
 
@@ -276,10 +279,13 @@ def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union
     return Step(name, scope, device)
 
 
-def region(name: str, *, device: Any = None) -> Union[Step, _NullStep]:
-    """A step meant for user code (an epoch phase such as ``forward`` or ``loss``)."""
+def region(name: str, *, device: Any = None) -> Union[Step, _NullStep, Iteration]:
+    """A step meant for user code (an epoch phase such as ``forward`` or ``loss``); the
+    region named as the duty cycle's iteration (``configure(iteration=name)``) is one."""
     if _is_compiling():
         return contextlib.nullcontext()  # type: ignore[return-value]
+    if name == _cycle.iteration and _cycle.on:
+        return Iteration(Step(name, None, device, "region"))
     if not switches.enabled:
         return _NullStep(name, None, device, "region")
     return Step(name, None, device, "region")

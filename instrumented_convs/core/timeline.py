@@ -37,6 +37,7 @@ __all__ = [
     "snapshot",
     "noted",
     "note",
+    "iteration",
 ]
 
 _get_ident = threading.get_ident
@@ -50,6 +51,7 @@ _notes: List[tuple] = []  # (thread, CPU ns, scope, inputs): what a call was giv
 _last: Dict[Tuple[int, Any], tuple] = {}  # (thread, key) -> (signature, kept): its last note
 _truncated: Optional[int] = None  # the CPU clock when ``limit`` was reached
 _refs: Dict[Any, Tuple[Any, int]] = {}  # device key -> (reference event, CPU ns)
+_iterations: List[tuple] = []  # (number, one in every, CPU ns at start, at end): iteration()
 
 
 def _tell_c() -> None:
@@ -74,6 +76,7 @@ def set_limit(n: int) -> int:
     else:
         if limit == 0:  # off -> on: a new timeline (once cut by the limit, it stays cut)
             _kept, _notes, _truncated = [], [], None
+            del _iterations[:]
             _refs.clear()
             _last.clear()
             events = _kept
@@ -143,11 +146,24 @@ def note(key: Any, inputs: Any, signature: Any = None, keep: Any = ()) -> None:
         _notes.append((tid, clock.cpu_now(), key, inputs))
 
 
+def iteration(i: int, every: int, t0: int, t1: int) -> None:
+    """A recorded iteration of the duty cycle (:mod:`.cycle`), number ``i``, recorded at
+    one in ``every``, from ``t0`` to ``t1`` (CPU clock): the trace draws it. The same number
+    again (its end taken back and found later) replaces it."""
+    if events is None:
+        return
+    if _iterations and _iterations[-1][0] == i:
+        _iterations[-1] = (i, every, t0, t1)
+    elif len(_iterations) < limit:
+        _iterations.append((i, every, t0, t1))
+
+
 def clear() -> None:
     """Forget what was recorded (``registry.reset()``); record again if it was on."""
     global events, _truncated
     del _kept[:]
     del _notes[:]
+    del _iterations[:]
     _truncated = None
     _refs.clear()
     _last.clear()
@@ -160,7 +176,8 @@ def snapshot() -> Dict[str, Any]:
     """What was recorded, as plain data: ``calls``, one tuple per call ``(name, path, scope,
     kind, phase, t0, t1, thread, link, gpu)`` (``gpu``: ``(start ns, end ns)`` on the CPU
     clock's axis, or None), with ``limit``, ``recording``, ``truncated`` (the CPU clock when
-    the limit stopped it, or None), ``notes`` (:func:`note`'s), the main thread's ident and
+    the limit stopped it, or None), ``notes`` (:func:`note`'s), ``iterations``
+    (:func:`iteration`'s: the duty cycle's recorded iterations), the main thread's ident and
     ``wall_offset_ns`` (add it to the CPU clock for nanoseconds since the epoch)."""
     calls = []
     for item in list(_kept):
@@ -176,6 +193,7 @@ def snapshot() -> Dict[str, Any]:
     return {
         "calls": calls,
         "notes": list(_notes),
+        "iterations": list(_iterations),
         "limit": limit,
         "recording": events is not None,
         "truncated": _truncated,

@@ -44,8 +44,9 @@ class Column:
 
     ``key``: the :class:`~.row.Row` field it shows, or the name its computed value has in
     JSON, CSV and pandas; ``header``: its title; ``kind``: how its value is written
-    (``count``, ``time`` in the table's unit, ``fraction`` as a percentage, ``slowest`` a
-    time and its rank, ``spread`` a ratio, ``number``); ``value``: how to compute it from a
+    (``count``, ``time`` in the table's unit, ``error`` a sampled row's standard error in
+    that unit, ``fraction`` as a percentage, ``slowest`` a time and its rank, ``spread`` a
+    ratio, ``number``); ``value``: how to compute it from a
     row, for a column no field holds; ``merged``: shown only for a summary merged over
     ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated.
     """
@@ -57,6 +58,7 @@ class Column:
     merged: bool = False
     estimated: bool = False
     doc: str = ""
+    sampled: bool = False
 
     def of(self, row: Row) -> Any:
         """This column's value for ``row``."""
@@ -74,6 +76,13 @@ COLUMNS: List[Column] = [
     Column("max", "Max", "time", doc="the longest timed call"),
     Column("std", "Std", "time", doc="the timed calls' standard deviation"),
     Column("fraction", "Frac.", "fraction", estimated=True, doc="total / grand total"),
+    Column(
+        "se",
+        "±SE",
+        "error",
+        sampled=True,
+        doc="a sampled run: the standard error of the scaled total",
+    ),
     Column("slowest", "Slowest", "slowest", merged=True, doc="the largest total of one rank"),
     Column(
         "spread",
@@ -104,10 +113,13 @@ def remove(key: str) -> Column:
     raise KeyError(key)
 
 
-def shown(merged: bool, spread: bool = True) -> List[Column]:
+def shown(merged: bool, spread: bool = True, sampled: bool = False) -> List[Column]:
     """The columns of a table: the merged-only ones for a summary merged over ranks (and
-    ``spread``: its Slowest and Spread, unless turned off)."""
-    return [c for c in COLUMNS if not c.merged or (merged and spread)]
+    ``spread``: its Slowest and Spread, unless turned off), the sampled-only ones for a
+    sampled run."""
+    return [
+        c for c in COLUMNS if (not c.merged or (merged and spread)) and (not c.sampled or sampled)
+    ]
 
 
 def derived() -> List[Column]:
@@ -152,9 +164,13 @@ def spread_text(row: Row, world_size: Optional[int]) -> str:
 def cell(column: Column, row: Row, scale: float, world_size: Optional[int] = None) -> str:
     """``column``'s cell of ``row`` as text, times in the unit of ``scale`` seconds."""
     value = column.of(row)
-    mark = "~" if column.estimated and row.estimated else ""
+    estimate = row.estimated or row.sampled
+    scaled = column.kind == "count" and row.sampled  # a count scaled to the whole run
+    mark = "~" if (column.estimated and estimate) or scaled else ""
     if column.kind == "count":
         return mark + str(value)
+    if column.kind == "error":
+        return f"{value / scale:.3f}" if row.sampled else ""
     if column.kind == "time":
         return "" if value is None else f"{mark}{value / scale:.3f}"
     if column.kind == "fraction":

@@ -12,7 +12,9 @@ spirit of ``torch.utils.benchmark.Compare``:
 - ``unchanged``: the change is within ``min_change`` of ``a`` even three standard errors out;
 - ``too noisy``: neither can be said (few calls, or a spread wider than the change).
 
-Means per call, not totals, are compared, so runs of different lengths compare. This module
+Means per call, not totals, are compared, so runs of different lengths compare, and so do
+a sampled run (the duty cycle) and a full one: a sampled row's standard error counts the
+calls it recorded, not the calls it is scaled to. This module
 imports nothing from the package above the row and table helpers.
 """
 
@@ -49,7 +51,8 @@ class DiffRow:
 
 
 def _timed(row: Any) -> int:
-    return row.count - row.estimated
+    """The calls of ``row`` that were timed: of those recorded, in a sampled run."""
+    return (row.sampled or row.count) - row.estimated
 
 
 def _verdict(a: Any, b: Any, min_change: float) -> Tuple[Optional[float], ...]:
@@ -143,6 +146,14 @@ class SummaryDiff:
             "errors; unchanged: within it even 3 standard errors out. "
             + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
         )
+        for side, summary in (("a", self.a), ("b", self.b)):
+            sampling = getattr(summary, "sampling", None)
+            if sampling:
+                lines.append(
+                    f"{side} is a sampled run ({sampling['recorded']} of "
+                    f"{sampling['iterations']} iterations recorded): its means and standard "
+                    "errors are of the calls it recorded."
+                )
         return "\n".join(lines)
 
     def __str__(self) -> str:

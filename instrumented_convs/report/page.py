@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import columns
+from .text import sampling_note
 
 __all__ = ["summary_page", "diff_page", "embed"]
 
@@ -51,10 +52,12 @@ def embed(data: Any) -> str:
 
 def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Dict[str, Any]:
     """One run's part of the page's data: its rows for the icicle, and its table as the text
-    table has it (:mod:`.columns`: the same columns, cells and unit, stated in the headers)."""
+    table has it (:mod:`.columns`: the same columns, cells and unit, stated in the headers;
+    a sampled run's standard errors too)."""
     scale = dict(columns.UNITS)[unit]
-    shown = columns.shown(world is not None)
-    headers = [c.header + (f" ({unit})" if c.kind in ("time", "slowest") else "") for c in shown]
+    shown = columns.shown(world is not None, sampled=any(r.sampled for r in rows))
+    timed = ("time", "slowest", "error")
+    headers = [c.header + (f" ({unit})" if c.kind in timed else "") for c in shown]
     return {
         "label": label,
         "unit": unit,
@@ -139,7 +142,7 @@ def summary_page(
         ],
         "ranks": _ranks(summary),
         "diff": None,
-        "note": note,
+        "note": " ".join(filter(None, [sampling_note(summary.sampling), note])),
     }
     return _document(title, data)
 

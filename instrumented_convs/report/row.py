@@ -57,6 +57,11 @@ class Row:
     cuda_calls: int = 0
     cuda_left: int = 0
     cuda_peak: int = 0
+    #: A sampled run (the duty cycle): the calls recorded of a row that ``count``, ``total``
+    #: and ``self_time`` scale to the whole run (0: every call was recorded), and the
+    #: standard error of ``total`` (0.0 when exact).
+    sampled: int = 0
+    se: float = 0.0
 
     @property
     def parent(self) -> Optional[str]:

@@ -22,12 +22,16 @@ _GroupKey = Tuple[Optional[str], str, str]
 _TOP: _GroupKey = (None, "", "")
 
 
-def _std_seconds(n: int, total: int, sumsq: int) -> float:
-    """Sample standard deviation in seconds from count, sum and sum of squares (ns)."""
+def _variance(n: int, total: float, sumsq: float) -> float:
+    """Sample variance (ns squared) from count, sum and sum of squares; 0 under two calls."""
     if n < 2:
         return 0.0
-    var = (sumsq - total * total / n) / (n - 1)
-    return math.sqrt(max(var, 0.0)) * 1e-9
+    return max((sumsq - total * total / n) / (n - 1), 0.0)
+
+
+def _std_seconds(n: int, total: int, sumsq: int) -> float:
+    """Sample standard deviation in seconds from count, sum and sum of squares (ns)."""
+    return math.sqrt(_variance(n, total, sumsq)) * 1e-9
 
 
 def check_by(by: str) -> None:
@@ -86,7 +90,12 @@ def _inclusive_counters(stats: Sequence[EntryStats]) -> List[Optional[tuple]]:
     return out
 
 
-def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str] = None) -> Summary:
+def summarize(
+    stats: Sequence[EntryStats],
+    by: str = "step",
+    unit: Optional[str] = None,
+    sampling: Optional[Dict[str, Any]] = None,
+) -> Summary:
     """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
 
     ``by="step"`` merges each step path across layer instances; ``by="layer"`` keeps one
@@ -95,10 +104,17 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     (the sum of the top-level rows), so they add up at every depth. Calls counted but not
     timed (backward sampling) are in the counts, and their time is estimated per entry
     (:func:`estimated_total`) before entries are merged; ``Row.estimated`` says how many.
+
+    A sampled run (the duty cycle; ``sampling``: what it says of itself, kept with the
+    summary): an entry of ``weight`` w stands for w times its calls, so its counts, times
+    and counters are scaled by w before entries are merged; ``Row.sampled`` says how many
+    calls were recorded so, and ``Row.se`` is the standard error of the scaled total (a
+    sample of 1/w of the iterations, without replacement, its calls taken as independent:
+    w²(1 - 1/w) calls s², s the calls' standard deviation).
     """
     check_by(by)
     layer = by == "layer"
-    totals = [estimated_total(s) for s in stats]
+    totals = [estimated_total(s) * s.weight for s in stats]
     child_total: List[float] = [0] * len(stats)
     for s, t in zip(stats, totals):
         if s.parent >= 0:
@@ -119,6 +135,10 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 scope=key[0],
                 phase=s.phase,
                 count=0,
+                calls=0.0,
+                recorded=0,
+                scaled=False,
+                var=0.0,
                 total=0,
                 timed=0,
                 sumsq=0,
@@ -148,7 +168,15 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         if s.count:
             g["min"] = s.min if g["min"] is None else min(g["min"], s.min)
             g["max"] = max(g["max"], s.max)
+        w = s.weight
         g["count"] += s.count
+        g["calls"] += (s.count + s.skipped) * w
+        g["recorded"] += s.count + s.skipped
+        if w != 1.0 and s.count + s.skipped:
+            g["scaled"] = True
+            g["var"] += (
+                w * w * (1 - 1 / w) * (s.count + s.skipped) * _variance(s.count, s.total, s.sumsq)
+            )
         g["total"] += totals[i]
         g["timed"] += s.total
         g["sumsq"] += s.sumsq
@@ -161,13 +189,13 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
         g["cuda_peak"] = max(g["cuda_peak"], s.cuda_peak)
         if counted[i] is not None:
             flops, read, written, ops, unknown, allocated = counted[i]
-            g["alloc_bytes"] += allocated
-            g["flops"] += flops
-            g["bytes_read"] += read
-            g["bytes_written"] += written
-            g["ops"] += ops
+            g["alloc_bytes"] += round(allocated * w)
+            g["flops"] += round(flops * w)
+            g["bytes_read"] += round(read * w)
+            g["bytes_written"] += round(written * w)
+            g["ops"] += round(ops * w)
             for op, n in unknown.items():
-                g["unknown"][op] = g["unknown"].get(op, 0) + n
+                g["unknown"][op] = g["unknown"].get(op, 0) + round(n * w)
 
     order: List[_GroupKey] = []
     todo = list(reversed(children_of[_TOP]))
@@ -181,8 +209,8 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
     for k in order:
         g = groups[k]
         n = g["count"]  # timed calls
-        calls = n + g["skipped"]
-        if calls == 0 and g["untimed"] == 0 and g["errors"] == 0:
+        calls = round(g["calls"])  # and those estimated, scaled to the whole run if sampled
+        if n + g["skipped"] == 0 and g["untimed"] == 0 and g["errors"] == 0:
             continue
         rows.append(
             Row(
@@ -194,7 +222,7 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 count=calls,
                 total=g["total"] * 1e-9,
                 self_time=g["self"] * 1e-9,
-                mean=(g["total"] / calls * 1e-9) if calls else 0.0,
+                mean=(g["total"] / g["calls"] * 1e-9) if g["calls"] else 0.0,
                 min=(g["min"] or 0) * 1e-9,
                 max=g["max"] * 1e-9,
                 std=_std_seconds(n, g["timed"], g["sumsq"]),
@@ -213,15 +241,18 @@ def summarize(stats: Sequence[EntryStats], by: str = "step", unit: Optional[str]
                 cuda_calls=g["cuda_calls"],
                 cuda_left=g["cuda_left"],
                 cuda_peak=g["cuda_peak"],
+                sampled=g["recorded"] if g["scaled"] else 0,
+                se=math.sqrt(g["var"]) * 1e-9,
             )
         )
-    return Summary(rows, unit=unit, by=by, total=grand * 1e-9)
+    return Summary(rows, unit=unit, by=by, total=grand * 1e-9, sampling=sampling)
 
 
 def merge_ranks(
     snapshots: Sequence[Sequence[EntryStats]],
     by: str = "step",
     unit: Optional[str] = None,
+    sampling: Optional[Dict[str, Any]] = None,
 ) -> Summary:
     """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``).
 
@@ -232,24 +263,27 @@ def merge_ranks(
     step, the slowest rank's total (and which rank), and the fastest total of a rank that
     recorded it (ranks whose calls of the step were all untimed are left out of these).
     ``by_rank()`` of the result gives each rank's own summary, whose rows carry
-    their ``rank``.
+    their ``rank``. A sampled run (``sampling``, rank 0's: every rank draws the same
+    iterations) is scaled rank by rank, and the standard errors of the ranks add up in
+    quadrature.
     """
     parts = []
     for rank, stats in enumerate(snapshots):
-        own = summarize(stats, by=by, unit=unit)
+        own = summarize(stats, by=by, unit=unit, sampling=sampling)
         parts.append(
             Summary(
                 [dataclasses.replace(r, rank=rank) for r in own.rows],
                 unit=unit,
                 by=by,
                 total=own.total,
+                sampling=sampling,
             )
         )
     combined: List[EntryStats] = []
     for stats in snapshots:
         offset = len(combined)
         combined.extend(s._replace(parent=s.parent + offset) if s.parent >= 0 else s for s in stats)
-    merged = summarize(combined, by=by, unit=unit)
+    merged = summarize(combined, by=by, unit=unit, sampling=sampling)
 
     seen: Dict[Tuple[Optional[str], str, str], List[Tuple[float, int]]] = {}
     for rank, part in enumerate(parts):
@@ -269,4 +303,4 @@ def merge_ranks(
                 fastest=min(t for t, _ in totals),
             )
         rows.append(r)
-    return Summary(rows, unit=unit, by=by, total=merged.total, per_rank=parts)
+    return Summary(rows, unit=unit, by=by, total=merged.total, per_rank=parts, sampling=sampling)

@@ -45,13 +45,15 @@ class Summary:
         by: str = "step",
         total: Optional[float] = None,
         per_rank: Optional[Sequence["Summary"]] = None,
+        sampling: Optional[Dict[str, Any]] = None,
     ) -> None:
         """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
 
         ``total`` (seconds) is what the fractions are shares of; it defaults to the
         sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
         ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
-        order (what :meth:`by_rank` returns).
+        order (what :meth:`by_rank` returns). ``sampling``: a sampled run's duty cycle, as
+        it describes itself (:attr:`sampling`).
         """
         if unit is not None and unit not in dict(UNITS):
             raise ValueError(f"unit must be one of {[u for u, _ in UNITS]}, not {unit!r}")
@@ -63,6 +65,12 @@ class Summary:
             total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
         )
         self._per_rank = None if per_rank is None else list(per_rank)
+        #: A sampled run (the duty cycle, ``configure(record_every=K)``): ``every`` (the
+        #: rate at the end), ``budget``, ``iteration`` (what delimits one), ``iterations``
+        #: and ``recorded`` (how many of them), ``first`` (always recorded), ``strata``
+        #: (per rate: ``every``, ``iterations``, ``recorded``; 0 is the exact part) and
+        #: ``why`` (the budget's reason); None for a run recorded in full.
+        self.sampling: Optional[Dict[str, Any]] = sampling
 
     # -- access ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Row]:
@@ -88,12 +96,13 @@ class Summary:
         """Same rows, unit, grouping, grand total and per-rank parts."""
         if not isinstance(other, Summary):
             return NotImplemented
-        return (self.rows, self.unit, self.by, self.total, self._per_rank) == (
+        return (self.rows, self.unit, self.by, self.total, self._per_rank, self.sampling) == (
             other.rows,
             other.unit,
             other.by,
             other.total,
             other._per_rank,
+            other.sampling,
         )
 
     @property
@@ -147,7 +156,14 @@ class Summary:
             if self._per_rank is None
             else [part.select(prefix, max_depth, phase) for part in self._per_rank]
         )
-        return Summary(rows, unit=self.unit, by=self.by, total=self.total, per_rank=parts)
+        return Summary(
+            rows,
+            unit=self.unit,
+            by=self.by,
+            total=self.total,
+            per_rank=parts,
+            sampling=self.sampling,
+        )
 
     # -- rendering --------------------------------------------------------------------------
     def table(
@@ -200,7 +216,8 @@ class Summary:
         """A JSON-ready dict: ``{"by", "unit", "total", "rows": [...]}``, each row its fields
         and the values of the columns no field holds (:mod:`.columns`).
 
-        A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict.
+        A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict;
+        a sampled run ``"sampling"`` (:attr:`sampling`).
         """
         data = {
             "by": self.by,
@@ -210,6 +227,8 @@ class Summary:
         }
         if self._per_rank is not None:
             data["per_rank"] = [part.to_dict() for part in self._per_rank]
+        if self.sampling is not None:
+            data["sampling"] = self.sampling
         return data
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -226,6 +245,7 @@ class Summary:
             by=data.get("by", "step"),
             total=data.get("total"),
             per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
+            sampling=data.get("sampling"),
         )
 
     @classmethod

@@ -11,7 +11,7 @@ shows at a glance), and the notes the rows call for.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..core.entry import BACKWARD_MARK
 from . import columns
@@ -29,6 +29,33 @@ def label(row: Any) -> str:
         + (BACKWARD_MARK if row.phase == "backward" else "")
         + (UPSTREAM_MARK if row.kind == "upstream" else "")
     )
+
+
+def sampling_note(sampling: Optional[Dict[str, Any]]) -> str:
+    """What a sampled run's table says of its duty cycle (empty for a run recorded in full):
+    how many iterations were recorded of how many, at which rate, what the marks mean, and
+    (under a budget) why the rate is what it is."""
+    if not sampling:
+        return ""
+    rates = [s for s in sampling.get("strata", ()) if s.get("every")]
+    every = ", then ".join(f"one in {s['every']}" for s in rates) or f"one in {sampling['every']}"
+    name = sampling.get("iteration") or "optimizer step"
+    what = (
+        "from one optimizer step to the next"
+        if name == "optimizer step"
+        else f"calls of the region {name!r}"
+    )
+    text = (
+        f"Sampled: {sampling['recorded']} of {sampling['iterations']} iterations "
+        f"({what}) recorded, {every} at random "
+        f"after the first {sampling['first']}; what ran before the first iteration ended or "
+        "outside iterations is recorded in full. Rows marked ~ are scaled to the whole run: "
+        "Count and times are estimates, ±SE the standard error of Total (calls taken as "
+        "independent); Min, Max and Std are of the recorded calls."
+    )
+    if sampling.get("budget") is not None:
+        text += f" Budget {100 * sampling['budget']:g}%: {sampling.get('why') or ''}."
+    return text
 
 
 class TableRenderer:
@@ -58,7 +85,9 @@ class TableRenderer:
         labels = [label(r) for r in rows]
         event_w = max([30] + [len(text) for text in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
-        shown = columns.shown(world is not None, self.spread)
+        shown = columns.shown(
+            world is not None, self.spread, sampled=getattr(summary, "sampling", None) is not None
+        )
         cols = [c.header for c in shown]
         cells: List[List[str]] = [[columns.cell(c, r, scale, world) for c in shown] for r in rows]
         widths = [max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(cols)]
@@ -92,8 +121,18 @@ class TableRenderer:
                 "Slowest: the largest total of one rank (r<rank>); Spread: slowest / fastest "
                 "rank's total, over the ranks that ran the step (k/n: only k of n ranks did)."
             )
+        note = sampling_note(getattr(summary, "sampling", None))
+        if note:
+            lines.append(note)
         sampled = [r for r in rows if r.estimated]
-        if sampled:
+        if sampled and note:
+            lines.append(
+                "~ also marks backward rows timed in part: in the recorded iterations the "
+                "first calls of each layer, then one in N at random "
+                "(configure(backward_every=N)); the others' time is the mean of those timed "
+                "at random."
+            )
+        elif sampled:
             calls = sum(r.count for r in sampled)
             timed = calls - sum(r.estimated for r in sampled)
             lines.append(

@@ -29,6 +29,7 @@ from ..core.entry import BACKWARD_MARK
 __all__ = ["Timeline", "write_trace", "read_trace", "merge_traces"]
 
 _GPU_TID = 1000  # tracks of devices come after the threads'
+_ITER_TID = 0  # the duty cycle's recorded iterations: above the threads
 
 
 class Timeline:
@@ -49,6 +50,9 @@ class Timeline:
         self._offset: int = snapshot["wall_offset_ns"]
         #: ``(thread, CPU ns, scope, inputs)``: what calls were given (``core.timeline.note``).
         self.notes: List[tuple] = list(snapshot.get("notes", ()))
+        #: ``(number, one in every, CPU ns at start, at end)``: the duty cycle's recorded
+        #: iterations (``core.timeline.iteration``), drawn on a track of their own.
+        self.iterations: List[tuple] = list(snapshot.get("iterations", ()))
 
     @property
     def truncated(self) -> bool:
@@ -104,6 +108,12 @@ class Timeline:
                 names[tid] = f"thread {thread}"
         if gpu:
             names[_GPU_TID] = "GPU (CUDA events of the same steps)"
+        for i, every, t0, t1 in self.iterations:
+            args = {"iteration": i, "recorded": "always" if every <= 1 else f"one in {every}"}
+            ev = {"ph": "X", "name": f"iteration {i}", "cat": "iteration", "pid": pid}
+            spans.append((t0 + off - base, t1 + off - base, dict(ev, tid=_ITER_TID, args=args)))
+        if self.iterations:
+            names[_ITER_TID] = "iterations recorded (duty cycle)"
         events = []
         for t0, t1, ev in _nest(spans + gpu, names):
             ev["ts"], ev["dur"] = round(t0 / 1e3, 3), round((t1 - t0) / 1e3, 3)
@@ -145,6 +155,8 @@ class Timeline:
                 }
             )
         other = {"calls": len(self.calls), "limit": self.limit, "truncated": self.truncated}
+        if self.iterations:
+            other["iterations"] = len(self.iterations)
         return {
             "traceEvents": meta + events + flows,
             "displayTimeUnit": "ms",

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ... import configure, registry
+from ... import configure, core, registry
 from ...report import RENDERERS, Peak, Run, render
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .peaks import add_peak_options, run_peak, view_peak
@@ -45,11 +45,17 @@ page.html (the run as a page: icicle, table, per-rank totals; works offline), an
 trace.json.gz, the timeline of every call (up to --trace-limit calls), a Chrome trace for
 ui.perfetto.dev or chrome://tracing.
 
+To leave it on for a long run, --record-every K records one training iteration in K (from one
+optimizer step to the next, drawn at random; the first few always) and runs the stock code in
+the others; --budget 0.01 chooses K to keep the added time under 1%. The table is scaled to
+the whole run (rows marked ~, with their standard error).
+
 Under torchrun (torchrun --nproc-per-node 2 -m instrumented_convs run train.py) every rank
 saves rank<N>.json and rank 0 writes the merged run.json; `{PROG} merge DIR` merges whatever
 ranks saved when one did not reach the end. Example:
 
   {PROG} run --warmup 5 train.py --epochs 50
+  {PROG} run --record-every 10 train.py --epochs 5000
   {PROG} view ic-runs/train-20261125-101500 --by layer
 """
 
@@ -83,6 +89,26 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     run.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="the table's time unit")
     run.add_argument("--no-backward", action="store_true", help="do not time backward steps")
     run.add_argument("--backward-every", type=int, metavar="N", help="time one layer backward in N")
+    cycle = run.add_mutually_exclusive_group()
+    cycle.add_argument(
+        "--record-every",
+        type=int,
+        metavar="K",
+        help="record one training iteration in K, drawn at random (the first few always), "
+        "and run the stock code in the others; the table is scaled to the whole run",
+    )
+    cycle.add_argument(
+        "--budget",
+        type=float,
+        metavar="B",
+        help="choose K as the run goes to keep the added time under B (0.01: 1%%)",
+    )
+    run.add_argument(
+        "--iteration",
+        metavar="NAME",
+        help="with --record-every/--budget: an iteration is a call of the script's "
+        "region(NAME), not an optimizer step",
+    )
     run.add_argument(
         "--trace-limit",
         type=int,
@@ -177,6 +203,12 @@ def run_main(args: argparse.Namespace) -> int:
         raise SystemExit("run: --backward-every takes a positive number")
     if args.trace_limit < 0:
         raise SystemExit("run: --trace-limit takes a number >= 0")
+    if args.record_every is not None and args.record_every < 1:
+        raise SystemExit("run: --record-every takes a positive number")
+    if args.budget is not None and not 0 < args.budget < 1:
+        raise SystemExit("run: --budget takes a fraction between 0 and 1 (0.01: 1%)")
+    if args.iteration is not None and args.record_every is None and args.budget is None:
+        raise SystemExit("run: --iteration names what --record-every or --budget draws")
     configure(
         backward=False if args.no_backward else None,
         backward_every=args.backward_every,
@@ -184,6 +216,8 @@ def run_main(args: argparse.Namespace) -> int:
         counters=True if args.counters else None,
     )
     hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup).install()
+    if args.record_every is not None or args.budget is not None:  # its hooks after run's
+        configure(record_every=args.record_every, budget=args.budget, iteration=args.iteration)
     try:
         outcome = run_target(args.target, list(args.args), module=args.module)
     finally:
@@ -216,6 +250,7 @@ def run_main(args: argparse.Namespace) -> int:
         "ended_by": outcome.how,
         "error": outcome.error,
         "settings": configure()._asdict(),
+        "sampling": core.duty_cycle(),
         "warmup": {"steps": args.warmup, "taken": hooks.steps},
         "only": _names(args.only),
         "exclude": _names(args.exclude),

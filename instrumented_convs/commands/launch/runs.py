@@ -129,7 +129,7 @@ def write_run(
     data = {"format": FORMAT, "version": VERSION, "kind": "run" if world is None else "rank"}
     data.update(meta, rank=rank, world_size=world, by=by, unit=unit)
     data["snapshots"] = [_snapshot(snapshot)]
-    summary = summarize(snapshot, by=by, unit=unit)
+    summary = summarize(snapshot, by=by, unit=unit, sampling=meta.get("sampling"))
     data["summary"] = summary.to_dict()
     path = folder / (RUN_FILE if world is None else f"rank{rank}.json")
     _write(path, data)
@@ -182,6 +182,19 @@ def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = Non
     meta.append(("device", f"{device.get('cuda') or device.get('cpu')} on {run.get('host')}"))
     settings = run.get("settings") or {}
     meta.append(("settings", ", ".join(f"{k}={v}" for k, v in settings.items())))
+    sampling = run.get("sampling")
+    if sampling:
+        meta.append(
+            (
+                "sampled",
+                f"{sampling['recorded']} of {sampling['iterations']} iterations recorded "
+                + (
+                    f"(budget {100 * sampling['budget']:g}%, one in {sampling['every']} at the end)"
+                    if sampling.get("budget") is not None
+                    else f"(one in {sampling['every']})"
+                ),
+            )
+        )
     if run.get("world_size"):
         missing = run.get("ranks_missing") or []
         meta.append(("ranks", f"{run['world_size']}" + (f", missing {missing}" if missing else "")))
@@ -216,10 +229,10 @@ def summary_of(
         if not 0 <= rank < len(snapshots) or rank in missing:
             have = [r for r in range(len(snapshots)) if r not in missing]
             raise ValueError(f"this run has the ranks {have}, not {rank}")
-        return summarize(snapshots[rank], by=by, unit=unit)
+        return summarize(snapshots[rank], by=by, unit=unit, sampling=run.get("sampling"))
     if run.get("kind") != "merged":
-        return summarize(snapshots[0], by=by, unit=unit)
-    return merge_ranks(snapshots, by=by, unit=unit)
+        return summarize(snapshots[0], by=by, unit=unit, sampling=run.get("sampling"))
+    return merge_ranks(snapshots, by=by, unit=unit, sampling=run.get("sampling"))
 
 
 def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[str, Any]:

@@ -29,6 +29,7 @@ typedef struct {
     char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
     long long seq0, t0, cpu0;  /* cpu0: a CUDA frame's CPU start, kept for the timeline */
     long long own;  /* the tool's own time (see _backward): the bottom's total, a frame's at its start */
+    long long opened;  /* the bottom's: steps opened on this thread (the duty cycle reads it) */
 } Frame;
 
 typedef struct {

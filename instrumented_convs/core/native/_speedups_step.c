@@ -72,6 +72,7 @@ static PyMemberDef Frame_members[] = {
     {"seq0", T_LONGLONG, offsetof(Frame, seq0), 0, NULL},
     {"cpu0", T_LONGLONG, offsetof(Frame, cpu0), 0, NULL},
     {"own", T_LONGLONG, offsetof(Frame, own), 0, NULL},
+    {"opened", T_LONGLONG, offsetof(Frame, opened), 0, NULL},
     {NULL},
 };
 #undef OBJ
@@ -205,6 +206,7 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see _backward */
     if (Py_TYPE(bottom) == &FrameType) {
         bottom->own += t0 - t_in;
+        bottom->opened++;
         frame->own = bottom->own;
     }
     result = Py_NewRef((PyObject *)self);

@@ -97,6 +97,7 @@ class PyStepBase:
         frame.start = t0 = clock.cpu_now()  # the clock last
         bottom = stack[0]
         bottom.own += t0 - t_in
+        bottom.opened += 1
         frame.own = bottom.own
         return self
 

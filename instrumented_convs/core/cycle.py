@@ -1,0 +1,482 @@
+"""The duty cycle: record whole training iterations, one in K, and run the stock code between.
+
+``configure(record_every=K)`` (or ``budget=0.01``) turns it on. An *iteration* runs from the
+end of one optimizer step to the end of the next (torch's global optimizer step hooks), or
+is a call of the region the user names (``configure(iteration="train_step")``: every
+outermost ``region("train_step")``). Each iteration is drawn at its start: recorded with
+probability 1/K from a counter-based generator of its own (a hash of a shared seed and the
+iteration number, so work every N iterations is not aliased, and every rank of a
+torch.distributed job draws the same iterations without talking), except the first
+:data:`FIRST`, always recorded. An iteration not drawn runs with
+:attr:`~.settings.Switches.drawn` False: every layer takes the disabled path, the stock code.
+
+What is recorded lands in a stratum of the registry (:class:`~.registry.Stratum`): the
+exact one for everything recorded in full (before the first optimizer step, the first
+iterations, whatever is outside named iterations), one per rate for the drawn iterations;
+a snapshot gives each entry its stratum's weight (iterations over recorded ones), which the
+report scales counts and totals by, with a standard error (``report.stats``).
+
+Optimizer steps: the iteration ends when the outermost optimizer step ends (an optimizer
+stepping another is one step). Steps with no differentiable op between them (several
+optimizers stepped together: ``opt_a.step(); opt_b.step()``) are one iteration: the
+autograd sequence number tells (a step given a closure, as LBFGS's, always does its own
+work). Gradient accumulation is one iteration by construction (one step).
+
+``budget=B``: K is chosen as the run goes, from the wall time of recorded iterations
+against unrecorded ones (medians of the last ones): the smallest K whose added time,
+(recorded / unrecorded - 1) / K, stays under B less what the cycle's own hooks take. It
+changes at the end of a recorded iteration, at most once in :data:`.budget.DECIDE_EVERY`
+iterations, only by more than a quarter and at most by half or double (noise moves one
+estimate; a run's few recorded iterations are a small sample);
+under torch.distributed every rank reaches those points at the same iterations and the
+ranks take the largest K of theirs (an all-reduce there), so they keep drawing alike.
+
+The switch is a plain attribute read by the layers' gate after ``torch.compile``'s tracing
+check (:func:`~.step.recording`), so a compiled model never guards on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, List, Optional
+
+from . import clock, timeline
+from . import stack as _stack
+from .anchor import seq_nr
+from .budget import Budget, agree
+from .registry import Stratum, registry
+from .settings import switches
+
+__all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule", "Iteration"]
+
+logger = logging.getLogger(__name__)
+_QUICK = object()  # the last boundary took the common path (see Cycle._post)
+
+#: Iterations always recorded (in full) before drawing starts: warm-up is seen as it is.
+FIRST = 3
+#: The seed of the draw, shared by every process (a torch.distributed job draws alike).
+SEED = 0x1C_5EED_0F_C0DE
+_MASK = (1 << 64) - 1
+
+
+def _unit(i: int, seed: int = SEED) -> float:
+    """A number in (0, 1], a splitmix64 hash of ``seed`` and ``i``."""
+    z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    z ^= z >> 31
+    return ((z >> 11) + 1) * 2.0**-53
+
+
+def gap(i: int, every: int, seed: int = SEED) -> int:
+    """How many iterations after iteration ``i`` the next one recorded at one in ``every``
+    comes: geometric (``1 + floor(log u / log(1 - 1/every))``, ``u`` the hash of ``seed``
+    and ``i``), so each iteration is recorded with probability 1/every, independently of
+    the others, and the cycle draws once per recorded iteration, not once per iteration."""
+    if every <= 1:
+        return 1
+    return 1 + int(math.log(_unit(i, seed)) / math.log1p(-1.0 / every))
+
+
+def schedule(every: int, n: int, start: int = 0, seed: int = SEED) -> List[int]:
+    """The iterations below ``n`` a cycle at one in ``every`` started at iteration ``start``
+    records (from 0: the first :data:`FIRST` always)."""
+    out = list(range(start, min(FIRST, n)))
+    i = max(start, FIRST - 1) if start < FIRST else start
+    nxt = i + gap(i, every, seed)
+    while nxt < n:
+        out.append(nxt)
+        nxt += gap(nxt, every, seed)
+    return out
+
+
+class Cycle:
+    """The duty cycle of this process (one instance, :data:`cycle`)."""
+
+    def __init__(self) -> None:
+        """Off: everything is recorded."""
+        self.every = 1  #: one iteration in ``every`` is recorded (1: the cycle is off)
+        self.budget: Optional[float] = None  #: the budget K is chosen for, if any
+        self.iteration: Optional[str] = None  #: the region that is an iteration, if named
+        self.i = 0  #: iterations begun before the current one (its number)
+        self.now = True  #: whether the current iteration is recorded
+        self.stratum: Optional[Stratum] = None  #: the stratum of the drawn iterations
+        #: What the last cycle was (``every``, ``budget``, ``iteration``, ``why``), kept
+        #: for the summary after it stops.
+        self.last: Optional[Dict[str, Any]] = None
+        self._budget: Optional[Budget] = None
+        self._kept: Optional[Budget] = None  # the last budget's, kept while stopped
+        self._handles: List[Any] = []
+        self._stepping: List[Any] = []  # optimizers whose step is under way (outermost first)
+        self._t0 = 0  # when the current iteration began (the CPU clock)
+        self._own = 0  # ns the cycle's hooks took of the current iteration
+        self._active0: tuple = ()  # what tells whether it did anything (see _active)
+        self._seq = -1  # the autograd sequence number when the last iteration ended
+        self._undo: Optional[tuple] = None  # how to take the last boundary back
+        self._in: Stratum = registry.strata[0]  # the stratum the current iteration counts in
+        self._open: Any = None  # a named iteration is under way
+        self._next = FIRST  # the next iteration (from FIRST on) that is recorded
+        self._gen = -1  # registry.generation when ``stratum`` was found (a reset: look again)
+
+    # -- switching on and off ---------------------------------------------------------------
+    @property
+    def on(self) -> bool:
+        """Whether the cycle draws iterations."""
+        return self.every > 1 or self.budget is not None
+
+    def start(
+        self, every: int = 1, budget: Optional[float] = None, iteration: Optional[str] = None
+    ) -> None:
+        """Draw iterations at one in ``every`` (or under ``budget``), delimited by optimizer
+        steps or by calls of the region ``iteration`` (see :func:`~.configure.configure`)."""
+        kept = self._budget if self._budget is not None else self._kept
+        self.stop()
+        if budget is not None:
+            if kept is not None and kept.budget == budget and kept.every:  # resumed: as it was
+                self._budget, every = kept, kept.every
+            else:
+                self._budget = Budget(budget)
+                every = 10
+        self.every, self.budget, self.iteration = every, budget, iteration
+        self._remember()
+        self.stratum = None
+        self._schedule(self.i)
+        if iteration is None:
+            from torch.optim.optimizer import (
+                register_optimizer_step_post_hook,
+                register_optimizer_step_pre_hook,
+            )
+
+            self._handles = [
+                register_optimizer_step_pre_hook(self._pre),
+                register_optimizer_step_post_hook(self._post),
+            ]
+            self._begin()
+
+    def stop(self) -> None:
+        """Record everything again, from now on (what was drawn stays as it was; the
+        iteration under way counts if it recorded anything)."""
+        for h in self._handles:
+            h.remove()
+        if self._handles and self.now:
+            self._settle()
+            s = self._in
+            s.iterations, s.recorded, s.open = s.iterations + s.open, s.recorded + s.open, 0
+        self._handles = []
+        self._stepping = []
+        self._undo = None
+        if self._budget is not None:  # what it learnt, for a cycle resumed with this budget
+            self._budget.every = self.every
+            self._kept = self._budget
+        self.every, self.budget, self._budget = 1, None, None
+        self.now = True
+        switches.drawn = True
+        switches.apply()
+        registry.use(registry.strata[0], _stack.thread_stack())
+
+    def _remember(self) -> None:
+        why = self._budget.why if self._budget is not None else ""
+        self.last = {
+            "every": self.every,
+            "budget": self.budget,
+            "iteration": self.iteration,
+            "why": why,
+        }
+
+    # -- iterations ---------------------------------------------------------------------------
+    def _target(self, i: int) -> Stratum:
+        if i < FIRST:
+            return registry.strata[0]
+        s = self.stratum
+        if s is None or s.every != self.every or self._gen != registry.generation:
+            same = [t for t in registry.strata[1:] if t.every == self.every]
+            s = self.stratum = same[-1] if same else registry.sampled(self.every)
+            self._gen = registry.generation
+        return s
+
+    def _schedule(self, i: int) -> None:
+        """Draw the next recorded iteration after iteration ``i`` (the first ones apart)."""
+        i = max(i, FIRST - 1)
+        self._next = i + gap(i, self.every)
+
+    @staticmethod
+    def _active() -> tuple:
+        """What changes when this thread opens a step or autograd records an op."""
+        return (_stack.thread_stack()[0].opened, seq_nr())
+
+    def _begin(self) -> None:
+        """Draw the iteration that begins now (number ``self.i``) and record it or not. A
+        recorded one counts as soon as it does anything (``Stratum.open``; see
+        :meth:`_settle`), an unrecorded one once it ends."""
+        i = self.i
+        target = self._in = self._target(i)
+        now = i < FIRST or i >= self._next
+        if now and i >= FIRST:
+            self._schedule(i)
+        self.now = now
+        switches.drawn = now
+        switches.apply()
+        if now:
+            target.open = 1
+            registry.use(target, _stack.thread_stack())
+            self._active0 = self._active()
+        self._own = 0
+        self._t0 = clock.cpu_now()
+
+    def _settle(self) -> None:
+        """Whether the recorded iteration under way counts yet: once it did anything (a
+        step, an autograd op), not while empty (the end of a loop, after its last step)."""
+        if self.now:
+            if self._in not in registry.strata:  # the registry was reset meanwhile
+                self._in = self._target(self.i)
+            self._in.open = 0 if self._active() == self._active0 else 1
+
+    def _end(self) -> None:
+        """The current iteration ends: count it, learn from its time, choose K."""
+        t1 = clock.cpu_now()
+        i, now, s = self.i, self.now, self._in
+        if i < 0:  # the end of the step the registry was reset in: iteration 0 begins
+            self.i = 0
+            return
+        if self._gen != registry.generation and i >= FIRST or s not in registry.strata:
+            s = self._in = self._target(i)  # the registry was reset meanwhile: count it there
+        s.open = 0
+        s.iterations += 1
+        if now:
+            s.recorded += 1
+            if timeline.events is not None:
+                timeline.iteration(i, self.every if i >= FIRST else 1, self._t0, t1)
+        b = self._budget
+        if b is not None and i >= FIRST:
+            b.add(now, t1 - self._t0)
+            b.own.append(self._own)
+            if now and b.ready(i):
+                self._choose(b, i)
+        self.i = i + 1
+
+    def _choose(self, b: Budget, i: int) -> None:
+        proposed = b.propose()
+        every = agree(min(max(proposed, self.every // 2, 1), self.every * 2))  # a step at most
+        if every != proposed:
+            b.why += f" (one in {every} for now: K moves by half or double at most)"
+        b.decided_at = i
+        if every != self.every and self.every * 0.8 <= every <= self.every * 1.25:
+            b.why += f" (one in {self.every} kept: within a quarter of it)"
+        elif every != self.every:
+            logger.info("instrumented_convs: recording one iteration in %d (%s)", every, b.why)
+            self.every = every
+            self._schedule(i)
+        self._remember()
+
+    # -- optimizer steps --------------------------------------------------------------------
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        stepping = self._stepping
+        if stepping:  # an optimizer stepping another, or one whose last step raised
+            return self._pre_nested(optimizer)
+        stepping.append(optimizer)
+        undo = self._undo
+        if undo is None:
+            return
+        self._undo = None
+        if self._budget is not None:
+            t_in = clock.cpu_now()
+        if seq_nr() == self._seq and (len(args) < 2 or args[1] is None):  # args[0]: the optimizer
+            if kwargs.get("closure") is None:  # a closure does its own work
+                self._take_back(undo)  # stepped together with the optimizer before it
+        if self._budget is not None:
+            self._own += clock.cpu_now() - t_in
+
+    def _pre_nested(self, optimizer: Any) -> None:
+        stepping = self._stepping
+        for k, opt in enumerate(stepping):
+            if opt is optimizer:  # its last step raised: forget what was under way
+                del stepping[k:]
+                break
+        stepping.append(optimizer)
+        if len(stepping) == 1:
+            self._undo = None
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        stepping = self._stepping
+        if not stepping or stepping[-1] is not optimizer:
+            return
+        stepping.pop()
+        if stepping:
+            return
+        i = self.i + 1
+        if self.now or i >= self._next or i < FIRST or self._gen != registry.generation:
+            return self._boundary()
+        # the common case: an unrecorded iteration ends, and the next is not recorded either
+        self._in.iterations += 1
+        self.i = i
+        self._undo = _QUICK
+        self._seq = seq_nr()
+        b = self._budget
+        if b is not None:  # its time, and what this hook took of it
+            t = clock.cpu_now()
+            b.unrecorded.append(t - self._t0)
+            b.own.append(self._own)
+            self._t0, self._own = t, 0
+
+    def _boundary(self) -> None:
+        """An iteration ends and the next begins (every case but the common one)."""
+        t_in = clock.cpu_now()
+        self._undo = (
+            self.i,
+            self.now,
+            self._t0,
+            self._active0,
+            self.stratum,
+            self._in,
+            registry.stratum,
+            self._next,
+        )
+        self._end()
+        self._begin()
+        self._seq = seq_nr()
+        self._own += clock.cpu_now() - t_in  # this hook's time: the new iteration's
+
+    def _take_back(self, undo: Any) -> None:
+        """Undo the last boundary: the step now under way belongs to the iteration before."""
+        if undo is _QUICK:
+            self.i -= 1
+            self._in.iterations -= 1
+            b = self._budget
+            if b is not None:  # its time was taken too soon
+                b.unrecorded.pop()
+                b.own.pop()
+            return
+        self._in.open = 0  # the iteration begun is not one
+        (
+            self.i,
+            self.now,
+            self._t0,
+            self._active0,
+            self.stratum,
+            self._in,
+            current,
+            self._next,
+        ) = undo
+        s = self._in  # the one before has not ended
+        s.iterations -= 1
+        if self.now:
+            s.recorded -= 1
+            s.open = 1
+        b = self._budget
+        if b is not None and self.i >= FIRST:  # its time was taken too soon
+            (b.recorded if self.now else b.unrecorded).pop()
+            b.own.pop()
+        switches.drawn = self.now
+        switches.apply()
+        registry.use(current, _stack.thread_stack())
+
+    # -- named iterations -------------------------------------------------------------------
+    def enter(self) -> bool:
+        """A named iteration begins (its region is entered): whether it is recorded."""
+        self._open = True
+        self._begin()
+        return self.now
+
+    def exit(self) -> None:
+        """The named iteration ends: what follows is recorded in full (exact)."""
+        self._end()
+        self._open = None
+        self.now = True
+        switches.drawn = True
+        switches.apply()
+        registry.use(registry.strata[0], _stack.thread_stack())
+
+    def restart(self) -> None:
+        """The registry was reset: number iterations from 0 again (the first ones are
+        recorded in full again); the iteration under way is iteration 0."""
+        self._kept = None
+        if self._budget is not None:
+            self._budget = Budget(self._budget.budget)
+        self._undo = None
+        self._schedule(0)
+        if not (self.on and self.iteration is None):
+            self.i = 0
+        elif self._stepping:  # reset inside an optimizer step (run's warm-up): 0 begins at its end
+            self.i = -1
+        else:
+            self.i = 0
+            self._begin()
+
+    # -- reading ------------------------------------------------------------------------------
+    def describe(self) -> Optional[Dict[str, Any]]:
+        """What a summary says of the cycle (None when it never drew since the registry was
+        reset): the rate, how many iterations were recorded of how many, the budget and
+        why the rate is what it is. Read it before the registry's snapshot: it settles
+        whether the recorded iteration under way counts yet."""
+        strata = registry.strata
+        if self._handles or self._open:
+            self._settle()
+        if len(strata) < 2 and not self.on or self.last is None:
+            return None
+        last = self.last
+        return {
+            "every": self.every if self.on else last["every"],
+            "budget": last["budget"],
+            "iteration": last["iteration"] or "optimizer step",
+            "iterations": sum(s.iterations + s.open for s in strata),
+            "recorded": sum(s.recorded + s.open for s in strata),
+            "first": FIRST,
+            "strata": [
+                {
+                    "every": s.every,
+                    "iterations": s.iterations + s.open,
+                    "recorded": s.recorded + s.open,
+                }
+                for s in strata
+            ],
+            "why": last["why"],
+        }
+
+
+#: The duty cycle of this process.
+cycle = Cycle()
+
+
+class Iteration:
+    """A call of the region named as the cycle's iteration (``configure(iteration=NAME)``):
+    :func:`~.step.region` returns one. Outermost, it draws an iteration and opens the region
+    (``step``) only when it is recorded; nested in one, it is part of that one."""
+
+    __slots__ = ("step", "outer", "opened")
+
+    def __init__(self, step: Any) -> None:
+        """The iteration around ``step`` (the region as it would be without the cycle)."""
+        self.step = step
+        self.outer = self.opened = False
+
+    def __enter__(self) -> "Iteration":
+        """Begin the iteration (outermost) and open its region if it is recorded."""
+        self.outer = cycle._open is None
+        recorded = cycle.enter() if self.outer else cycle.now
+        self.opened = recorded and switches.enabled
+        if self.opened:
+            self.step.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Close the region (if opened) and end the iteration (outermost)."""
+        try:
+            if self.opened:
+                self.step.__exit__(*exc)
+        finally:
+            if self.outer:
+                cycle.exit()
+
+    def __call__(self, fn: Any) -> Any:
+        """Decorate ``fn``: each call is an iteration (or part of the one under way)."""
+        import functools
+
+        step = self.step
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with Iteration(step):
+                return fn(*args, **kwargs)
+
+        return wrapper
