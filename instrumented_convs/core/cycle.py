@@ -3,11 +3,12 @@
 ``configure(record_every=K)`` (or ``budget=0.01``) turns it on. An *iteration* runs from the
 end of one optimizer step to the end of the next (torch's global optimizer step hooks), or
 is a call of the region the user names (``configure(iteration="train_step")``: every
-outermost ``region("train_step")``). Each iteration is drawn at its start: recorded with
-probability 1/K from a counter-based generator of its own (a hash of a shared seed and the
-iteration number, so work every N iterations is not aliased, and every rank of a
-torch.distributed job draws the same iterations without talking), except the first
-:data:`FIRST`, always recorded. An iteration not drawn runs with
+outermost ``region("train_step")``). Each iteration is recorded with probability 1/K,
+independently of the others, except the first :data:`FIRST`, always recorded: the gap to
+the next recorded iteration is drawn when one is recorded (:func:`gap`: geometric, from a
+hash of a shared seed and the iteration's number), so work every N iterations is not
+aliased, every rank of a torch.distributed job draws the same iterations without talking,
+and an unrecorded iteration costs no draw. An iteration not drawn runs with
 :attr:`~.settings.Switches.drawn` False: every layer takes the disabled path, the stock code.
 
 What is recorded lands in a stratum of the registry (:class:`~.registry.Stratum`): the

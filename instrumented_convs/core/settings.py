@@ -15,8 +15,6 @@ The environment variables are read once, at import:
 - ``INSTRUMENTED_CONVS_BACKWARD=0``: never time the backward of steps (see :mod:`.backward`).
 - ``INSTRUMENTED_CONVS_BACKWARD_EVERY=N``: how often the backward of a layer call is timed
   (see :func:`configure`; ``1``: every call).
-- ``INSTRUMENTED_CONVS_RECORD_EVERY=K``: record one training iteration in K (the duty
-  cycle, :mod:`.cycle`; ``configure(record_every=K)``).
 - ``INSTRUMENTED_CONVS_STATEMENTS=0``: a generic layer's own statements and the functions
   its forward calls are not steps (see :func:`configure`).
 
