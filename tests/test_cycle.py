@@ -20,6 +20,8 @@ from instrumented_convs.report import Summary
 
 from .helpers import ROOT, run_script, run_torchrun
 
+pytest.importorskip("torch_geometric")  # the models here are PyG's (DGL's beside them)
+
 
 def _graph(n: int = 40, e: int = 160, seed: int = 0) -> tuple:
     g = torch.Generator().manual_seed(seed)
