@@ -163,6 +163,10 @@ if command -v chromium >/dev/null 2>&1; then
     tests/scripts/plain_pyg.py --epochs 3 | tail -n 1
   "$viewer/bin/python" scripts/perfetto_check.py "$timeline/one/trace.json.gz" \
     --expect "main thread" --expect "plain_pyg.py ("
+  OMP_NUM_THREADS=1 "$main/bin/python" -m instrumented_convs run --quiet --record-every 2 \
+    -o "$timeline/cycle" tests/scripts/plain_pyg.py --epochs 12 | tail -n 1
+  "$viewer/bin/python" scripts/perfetto_check.py "$timeline/cycle/trace.json.gz" \
+    --expect "main thread" --expect "iterations recorded (duty cycle)"
   OMP_NUM_THREADS=1 timeout 300 "$main/bin/python" -W ignore::UserWarning -m torch.distributed.run \
     --standalone --nproc-per-node 2 -m instrumented_convs run --quiet -o "$timeline/ddp" \
     tests/scripts/plain_ddp.py | tail -n 1

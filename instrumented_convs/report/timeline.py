@@ -73,7 +73,8 @@ class Timeline:
         """
         pid = os.getpid() if pid is None else pid
         off = self._offset
-        first = min((c[5] for c in self.calls), default=0) + off
+        starts = [c[5] for c in self.calls] + [it[2] for it in self.iterations]
+        first = min(starts, default=0) + off
         base = first - first % 1_000_000_000
         tracks: Dict[int, int] = {}  # thread ident -> track id
         if self._main is not None:
