@@ -53,6 +53,8 @@ __all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule", "Iteration"]
 
 logger = logging.getLogger(__name__)
 _QUICK = object()  # the last boundary took the common path (see Cycle._post)
+#: What a boundary saves of the cycle (with the registry's current stratum) to take it back.
+_SAVED = ("i", "now", "_t0", "_active0", "stratum", "_in", "_next")
 
 #: Iterations always recorded (in full) before drawing starts: warm-up is seen as it is.
 FIRST = 3
@@ -323,16 +325,7 @@ class Cycle:
     def _boundary(self) -> None:
         """An iteration ends and the next begins (every case but the common one)."""
         t_in = clock.cpu_now()
-        self._undo = (
-            self.i,
-            self.now,
-            self._t0,
-            self._active0,
-            self.stratum,
-            self._in,
-            registry.stratum,
-            self._next,
-        )
+        self._undo = (registry.stratum, *[getattr(self, name) for name in _SAVED])
         self._end()
         self._begin()
         self._seq = seq_nr()
@@ -349,16 +342,9 @@ class Cycle:
                 b.own.pop()
             return
         self._in.open = 0  # the iteration begun is not one
-        (
-            self.i,
-            self.now,
-            self._t0,
-            self._active0,
-            self.stratum,
-            self._in,
-            current,
-            self._next,
-        ) = undo
+        current, *values = undo
+        for name, value in zip(_SAVED, values):
+            setattr(self, name, value)
         s = self._in  # the one before has not ended
         s.iterations -= 1
         if self.now:
