@@ -8,6 +8,7 @@ Fixtures (a clean registry per test, the ``clock`` fake clock) live in ``conftes
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,7 +61,8 @@ def run_script(
     (the folders over the main environment: torch-sparse, a PyG release) and
     ``DGLBACKEND=pytorch``, plus ``env``; ``cwd`` (default: the root) is where it runs.
     Returns the completed process (``.stdout``, ``.stderr``); a wrong exit status fails the
-    test with both streams in the message.
+    test with both streams in the message, led by the lines that say FAIL or name an error
+    (:func:`failing_lines`): a long output is cut in the middle where CI prints it.
     """
     full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
     flags = ["-W", warnings] if warnings else []
@@ -72,8 +74,36 @@ def run_script(
         text=True,
         timeout=timeout,
     )
-    assert proc.returncode == expect, proc.stdout + proc.stderr
+    if proc.returncode != expect:
+        text = proc.stdout + proc.stderr
+        lead = failing_lines(text)
+        pytest.fail(
+            f"exit status {proc.returncode}, expected {expect}"
+            + (f"; the lines that say what failed:\n{lead}" if lead else "")
+            + "\n-- the whole output --\n"
+            + text,
+            pytrace=False,
+        )
     return proc
+
+
+def failing_lines(text: str, limit: int = 40) -> str:
+    """The lines of ``text`` that report a failure, each with its indented continuation lines.
+
+    A line counts when it holds the word FAIL or FAILED, or ends a traceback (``SomethingError:``);
+    at most ``limit`` lines in all, in order.
+    """
+    lines, out, keep = text.splitlines(), [], False
+    for line in lines:
+        hit = re.search(r"\bFAIL(ED)?\b|^\w*(Error|Exception): ", line.strip()) is not None
+        if hit or (keep and line.startswith(" " * 8) and line.strip()):
+            out.append(line)
+            keep = True if hit else keep
+        else:
+            keep = False
+        if len(out) >= limit:
+            break
+    return "\n".join(out)
 
 
 def _family(pid: int) -> List[Tuple[int, bytes]]:

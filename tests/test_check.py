@@ -28,7 +28,7 @@ from instrumented_convs.commands.check import (
 from instrumented_convs.commands.check._cases import Case, cases
 from instrumented_convs.commands.check._profile import Event, label_times, read
 
-from .helpers import ROOT, run_script
+from .helpers import ROOT, failing_lines, run_script
 from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
 
 CUDA = torch.device("cuda", 0)
@@ -594,3 +594,17 @@ def test_environment_on_cuda_reads_the_device_or_fails_without_one(monkeypatch):
     line = next(x for x in environment.section(CUDA).lines if x.name == "device")
     assert line.status == FAIL
     registry.reset()
+
+
+def test_a_failed_command_leads_its_message_with_the_lines_that_failed():
+    out = (
+        "== 2. Accuracy\n  PASS    a step   1.0 us\n  FAIL    DGL GCN, cora   over the promise:\n"
+        "                          disabled 1.0\n  PASS    another\n"
+        "Traceback (most recent call last):\n  File x\nValueError: bad\n"
+    )
+    assert failing_lines(out) == (
+        "  FAIL    DGL GCN, cora   over the promise:\n                          disabled 1.0\n"
+        "ValueError: bad"
+    )
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)exit status 3, expected 0; the lines"):
+        run_script("-c", "print('  FAIL    x'); raise SystemExit(3)")

@@ -24,12 +24,13 @@ from ._report import FAIL, PASS, SKIPPED, Section
 __all__ = ["PROMISES", "verdict", "section"]
 
 #: What the docs promise, the defaults' epoch against stock's: README (CPU, 2026-11-26: the
-#: launch-bound proxy 6-17%, Cora's shape 2-4%) and docs/performance.md (arxiv's shape on the
+#: launch-bound proxy 6-17%, Cora's shape 3-8%: 1.04 was the median of what this check read,
+#: and it failed a quiet run) and docs/performance.md (arxiv's shape on the
 #: CPU; on a GPU what an H100 measured, 2026-11-26: Cora's shape 1.347 in two runs, arxiv's
 #: 1.036 and 1.040. The targets, 1.10 and 1.02, are not met: docs/performance.md, "GPU").
 PROMISES: Dict[Tuple[str, str], float] = {
     ("cpu", "launch-bound"): 1.17,
-    ("cpu", "cora"): 1.04,
+    ("cpu", "cora"): 1.06,
     ("cpu", "arxiv"): 1.02,
     ("cuda", "cora"): 1.35,
     ("cuda", "arxiv"): 1.04,
