@@ -23,6 +23,7 @@ knows nothing of summaries, so :data:`registry` reads the core's snapshot with t
 
 import typing as _t
 
+from .core import dynamo as _dynamo
 from .core import timeline as _timeline
 from .core.configure import Settings, configure
 from .core.cycle import cycle as _cycle
@@ -74,12 +75,15 @@ class _Registry:
         initialised process group it raises RuntimeError.
         """
         sampling = _cycle.describe()  # before the snapshot: it settles the weights
+        compiled = _dynamo.describe()
         if all_ranks:
             from .distributed import merged_summary
 
             stats = _store.snapshot()
-            return merged_summary(stats, by=by, unit=unit, group=group, sampling=sampling)
-        return _summarize(_store.snapshot(), by=by, unit=unit, sampling=sampling)
+            return merged_summary(
+                stats, by=by, unit=unit, group=group, sampling=sampling, compiled=compiled
+            )
+        return _summarize(_store.snapshot(), by=by, unit=unit, sampling=sampling, compiled=compiled)
 
     def timeline(self) -> _Timeline:
         """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while

@@ -55,12 +55,14 @@ def merged_summary(
     unit: Optional[str] = None,
     group: Any = None,
     sampling: Optional[Dict[str, Any]] = None,
+    compiled: Optional[Dict[str, Any]] = None,
 ) -> Summary:
     """The summary of every rank's ``snapshot``, merged (a collective over ``group``).
 
     Every rank of ``group`` (default: the default process group) must call it; every rank
     gets the same result. ``snapshot`` is this rank's ``registry.snapshot()``; ``sampling``
-    its duty cycle's description (every rank draws the same iterations: rank 0's is kept).
+    its duty cycle's description (every rank draws the same iterations: rank 0's is kept);
+    ``compiled`` what ran under ``torch.compile`` (rank 0's is kept).
     """
     check_by(by)  # before the collective: a bad argument costs no exchange
     dist = _dist()
@@ -69,9 +71,9 @@ def merged_summary(
     world = dist.get_world_size(group)
     mine = [tuple(entry) for entry in snapshot]  # plain tuples: nothing of ours is unpickled
     gathered: List[Any] = [None] * world
-    dist.all_gather_object(gathered, (EntryStats._fields, mine, sampling), group=group)
+    dist.all_gather_object(gathered, (EntryStats._fields, mine, sampling, compiled), group=group)
     snapshots = []
-    for rank, (fields, entries, _) in enumerate(gathered):
+    for rank, (fields, entries, *_) in enumerate(gathered):
         if tuple(fields) != EntryStats._fields:
             raise RuntimeError(
                 f"rank {rank} runs another version of instrumented_convs (its statistics have the "
@@ -80,4 +82,6 @@ def merged_summary(
                 "on every rank"
             )
         snapshots.append([EntryStats(*entry) for entry in entries])
-    return merge_ranks(snapshots, by=by, unit=unit, sampling=gathered[0][2])
+    return merge_ranks(
+        snapshots, by=by, unit=unit, sampling=gathered[0][2], compiled=gathered[0][3]
+    )

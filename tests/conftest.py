@@ -17,6 +17,7 @@ from typing import List, Optional
 import pytest
 
 import instrumented_convs as ic
+from instrumented_convs.core import dynamo
 from instrumented_convs.testing import FakeClock, cpu_clock, depth, open_steps
 
 from .helpers import outcome, train_losses  # noqa: F401  (re-exported)
@@ -46,15 +47,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
             item.add_marker(skip)
 
 
+def _forget_compiled() -> None:
+    """Forget what earlier tests compiled: our layers' trace notes and Dynamo's graph breaks
+    (both are the process's, kept across ``registry.reset()`` on purpose)."""
+    dynamo.forget()
+    try:
+        from torch._dynamo.utils import graph_break_reasons
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return
+    graph_break_reasons.clear()
+
+
 @pytest.fixture(autouse=True)
 def clean_state():
-    """Every test starts enabled, with an empty registry, NVTX and record_function on."""
+    """Every test starts enabled, with an empty registry, NVTX and record_function on, and
+    nothing noted of compiled code."""
     saved = ic.configure(enabled=True, nvtx=True, record_function=True)
     ic.registry.reset()
+    _forget_compiled()
     yield
     assert depth() == 0, f"a test left steps open on the main thread: {open_steps()}"
     saved.restore()
     ic.registry.reset()
+    _forget_compiled()
 
 
 @pytest.fixture

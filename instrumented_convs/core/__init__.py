@@ -11,8 +11,9 @@
 - storage: :mod:`.entry` (one step path's statistics, and :class:`~.entry.EntryStats`, the
   plain data of a snapshot), :mod:`.registry` (the tree of entries), :mod:`.timeline` (when
   each call ran); the counters (:mod:`.counters`, :mod:`.formulas`: FLOPs, bytes, memory);
-- :mod:`.cycle`: the duty cycle (which training iterations are recorded, and the strata
-  of the registry they are recorded in), :mod:`.budget`: the K a budget allows;
+- :mod:`.dynamo`: whether ``torch.compile`` is tracing; :mod:`.cycle`: the duty cycle
+  (which training iterations are recorded, and the strata of the registry they are
+  recorded in), :mod:`.budget`: the K a budget allows;
 - :mod:`.native`: the C fast path of steps, each C part beside the Python twin it mirrors.
 
 The layers (:mod:`instrumented_convs.layers`, ``pyg``, ``dgl``) use these modules directly.
@@ -24,7 +25,13 @@ package itself offers (:data:`__all__`, imported when first read):
 - ``timeline_recording()``: whether the timeline records; ``noted(key, signature)`` and
   ``note(key, inputs, signature, keep)``: what a call was given, for the timeline;
 - ``duty_cycle()``: what the duty cycle says of itself, for a summary (None while it never
-  drew an iteration).
+  drew an iteration);
+- ``compiling()``: whether Dynamo is tracing the caller (``torch.compile``), asked first by
+  every hook; ``skip_frame(fn)``: Dynamo compiles what ``fn`` calls, never ``fn``'s frame;
+  ``run_eagerly(fn)``: Dynamo leaves ``fn`` and all it calls alone; ``compiled()``: what
+  ran compiled, for a summary (None: nothing); ``owner``: ``owner.name`` names the compiled
+  call under way on this thread (its step), for what Dynamo traces during it;
+  ``listed(name, layers)``: a compiled model's conv layers, from its module tree.
 """
 
 from typing import Any
@@ -36,6 +43,12 @@ __all__ = [
     "noted",
     "note",
     "duty_cycle",
+    "compiling",
+    "skip_frame",
+    "run_eagerly",
+    "compiled",
+    "owner",
+    "listed",
 ]
 
 
@@ -52,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from .cycle import cycle
 
         value = cycle.describe
+    elif name in ("compiling", "skip_frame", "run_eagerly", "compiled", "owner", "listed"):
+        from . import dynamo
+
+        value = getattr(dynamo, "describe" if name == "compiled" else name)
     elif name in ("noted", "note"):
         from . import timeline
 

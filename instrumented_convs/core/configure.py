@@ -2,7 +2,8 @@
 
 ``configure`` sets the switches of :data:`.settings.switches` and starts or stops what a
 switch stands for, directly: an NVTX backend (:func:`.lifecycle.use_nvtx`), the timeline
-(:func:`.timeline.set_limit`), the counters (:func:`.counters.set_on`). It returns the
+(:func:`.timeline.set_limit`), the counters (:func:`.counters.set_on`), the duty cycle
+(:mod:`.cycle`) and the eager breakdown of compiled models (:mod:`.eager`). It returns the
 switches as they were, a :class:`Settings` that is also a context manager putting them
 back::
 
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple, Optional, Union
 
 from . import counters, lifecycle, timeline
 from .cycle import cycle
+from .eager import eager
 from .settings import nvtx_choice, switches
 
 __all__ = ["Settings", "configure"]
@@ -40,6 +42,7 @@ class Settings(NamedTuple):
     record_every: int = 1  #: the duty cycle records one iteration in this many (1: all)
     budget: Optional[float] = None  #: the duty cycle chooses ``record_every`` under it
     iteration: Optional[str] = None  #: the region that is an iteration (None: optimizer steps)
+    compiled: str = "compiled"  #: ``eager``: recorded iterations run compiled code eagerly
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -52,6 +55,7 @@ class Settings(NamedTuple):
         )
         s.apply()
         _cycle(self.record_every, self.budget, self.iteration)
+        eager.set(self.compiled == "eager", cycle.now)
         s.backward, s.backward_every = self.backward, self.backward_every
         s.every_before_counters = None
         _timeline(self.timeline)
@@ -80,6 +84,7 @@ def _current() -> Settings:
         cycle.every if cycle.budget is None else 1,
         cycle.budget,
         cycle.iteration,
+        "eager" if eager.asked else "compiled",
     )
 
 
@@ -121,6 +126,7 @@ def configure(
     record_every: Optional[int] = None,
     budget: Optional[float] = None,
     iteration: Optional[str] = None,
+    compiled: Optional[str] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -175,6 +181,13 @@ def configure(
       (the summary says what it chose and why); not with ``record_every``.
     - ``iteration="name"``: the region (``region("name")``, outermost calls) that is an
       iteration of the duty cycle, instead of optimizer steps.
+    - ``compiled="eager"``: the eager breakdown of ``torch.compile``'d models
+      (docs/compiled.md). Steps are not recorded inside compiled code; with this the duty
+      cycle's recorded iterations run it eagerly (``torch.compiler.set_stance
+      ("force_eager")``, torch 2.6+; elsewhere a warning, and nothing changes) and give the
+      steps, the others run compiled, and the summary puts an eager iteration's time
+      beside a compiled one's. Without a duty cycle it starts one at ``record_every=10``.
+      ``"compiled"`` (the default) turns it off.
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     """
@@ -196,6 +209,8 @@ def configure(
         raise ValueError(
             f"iteration names a region: a non-empty string without '/', not {iteration!r}"
         )
+    if compiled is not None and compiled not in ("compiled", "eager"):
+        raise ValueError(f"compiled must be 'compiled' or 'eager', not {compiled!r}")
     if backward_every is not None:
         if (
             isinstance(backward_every, bool)
@@ -238,4 +253,8 @@ def configure(
         if budget is None and record_every is None:
             budget = previous.budget
         _cycle(every if budget is None else 1, budget, iteration or previous.iteration)
+    if compiled is not None:
+        if compiled == "eager" and not cycle.on:
+            _cycle(10, None, cycle.iteration)  # the eager breakdown needs undrawn iterations
+        eager.set(compiled == "eager", cycle.now)
     return previous

@@ -46,6 +46,8 @@ from . import clock, timeline
 from . import stack as _stack
 from .anchor import seq_nr
 from .budget import Budget, agree
+from .dynamo import compiling
+from .eager import eager
 from .registry import Stratum, registry
 from .settings import switches
 
@@ -176,6 +178,7 @@ class Cycle:
         self.now = True
         switches.drawn = True
         switches.apply()
+        eager.drawn(False)
         registry.use(registry.strata[0], _stack.thread_stack())
 
     def _remember(self) -> None:
@@ -220,6 +223,7 @@ class Cycle:
         self.now = now
         switches.drawn = now
         switches.apply()
+        eager.drawn(now)
         if now:
             target.open = 1
             registry.use(target, _stack.thread_stack())
@@ -246,6 +250,7 @@ class Cycle:
             s = self._in = self._target(i)  # the registry was reset meanwhile: count it there
         s.open = 0
         s.iterations += 1
+        eager.ended(i, FIRST, now, t1 - self._t0)
         if now:
             s.recorded += 1
             if timeline.events is not None:
@@ -274,6 +279,8 @@ class Cycle:
 
     # -- optimizer steps --------------------------------------------------------------------
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if compiling():  # a compiled optimizer step: nothing of ours in its graph
+            return
         stepping = self._stepping
         if stepping:  # an optimizer stepping another, or one whose last step raised
             return self._pre_nested(optimizer)
@@ -301,6 +308,8 @@ class Cycle:
             self._undo = None
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if compiling():
+            return
         stepping = self._stepping
         if not stepping or stepping[-1] is not optimizer:
             return
@@ -309,6 +318,8 @@ class Cycle:
             return
         i = self.i + 1
         if self.now or i >= self._next or i < FIRST or self._gen != registry.generation:
+            return self._boundary()
+        if eager.on:  # it times every iteration
             return self._boundary()
         # the common case: an unrecorded iteration ends, and the next is not recorded either
         self._in.iterations += 1
@@ -342,6 +353,7 @@ class Cycle:
                 b.own.pop()
             return
         self._in.open = 0  # the iteration begun is not one
+        eager.take_back()
         current, *values = undo
         for name, value in zip(_SAVED, values):
             setattr(self, name, value)
@@ -356,6 +368,7 @@ class Cycle:
             b.own.pop()
         switches.drawn = self.now
         switches.apply()
+        eager.drawn(self.now)
         registry.use(current, _stack.thread_stack())
 
     # -- named iterations -------------------------------------------------------------------
@@ -372,12 +385,14 @@ class Cycle:
         self.now = True
         switches.drawn = True
         switches.apply()
+        eager.drawn(False)  # outside iterations: compiled code runs compiled
         registry.use(registry.strata[0], _stack.thread_stack())
 
     def restart(self) -> None:
         """The registry was reset: number iterations from 0 again (the first ones are
         recorded in full again); the iteration under way is iteration 0."""
         self._kept = None
+        eager.forget()
         if self._budget is not None:
             self._budget = Budget(self._budget.budget)
         self._undo = None
@@ -418,6 +433,7 @@ class Cycle:
                 for s in strata
             ],
             "why": last["why"],
+            "eager": eager.describe(),
         }
 
 

@@ -11,8 +11,8 @@ NVTX backends, first found wins:
 
 ``record_function`` labels are opened only while a torch profiler is recording: a full
 ``torch.profiler.record_function`` costs ~9 us, so the step asks a cheap boolean first and
-then uses the fast C++ handle. :func:`compiling_probe` finds this torch's cheapest "is
-Dynamo tracing?" test, during which steps do nothing.
+then uses the fast C++ handle. (Whether Dynamo is
+tracing, when steps do nothing, is :mod:`.dynamo`'s.)
 """
 
 from __future__ import annotations
@@ -210,31 +210,3 @@ def open_record_function(name: str) -> Any:
         handle = torch.profiler.record_function(name)
     handle.__enter__()
     return handle
-
-
-def compiling_probe() -> Callable[[], bool]:
-    """The cheapest "is Dynamo tracing this code?" function of this torch version.
-
-    Dynamo turns a call of one of its tracing-state functions into the constant ``True``
-    while tracing; eagerly they return ``False``. Steps return a no-op under tracing: Dynamo
-    cannot trace their bookkeeping (older versions fail with an internal error instead of
-    breaking the graph). ``torch.compiler.is_compiling`` is one Python frame less than
-    ``torch._dynamo.external_utils.is_compiling`` (which calls it on newer torch), so it is
-    taken where Dynamo folds it (its table of tracing-state functions says so).
-    """
-    try:
-        from torch._dynamo.external_utils import is_compiling
-    except ImportError:  # pragma: no cover - very old torch
-        fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-        return fn if fn is not None else (lambda: False)
-    newer = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    try:
-        from torch._dynamo.variables import torch as variables
-
-        table = variables.tracing_state_functions
-        folded = table() if callable(table) else table
-    except Exception:  # noqa: BLE001 - another layout: keep the long-standing one
-        folded = {}
-    if newer is not None and folded.get(newer) is True:
-        return newer
-    return is_compiling

@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import anchor, backward, clock, labels, lifecycle
+from . import anchor, backward, clock, dynamo, lifecycle
 from . import stack as _stack
 from .clock import device_index as _device_index
 from .clock import device_is_cuda as _device_is_cuda
@@ -61,7 +61,7 @@ _live = backward.live
 mark_outputs = anchor.mark_outputs
 
 
-_is_compiling = labels.compiling_probe()
+_is_compiling = dynamo.compiling
 
 
 def recording() -> bool:

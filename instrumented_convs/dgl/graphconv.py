@@ -45,6 +45,7 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
+from ..core.dynamo import compiling, traced
 from ..core.step import Step, recording
 from ..layers.guard import guard, warn_fallback
 from . import generic
@@ -266,6 +267,8 @@ class GraphConv(generic.Detailed, _StockGraphConv):
                 edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
         if not recording():
+            if compiling():  # torch.compile traces this forward: noted at trace time
+                traced(self)
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
@@ -285,6 +288,8 @@ class EdgeWeightNorm(generic.Detailed, _StockEdgeWeightNorm):
         """The stock forward with steps: positivity_check, init_weights, out_weight, in_weight,
         apply_edges."""
         if not recording():
+            if compiling():  # torch.compile traces this forward: noted at trace time
+                traced(self)
             return super().forward(graph, edge_weight)
         if not _EDGE_WEIGHT_NORM_OK:
             return self._ic_fallback.forward(self, graph, edge_weight)

@@ -35,6 +35,7 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
+from ..core.dynamo import compiling, traced
 from ..core.native import speedups
 from ..core.settings import switches
 from ..core.step import Step, mark_outputs, recording
@@ -199,6 +200,8 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not recording():
+            if compiling():  # torch.compile traces this forward: noted at trace time
+                traced(self)
             return stock_forward(self, *args, **kwargs)
         if switches.statements:
             run, ctx = own.fn or own.resolve(), calls

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import columns
+from .compiled import compiled_note
 from .text import sampling_note
 
 __all__ = ["summary_page", "diff_page", "embed"]
@@ -142,7 +143,9 @@ def summary_page(
         ],
         "ranks": _ranks(summary),
         "diff": None,
-        "note": " ".join(filter(None, [sampling_note(summary.sampling), note])),
+        "note": " ".join(
+            filter(None, [sampling_note(summary.sampling), compiled_note(summary), note])
+        ),
     }
     return _document(title, data)
 

@@ -95,6 +95,7 @@ def summarize(
     by: str = "step",
     unit: Optional[str] = None,
     sampling: Optional[Dict[str, Any]] = None,
+    compiled: Optional[Dict[str, Any]] = None,
 ) -> Summary:
     """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
 
@@ -110,7 +111,8 @@ def summarize(
     and counters are scaled by w before entries are merged; ``Row.sampled`` says how many
     calls were recorded so, and ``Row.se`` is the standard error of the scaled total (a
     sample of 1/w of the iterations, without replacement, its calls taken as independent:
-    w²(1 - 1/w) calls s², s the calls' standard deviation).
+    w²(1 - 1/w) calls s², s the calls' standard deviation). ``compiled``: what ran under
+    ``torch.compile`` (:attr:`Summary.compiled`), kept with the summary.
     """
     check_by(by)
     layer = by == "layer"
@@ -245,7 +247,7 @@ def summarize(
                 se=math.sqrt(g["var"]) * 1e-9,
             )
         )
-    return Summary(rows, unit=unit, by=by, total=grand * 1e-9, sampling=sampling)
+    return Summary(rows, unit=unit, by=by, total=grand * 1e-9, sampling=sampling, compiled=compiled)
 
 
 def merge_ranks(
@@ -253,6 +255,7 @@ def merge_ranks(
     by: str = "step",
     unit: Optional[str] = None,
     sampling: Optional[Dict[str, Any]] = None,
+    compiled: Optional[Dict[str, Any]] = None,
 ) -> Summary:
     """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``).
 
@@ -265,7 +268,7 @@ def merge_ranks(
     ``by_rank()`` of the result gives each rank's own summary, whose rows carry
     their ``rank``. A sampled run (``sampling``, rank 0's: every rank draws the same
     iterations) is scaled rank by rank, and the standard errors of the ranks add up in
-    quadrature.
+    quadrature. ``compiled``: rank 0's, kept with the summary.
     """
     parts = []
     for rank, stats in enumerate(snapshots):
@@ -303,4 +306,12 @@ def merge_ranks(
                 fastest=min(t for t, _ in totals),
             )
         rows.append(r)
-    return Summary(rows, unit=unit, by=by, total=merged.total, per_rank=parts, sampling=sampling)
+    return Summary(
+        rows,
+        unit=unit,
+        by=by,
+        total=merged.total,
+        per_rank=parts,
+        sampling=sampling,
+        compiled=compiled,
+    )

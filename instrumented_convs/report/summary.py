@@ -46,6 +46,7 @@ class Summary:
         total: Optional[float] = None,
         per_rank: Optional[Sequence["Summary"]] = None,
         sampling: Optional[Dict[str, Any]] = None,
+        compiled: Optional[Dict[str, Any]] = None,
     ) -> None:
         """Wrap ``rows`` (tree order); ``unit`` forces the table's time unit.
 
@@ -53,7 +54,8 @@ class Summary:
         sum of the top-level rows, and a :meth:`select`-ed part keeps its parent's.
         ``per_rank`` makes this a summary merged over ranks: one summary per rank, in rank
         order (what :meth:`by_rank` returns). ``sampling``: a sampled run's duty cycle, as
-        it describes itself (:attr:`sampling`).
+        it describes itself (:attr:`sampling`); ``compiled``: what ran compiled
+        (:attr:`compiled`).
         """
         if unit is not None and unit not in dict(UNITS):
             raise ValueError(f"unit must be one of {[u for u, _ in UNITS]}, not {unit!r}")
@@ -71,6 +73,11 @@ class Summary:
         #: (per rate: ``every``, ``iterations``, ``recorded``; 0 is the exact part) and
         #: ``why`` (the budget's reason); None for a run recorded in full.
         self.sampling: Optional[Dict[str, Any]] = sampling
+        #: What ran under ``torch.compile`` (``core.dynamo.describe``; None: nothing):
+        #: ``owners`` (per compiled call's step path, its layers and their calls per call)
+        #: and ``breaks`` (graph breaks, attributed to conv layers); see
+        #: :mod:`.compiled`.
+        self.compiled: Optional[Dict[str, Any]] = compiled
 
     # -- access ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Row]:
@@ -96,14 +103,9 @@ class Summary:
         """Same rows, unit, grouping, grand total and per-rank parts."""
         if not isinstance(other, Summary):
             return NotImplemented
-        return (self.rows, self.unit, self.by, self.total, self._per_rank, self.sampling) == (
-            other.rows,
-            other.unit,
-            other.by,
-            other.total,
-            other._per_rank,
-            other.sampling,
-        )
+        mine = (self.rows, self.unit, self.by, self.total, self._per_rank, self.sampling)
+        theirs = (other.rows, other.unit, other.by, other.total, other._per_rank, other.sampling)
+        return mine == theirs and self.compiled == other.compiled
 
     @property
     def world_size(self) -> Optional[int]:
@@ -163,6 +165,7 @@ class Summary:
             total=self.total,
             per_rank=parts,
             sampling=self.sampling,
+            compiled=self.compiled,
         )
 
     # -- rendering --------------------------------------------------------------------------
@@ -217,7 +220,7 @@ class Summary:
         and the values of the columns no field holds (:mod:`.columns`).
 
         A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict;
-        a sampled run ``"sampling"`` (:attr:`sampling`).
+        a sampled run ``"sampling"`` (:attr:`sampling`), a compiled one ``"compiled"``.
         """
         data = {
             "by": self.by,
@@ -229,6 +232,8 @@ class Summary:
             data["per_rank"] = [part.to_dict() for part in self._per_rank]
         if self.sampling is not None:
             data["sampling"] = self.sampling
+        if self.compiled is not None:
+            data["compiled"] = self.compiled
         return data
 
     def to_json(self, indent: Optional[int] = 2) -> str:
@@ -246,6 +251,7 @@ class Summary:
             total=data.get("total"),
             per_rank=None if parts is None else [cls.from_dict(p) for p in parts],
             sampling=data.get("sampling"),
+            compiled=data.get("compiled"),
         )
 
     @classmethod

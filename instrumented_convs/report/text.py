@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from ..core.entry import BACKWARD_MARK
 from . import columns
+from .compiled import compiled_note
 
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
 UPSTREAM_MARK = " (upstream code)"
@@ -55,7 +56,30 @@ def sampling_note(sampling: Optional[Dict[str, Any]]) -> str:
     )
     if sampling.get("budget") is not None:
         text += f" Budget {100 * sampling['budget']:g}%: {sampling.get('why') or ''}."
+    eager = sampling.get("eager")
+    if eager:
+        text += " " + eager_note(eager)
     return text
+
+
+def eager_note(eager: Dict[str, Any]) -> str:
+    """What the eager breakdown of compiled models says (``configure(compiled="eager")``)."""
+    if not eager.get("available"):
+        return (
+            "compiled='eager' was asked, but this torch has no torch.compiler.set_stance "
+            "(2.6+): compiled code ran compiled, its layers not broken down."
+        )
+
+    def one(part: Dict[str, Any], name: str) -> str:
+        ms = part.get("ms")
+        return f"{name} {'?' if ms is None else f'{ms:.3g}'} ms ({part['iterations']})"
+
+    return (
+        "Compiled code ran eagerly in the recorded iterations (compiled='eager'): an "
+        f"iteration took {one(eager['compiled'], 'compiled')}, "
+        f"{one(eager['eager'], 'eager')} (medians, of how many iterations; the first ones "
+        "left out); the steps are the eager iterations'."
+    )
 
 
 class TableRenderer:
@@ -121,6 +145,9 @@ class TableRenderer:
                 "Slowest: the largest total of one rank (r<rank>); Spread: slowest / fastest "
                 "rank's total, over the ranks that ran the step (k/n: only k of n ranks did)."
             )
+        compiled = compiled_note(summary)
+        if compiled:
+            lines.append(compiled)
         note = sampling_note(getattr(summary, "sampling", None))
         if note:
             lines.append(note)

@@ -50,6 +50,11 @@ optimizer step to the next, drawn at random; the first few always) and runs the 
 the others; --budget 0.01 chooses K to keep the added time under 1%. The table is scaled to
 the whole run (rows marked ~, with their standard error).
 
+A torch.compile'd model or function is a step of its own, "compiled NAME", timed from the
+eager code around it, forward and backward; the conv layers inside are listed under the table
+as run compiled, with their calls, and graph breaks are attributed to the layer that caused
+them. --eager-breakdown runs the recorded iterations eagerly to give their steps.
+
 Under torchrun (torchrun --nproc-per-node 2 -m instrumented_convs run train.py) every rank
 saves rank<N>.json and rank 0 writes the merged run.json; `{PROG} merge DIR` merges whatever
 ranks saved when one did not reach the end. Example:
@@ -108,6 +113,13 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         metavar="NAME",
         help="with --record-every/--budget: an iteration is a call of the script's "
         "region(NAME), not an optimizer step",
+    )
+    run.add_argument(
+        "--eager-breakdown",
+        action="store_true",
+        help="torch.compile'd models: run the recorded iterations eagerly to record their "
+        "steps, the others compiled (with --record-every K; else one in 10); the table "
+        "says an eager iteration's time and a compiled one's (torch 2.6+)",
     )
     run.add_argument(
         "--trace-limit",
@@ -218,6 +230,8 @@ def run_main(args: argparse.Namespace) -> int:
     hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup).install()
     if args.record_every is not None or args.budget is not None:  # its hooks after run's
         configure(record_every=args.record_every, budget=args.budget, iteration=args.iteration)
+    if args.eager_breakdown:
+        configure(compiled="eager")
     try:
         outcome = run_target(args.target, list(args.args), module=args.module)
     finally:
@@ -251,6 +265,7 @@ def run_main(args: argparse.Namespace) -> int:
         "error": outcome.error,
         "settings": configure()._asdict(),
         "sampling": core.duty_cycle(),
+        "compiled": core.compiled(),
         "warmup": {"steps": args.warmup, "taken": hooks.steps},
         "only": _names(args.only),
         "exclude": _names(args.exclude),

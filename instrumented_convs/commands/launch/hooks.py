@@ -30,12 +30,12 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Set
 
 import torch
 
-from ... import core, instrument, registry
-from ...layers import InstrumentedLayer, Step, recording
+from ... import configure, core, instrument, registry
+from ...layers import InstrumentedLayer, Step, mark_outputs, recording
 from . import loaders
 from .inputs import note_inputs
 
-__all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA"]
+__all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA", "COMPILED"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,16 @@ NO_GRAD = "forward (no grad)"
 BACKWARD = "backward"
 OPTIMIZER = "optimizer.step"
 DATA = "data"
+COMPILED = "compiled"  #: the prefix of a compiled model's or function's step
+
+
+def _optimized_module() -> Optional[type]:
+    """The class of what ``torch.compile(model)`` returns (None in a torch without it)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return None
+    return OptimizedModule
 
 
 class _Local(threading.local):
@@ -95,6 +105,7 @@ class Hooks:
             for n in (FORWARD, NO_GRAD, BACKWARD, OPTIMIZER)
         }
         self._data = Step(DATA, None, "cpu", "region")
+        self._compiled: Dict[int, Step] = {}  # id of a compiled model or function -> its step
         self._finder: Optional[Any] = None
         self._lock = threading.Lock()
 
@@ -102,6 +113,7 @@ class Hooks:
     def install(self) -> "Hooks":
         """Put every hook in place (see the module docstring); returns ``self``."""
         self._wrap_module_call()
+        self._wrap_compile()
         self._wrap_backward()
         self._hook_optimizers()
         self._finder = loaders.install(self._data, self._tls, self._undo)
@@ -129,13 +141,49 @@ class Hooks:
         tls, seen, adopt = self._tls, self._seen, self._adopt
         forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
         grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
-        noting = self.inputs
+        noting, compiling = self.inputs, core.compiling
+        compiled_type, compiled_steps, owner = _optimized_module(), self._compiled, core.owner
+        graph_module = torch.fx.GraphModule
+
+        def compiled_call(
+            module: torch.nn.Module, args: tuple, kwargs: Dict[str, Any], timed: bool = True
+        ) -> Any:
+            """A call of ``torch.compile(model)``: a step of its own (``compiled NAME``),
+            forward and backward, timed from here, the eager code around it (``timed``);
+            Dynamo's traces of our layers during the call are noted as its own."""
+            step = compiled_steps.get(id(module))
+            if step is None:
+                name = f"{COMPILED} {type(_unwrap(module)).__name__}"
+                step = compiled_steps[id(module)] = Step(name, None, None, "step")
+            before, owner.name = owner.name, step.name
+            try:
+                if not timed:
+                    return call(module, *args, **kwargs)
+                with step:
+                    return mark_outputs(call(module, *args, **kwargs))
+            finally:
+                owner.name = before
+
+        def note_layer(module: InstrumentedLayer, args: tuple, kwargs: Dict[str, Any]) -> None:
+            if core.timeline_recording():
+                note_inputs((module.scope,), args, kwargs)  # for the trace
+
+        # It runs eagerly inside a compiled model's call (a conv layer compiled alone): its
+        # frames are neither compiled nor offered to Dynamo.
+        note_layer = core.run_eagerly(note_layer)
 
         @functools.wraps(call)
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if tls.depth or not recording():
-                if noting and core.timeline_recording() and isinstance(module, InstrumentedLayer):
-                    note_inputs((module.scope,), args, kwargs)  # for the trace
+            if compiling():  # Dynamo inlines this into a graph: nothing of ours in it
+                return call(module, *args, **kwargs)
+            if tls.depth or not recording() or isinstance(module, graph_module):
+                # (a GraphModule: compiled code a backend runs, not a model of the script)
+                if noting and isinstance(module, InstrumentedLayer):  # (no call: no frame)
+                    note_layer(module, args, kwargs)
+                elif type(module) is compiled_type:  # a compiled model, not recorded now
+                    if tls.depth and recording():  # (or inside an eager model: recorded)
+                        return compiled_call(module, args, kwargs)
+                    return compiled_call(module, args, kwargs, timed=False)
                 return call(module, *args, **kwargs)
             if id(module) not in seen:
                 adopt(module)
@@ -149,16 +197,63 @@ class Hooks:
                     else:
                         note_inputs((region,), args, kwargs)
                 with (forward if training else no_grad)[cuda()]:
+                    if type(module) is compiled_type:
+                        return compiled_call(module, args, kwargs)
                     return call(module, *args, **kwargs)
             finally:
                 tls.depth = 0
 
+        # torch.compile(model) compiles the frame of model.__call__, this one: skipped, Dynamo
+        # compiles the frame it calls (Module.__call__'s own), as without run.
+        core.skip_frame(__call__)
         cls.__call__ = __call__  # type: ignore[method-assign]
         self._undo.append(lambda: setattr(cls, "__call__", call))
 
+    def _wrap_compile(self) -> None:
+        """``torch.compile(fn)`` of a function (a training step): its calls a step of their
+        own, ``compiled NAME``, as a compiled model's are (the model: see ``__call__``)."""
+        compile_ = getattr(torch, "compile", None)
+        if compile_ is None:  # pragma: no cover - a torch without it
+            return
+        compiled_steps, compiling, owner = self._compiled, core.compiling, core.owner
+
+        @functools.wraps(compile_)
+        def wrapped(model: Any = None, **kwargs: Any) -> Any:
+            if model is None:  # @torch.compile(mode=...): the decorator
+                return lambda fn: wrapped(fn, **kwargs)
+            out = compile_(model, **kwargs)
+            if isinstance(model, torch.nn.Module) or not callable(out):
+                return out  # a model: its calls are timed by __call__
+            name = f"{COMPILED} {getattr(model, '__name__', type(model).__name__)}"
+            step = Step(name, None, None, "step")
+
+            @functools.wraps(out)
+            def call(*args: Any, **kw: Any) -> Any:
+                if compiling():
+                    return out(*args, **kw)
+                before, owner.name = owner.name, step.name
+                try:
+                    if not recording():
+                        return out(*args, **kw)
+                    with step:
+                        return mark_outputs(out(*args, **kw))
+                finally:
+                    owner.name = before
+
+            compiled_steps[id(call)] = step
+            return call
+
+        torch.compile = wrapped  # type: ignore[assignment]
+        self._undo.append(lambda: setattr(torch, "compile", compile_))
+
     def _adopt(self, model: torch.nn.Module) -> None:
-        """Instrument ``model``'s conv layers and name them, once per model."""
+        """Instrument ``model``'s conv layers and name them, once per model; a compiled
+        model's only for the eager breakdown (instrumenting changes the classes Dynamo
+        traces: its frames and graph breaks), else its conv layers are listed as such."""
         with self._lock:
+            if type(model) is _optimized_module() and configure().compiled != "eager":
+                self._list_compiled(model)
+                return
             target = _unwrap(model)
             instrument(target, name=False, only=self.only, exclude=self.exclude)
             for path, module in target.named_modules():
@@ -174,24 +269,60 @@ class Hooks:
                 key = id(module)
                 seen[key] = weakref.ref(module, lambda _, key=key: seen.pop(key, None))
 
+    def _list_compiled(self, model: torch.nn.Module) -> None:
+        """Note the conv layers of a compiled model, left as they are (see :meth:`_adopt`)."""
+        target = _unwrap(model)
+        layers = {}
+        for path, module in target.named_modules():
+            if isinstance(module, InstrumentedLayer):  # ours note themselves when traced
+                stock = type(module)._ic_stock.__name__
+                self.built.add(stock)
+                if path and module.scope.startswith(stock + "#"):  # not named by the user
+                    module.scope = path
+            elif type(module).__module__.startswith(("torch_geometric.nn.conv", "dgl.nn")):
+                self.built.add(type(module).__name__)
+                layers[path] = type(module).__name__
+        core.listed(f"{COMPILED} {type(target).__name__}", layers)
+        seen = self._seen
+        for module in model.modules():
+            key = id(module)
+            seen[key] = weakref.ref(module, lambda _, key=key: seen.pop(key, None))
+
     # -- backward and optimizer steps -------------------------------------------------------
     def _wrap_backward(self) -> None:
         autograd = torch.autograd
         backward = autograd.backward
         tls, regions, cuda = self._tls, self._regions[BACKWARD], torch.cuda.is_initialized
+        compiling = core.compiling
+
+        @core.run_eagerly
+        def begin() -> Any:  # (Dynamo is offered none of the region's frames)
+            tls.backward = 1
+            region = regions[cuda()]
+            region.__enter__()
+            return region
+
+        @core.run_eagerly
+        def end(region: Any, exc: Any) -> None:
+            tls.backward = 0
+            region.__exit__(*exc)
 
         @functools.wraps(backward)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if tls.backward or not recording():
+            if compiling() or tls.backward or not recording():
                 return backward(*args, **kwargs)
-            tls.backward = 1
+            region = begin()
             try:
-                with regions[cuda()]:
-                    return backward(*args, **kwargs)
-            finally:
-                tls.backward = 0
+                out = backward(*args, **kwargs)
+            except BaseException:
+                end(region, sys.exc_info())
+                raise
+            end(region, (None, None, None))
+            return out
 
-        autograd.backward = wrapped  # Tensor.backward looks it up at each call
+        # Eager code after a graph break calls it (a compiled training step's backward):
+        # Dynamo would compile this frame; skipped, it runs torch's as without run.
+        autograd.backward = core.skip_frame(wrapped)  # Tensor.backward looks it up each call
         self._undo.append(lambda: setattr(autograd, "backward", backward))
 
     def _hook_optimizers(self) -> None:
@@ -201,8 +332,11 @@ class Hooks:
         )
 
         tls, regions, cuda = self._tls, self._regions[OPTIMIZER], torch.cuda.is_initialized
+        compiling = core.compiling
 
         def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if compiling():  # a compiled optimizer step: its region is the eager code around
+                return
             pending = tls.optimizers
             for i, (opt, _) in enumerate(pending):
                 if opt is optimizer:  # its last step raised: those regions never ended
@@ -219,6 +353,8 @@ class Hooks:
                 pending.append((optimizer, region))
 
         def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if compiling():
+                return
             pending = tls.optimizers
             if not pending or pending[-1][0] is not optimizer:
                 return

@@ -17,6 +17,7 @@ import logging
 import sys
 from typing import Any, Callable, Collection, List
 
+from ... import core
 from ...layers import Step, recording
 
 __all__ = ["LOADERS", "install"]
@@ -61,9 +62,11 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 def _wrap_next(cls: type, region: Step, tls: Any, undo: List[Callable[[], None]]) -> None:
     orig = vars(cls)["__next__"]
 
+    compiling = core.compiling
+
     @functools.wraps(orig)
     def __next__(it: Any) -> Any:
-        if tls.data or not recording():
+        if compiling() or tls.data or not recording():
             return orig(it)
         tls.data = 1
         region.__enter__()

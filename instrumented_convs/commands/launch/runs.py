@@ -129,7 +129,9 @@ def write_run(
     data = {"format": FORMAT, "version": VERSION, "kind": "run" if world is None else "rank"}
     data.update(meta, rank=rank, world_size=world, by=by, unit=unit)
     data["snapshots"] = [_snapshot(snapshot)]
-    summary = summarize(snapshot, by=by, unit=unit, sampling=meta.get("sampling"))
+    summary = summarize(
+        snapshot, by=by, unit=unit, sampling=meta.get("sampling"), compiled=meta.get("compiled")
+    )
     data["summary"] = summary.to_dict()
     path = folder / (RUN_FILE if world is None else f"rank{rank}.json")
     _write(path, data)
@@ -229,10 +231,24 @@ def summary_of(
         if not 0 <= rank < len(snapshots) or rank in missing:
             have = [r for r in range(len(snapshots)) if r not in missing]
             raise ValueError(f"this run has the ranks {have}, not {rank}")
-        return summarize(snapshots[rank], by=by, unit=unit, sampling=run.get("sampling"))
+        return summarize(
+            snapshots[rank],
+            by=by,
+            unit=unit,
+            sampling=run.get("sampling"),
+            compiled=run.get("compiled"),
+        )
     if run.get("kind") != "merged":
-        return summarize(snapshots[0], by=by, unit=unit, sampling=run.get("sampling"))
-    return merge_ranks(snapshots, by=by, unit=unit, sampling=run.get("sampling"))
+        return summarize(
+            snapshots[0],
+            by=by,
+            unit=unit,
+            sampling=run.get("sampling"),
+            compiled=run.get("compiled"),
+        )
+    return merge_ranks(
+        snapshots, by=by, unit=unit, sampling=run.get("sampling"), compiled=run.get("compiled")
+    )
 
 
 def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[str, Any]:

@@ -1,0 +1,104 @@
+"""What a summary says of ``torch.compile``: the layers that ran compiled, and graph breaks.
+
+Steps do not record inside compiled code. A summary carries what the core noted while
+Dynamo traced our layers (:func:`instrumented_convs.core.dynamo.describe`, the summary's
+``compiled``): per compiled call (``run``'s ``compiled NAME`` step), the conv layers traced
+into its graphs and how many times each runs in one call; the graph breaks Dynamo recorded,
+attributed to the conv layers whose code caused them. :func:`compiled_note` turns that into
+the lines under the table and on the page: a layer that ran compiled is never a silent gap.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, Optional
+
+__all__ = ["compiled_note", "layer_calls"]
+
+
+def _calls_of(summary: Any, name: str) -> Optional[float]:
+    """The forward calls of the steps called ``name`` in ``summary``, wherever they are in
+    the tree (None where it has no such row)."""
+    counts = [r.count for r in summary.rows if r.step == name and r.phase == "forward"]
+    return sum(counts) if counts else None
+
+
+def layer_calls(summary: Any) -> List[Dict[str, Any]]:
+    """One dict per (compiled call, layer): ``owner`` (the compiled call's step name, ``""``
+    where none was known), ``scope``, ``class``, ``per_call``, ``exact``, and ``calls``: the
+    owner's calls times ``per_call`` (None where the owner's calls were not counted)."""
+    compiled = getattr(summary, "compiled", None) or {}
+    out = []
+    for owner, info in sorted(compiled.get("owners", {}).items()):
+        owner_calls = _calls_of(summary, owner) if owner else None
+        for scope, layer in sorted(info["layers"].items()):
+            calls = None if owner_calls is None else owner_calls * layer["per_call"]
+            out.append({"owner": owner, "scope": scope, **layer, "calls": calls})
+    return out
+
+
+def _break_text(breaks: List[Dict[str, Any]]) -> str:
+    by_place: Counter = Counter()
+    outside: Counter = Counter()
+    for b in breaks:
+        if b.get("layer"):
+            where = f"{b['file']}:{b['line']} in {b['function']}"
+            by_place[(b["layer"], where, b["reason"])] += 1
+        else:
+            outside[b["reason"]] += 1
+    parts = [
+        f"{layer}: {n} graph break{'s' * (n != 1)} ({reason}) at {where}"
+        for (layer, where, reason), n in by_place.most_common()
+    ]
+    if outside:
+        n = sum(outside.values())
+        parts.append(f"{n} outside conv layers ({outside.most_common(1)[0][0]}...)")
+    return "Graph breaks (torch.compile): " + "; ".join(parts) + "."
+
+
+def compiled_note(summary: Any) -> str:
+    """The lines a summary adds about compiled code (empty when nothing ran compiled)."""
+    compiled = getattr(summary, "compiled", None)
+    if not compiled:
+        return ""
+    counted, uncounted, estimated = [], [], False
+    eager = ((getattr(summary, "sampling", None) or {}).get("eager") or {}).get("available")
+    for owner, info in sorted(compiled.get("owners", {}).items()):
+        if eager and owner:  # the eager breakdown: their steps are in the table, scaled
+            continue
+        layers = sorted(info["layers"].items())
+        if not owner:
+            uncounted.extend(f"{v['class']} {scope}" for scope, v in layers)
+            continue
+        calls = _calls_of(summary, owner)
+        parts = []
+        for scope, v in layers:
+            estimated = estimated or not v["exact"]
+            n = "?" if calls is None else f"{'' if v['exact'] else '~'}{calls * v['per_call']:g}"
+            parts.append(f"{v['class']} {scope} {n}")
+        parts_text = ", ".join(parts)
+        counted.append(f"in {owner} ({'?' if calls is None else f'{calls:g}'} calls): {parts_text}")
+    texts = []
+    if counted:
+        texts.append(
+            "Ran compiled, not broken down (calls: the compiled call's, times the layer's calls "
+            "in its compiled graphs): "
+            + "; ".join(counted)
+            + "."
+            + (
+                " ~: estimated: the graphs differ or a graph break split one (the most "
+                "taken), or the layer was not traced by us (one a call, from the module tree)."
+                if estimated
+                else ""
+            )
+        )
+    if uncounted:
+        texts.append(
+            "Ran compiled, not broken down, calls not counted (compiled outside `run`): "
+            + ", ".join(uncounted)
+            + ". `python -m instrumented_convs run` times each compiled call; "
+            'configure(compiled="eager") gives their steps from iterations run eagerly.'
+        )
+    if compiled.get("breaks"):
+        texts.append(_break_text(compiled["breaks"]))
+    return " ".join(texts)

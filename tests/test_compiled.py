@@ -1,0 +1,239 @@
+"""torch.compile: ``run`` changes nothing Dynamo compiles, a compiled model's calls are a
+row of their own with its conv layers listed, graph breaks are attributed to the layer whose
+code caused them, and the eager breakdown gives a compiled model's steps.
+
+Dynamo's own counters (``torch._dynamo.utils.counters``) are compared between processes that
+run the same script (``tests/scripts/compiled_probe.py``) plainly, under ``run``, with the
+import swapped and both; the backend is aot_eager (Dynamo's frames, guards and graph breaks
+are inductor's, without its compile time)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import linecache
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import instrumented_convs as ic
+from instrumented_convs.core import dynamo, eager
+from instrumented_convs.report import Summary
+from instrumented_convs.report.compiled import compiled_note, layer_calls
+
+from .helpers import ROOT, run_script, train_losses
+
+PROBE = str(ROOT / "tests" / "scripts" / "compiled_probe.py")
+COUNTERS = ("frames", "frames_ok", "graph_breaks", "graphs", "captured", "recompile_limit")
+
+
+#: Every probe the tests below compare, run once each, two at a time (a process compiles on
+#: one core), started by the first test that needs one.
+PROBES = [
+    (case, under_run, ours)
+    for case, runs in (
+        ("gcn", [(False, False), (True, False), (False, True), (True, True)]),
+        ("gin", [(False, False), (True, False), (True, True)]),
+        ("step", [(False, False), (True, False)]),
+        ("rgcn", [(False, False), (True, False)]),
+        ("dgl", [(False, False), (True, False), (False, True), (True, True)]),
+    )
+    for under_run, ours in runs
+]
+_pool: Dict[str, Any] = {}
+
+
+def _run_probe(folder: Path, case: str, under_run: bool, ours: bool) -> Dict[str, Any]:
+    out = folder / f"{case}-{under_run}-{ours}.json"
+    command = [PROBE, case, str(out)] + (["--ours"] if ours else [])
+    run_folder = folder / f"run-{case}-{ours}"
+    if under_run:  # the same script under `python -m instrumented_convs run`
+        command = ["-m", "instrumented_convs", "run", "--quiet", "-o", str(run_folder), *command]
+    run_script(*command, timeout=600)
+    result = json.loads(out.read_text())
+    if under_run:
+        result["run"] = json.loads((run_folder / "run.json").read_text())
+    return result
+
+
+def _probe(tmp_path: Path, case: str, under_run: bool, ours: bool) -> Dict[str, Any]:
+    """The probe's result for ``case`` (plainly or under ``run``, stock or ours)."""
+    if not _pool:
+        wanted = [k for k in PROBES if k[0] != "dgl" or _have("dgl")]
+        wanted = [k for k in wanted if k[0] == "dgl" or _have("torch_geometric")]
+        executor = ThreadPoolExecutor(max_workers=2)
+        _pool.update({k: executor.submit(_run_probe, tmp_path, *k) for k in wanted})
+        executor.shutdown(wait=False)
+    return _pool[(case, under_run, ours)].result()
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _counters(result: Dict[str, Any]) -> Dict[str, int]:
+    return {k: result[k] for k in COUNTERS}
+
+
+def _summary(result: Dict[str, Any]) -> Summary:
+    return Summary.from_dict(result["run"]["summary"])
+
+
+@pytest.mark.parametrize("case", ["gcn", "gin", "step", "rgcn"])
+def test_run_adds_no_frame_graph_break_or_recompile_to_a_compiled_pyg_model(tmp_path, case):
+    pytest.importorskip("torch_geometric")
+    stock = _probe(tmp_path, case, under_run=False, ours=False)
+    traced = _probe(tmp_path, case, under_run=True, ours=False)
+    assert _counters(traced) == _counters(stock)
+    assert traced["outputs"] == stock["outputs"]  # the same program ran
+    s = _summary(traced)
+    name = "compiled train_step" if case == "step" else f"compiled {case.upper()}"
+    name = {"compiled RGCN": "compiled GCN"}.get(name, name)
+    rows = [r for r in s.rows if r.step == name]
+    assert rows and sum(r.count for r in rows if r.phase == "forward") == len(stock["outputs"])
+    if case != "step":  # a compiled model's own backward row, timed around it
+        assert any(r.phase == "backward" for r in rows)
+
+
+@pytest.mark.parametrize("case", ["gcn", "gin"])
+def test_our_layers_compile_as_stock_does_and_are_counted_from_the_graphs(tmp_path, case):
+    pytest.importorskip("torch_geometric")
+    stock = _probe(tmp_path, case, under_run=False, ours=False)
+    both = _probe(tmp_path, case, under_run=True, ours=True)  # the import swapped, under run
+    assert _counters(both) == _counters(stock) and both["outputs"] == stock["outputs"]
+    if case == "gcn":  # and the import swap alone
+        ours = _probe(tmp_path, case, under_run=False, ours=True)
+        assert _counters(ours) == _counters(stock) and ours["outputs"] == stock["outputs"]
+    calls = layer_calls(_summary(both))
+    n = {"gcn": 8, "gin": 4}[case]  # compiled calls: train and eval, or batches
+    per_layer = {c["scope"]: c for c in calls}
+    expected = {"gcn": {"conv1", "conv2"}, "gin": {"convs.0", "convs.1", "convs.2"}}[case]
+    assert set(per_layer) == expected
+    assert all(c["exact"] and c["per_call"] == 1 and c["calls"] == n for c in calls)
+    assert "Ran compiled, not broken down" in compiled_note(_summary(both))
+
+
+def test_a_dgl_model_compiled_under_run_compiles_as_stock(tmp_path):
+    pytest.importorskip("dgl")
+    try:
+        stock = _probe(tmp_path, "dgl", under_run=False, ours=False)
+    except pytest.fail.Exception as exc:  # torch 2.2's Dynamo with dgl 2.1: stock fails
+        if "InternalTorchDynamoError" not in str(exc):
+            raise
+        pytest.skip("this torch's Dynamo cannot compile the stock DGL model (internal error)")
+    traced = _probe(tmp_path, "dgl", under_run=True, ours=False)
+    assert _counters(traced) == _counters(stock) and traced["outputs"] == stock["outputs"]
+    ours = _probe(tmp_path, "dgl", under_run=False, ours=True)
+    both = _probe(tmp_path, "dgl", under_run=True, ours=True)
+    # DGL's graph breaks inside the layer: the import swap's own forward is one Python frame
+    # more where Dynamo resumes (docs/compiled.md); run adds nothing to it.
+    assert _counters(both) == _counters(ours) and ours["outputs"] == stock["outputs"]
+    listed = {c["scope"]: c for c in layer_calls(_summary(traced))}
+    assert set(listed) == {"c1", "c2"} and all(not c["exact"] for c in listed.values())
+    assert all(c["calls"] == 4 for c in listed.values())
+
+
+def test_graph_breaks_are_attributed_to_the_layer_and_line_that_caused_them(tmp_path):
+    pytest.importorskip("torch_geometric")
+    result = _probe(tmp_path, "rgcn", under_run=True, ours=False)
+    breaks = result["run"]["summary"]["compiled"]["breaks"]
+    mine = [b for b in breaks if b["layer"] == "RGCNConv"]
+    assert mine, breaks
+    import torch_geometric.nn.conv.rgcn_conv as rgcn
+
+    for b in mine:
+        assert b["file"] == "rgcn_conv.py"
+        line = linecache.getline(rgcn.__file__, b["line"])
+        assert line.strip(), b  # a real line of the layer's source
+        assert b["function"] in {"forward", "masked_edge_index", "propagate"} or b["function"]
+    # RGCNConv's data-dependent int(segment_count.max()) (an .item()): the line that does it
+    texts = [linecache.getline(rgcn.__file__, b["line"]) for b in mine]
+    assert any("int(" in t or ".item()" in t for t in texts), texts
+    note = compiled_note(Summary.from_dict(result["run"]["summary"]))
+    assert "RGCNConv:" in note and "graph break" in note and "rgcn_conv.py:" in note
+
+
+# -- in process: the notes, the import swap without run, the eager breakdown ------------------
+
+
+class _GCN(torch.nn.Module):
+    def __init__(self, conv: Any) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = conv(8, 16), conv(16, 3)
+
+    def forward(self, x: torch.Tensor, ei: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.conv2(F.relu(self.conv1(x, ei)), ei), dim=-1)
+
+
+def _train(model: torch.nn.Module, steps: int) -> list:
+    g = torch.Generator().manual_seed(0)
+    x, ei = torch.randn(30, 8, generator=g), torch.randint(0, 30, (2, 120), generator=g)
+    return train_losses(model, (x, ei), torch.randint(0, 3, (30,), generator=g), steps, 0.05)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    dynamo.forget()
+    yield
+    torch._dynamo.reset()
+    dynamo.forget()
+
+
+def test_the_import_swap_without_run_says_its_layers_ran_compiled(fresh_dynamo):
+    pyg = pytest.importorskip("instrumented_convs.pyg")
+    model = _GCN(pyg.GCNConv)
+    _train(torch.compile(model, backend="aot_eager"), 3)
+    s = ic.registry.summary()
+    assert s.compiled is not None
+    uncounted = [c for c in layer_calls(s) if not c["owner"]]
+    assert {c["scope"] for c in uncounted} == {model.conv1.scope, model.conv2.scope}
+    assert all(c["calls"] is None for c in uncounted)
+    note = compiled_note(s)
+    assert "calls not counted" in note and "GCNConv" in note
+    assert Summary.from_json(s.to_json()) == s  # what ran compiled is kept with the summary
+    assert "calls not counted" in s.table()
+
+
+def test_the_eager_breakdown_records_steps_and_puts_compiled_time_beside_eager(fresh_dynamo):
+    pyg = pytest.importorskip("instrumented_convs.pyg")
+    if not eager.AVAILABLE:
+        pytest.skip("this torch has no torch.compiler.set_stance")
+    from torch_geometric.nn import GCNConv
+
+    torch.manual_seed(0)
+    stock = _GCN(GCNConv)
+    torch.manual_seed(0)
+    model = _GCN(pyg.GCNConv)
+    expected = _train(torch.compile(stock, backend="aot_eager"), 30)
+    with ic.configure(compiled="eager", record_every=4):
+        got = _train(torch.compile(model, backend="aot_eager"), 30)
+        s = ic.registry.summary()
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert torch.compiler.is_compiling() is False
+    names = {r.name for r in s.rows}
+    assert {"GCNConv", "GCNConv/propagate", "GCNConv/lin"} <= names  # steps, from eager runs
+    e = s.sampling["eager"]
+    assert e["available"] and e["eager"]["iterations"] >= 1 and e["compiled"]["iterations"] >= 10
+    assert e["eager"]["ms"] > 0 and e["compiled"]["ms"] > 0
+    assert "an iteration took compiled" in s.table()
+    assert ic.configure().compiled == "compiled"  # the block put it back
+    from instrumented_convs.core.eager import _stance
+
+    assert _stance() == "default"  # and the stance
+
+
+def test_the_eager_breakdown_says_so_where_torch_cannot(monkeypatch):
+    monkeypatch.setattr(eager, "AVAILABLE", False)
+    e = eager.Eager()
+    e.set(True, True)
+    assert not e.on and e.describe()["available"] is False
+    from instrumented_convs.report.text import eager_note
+
+    assert "no torch.compiler.set_stance" in eager_note(e.describe())
+    with pytest.raises(ValueError, match="compiled must be"):
+        ic.configure(compiled="fast")
