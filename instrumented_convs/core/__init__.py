@@ -27,7 +27,8 @@ package itself offers (:data:`__all__`, imported when first read):
 - ``duty_cycle()``: what the duty cycle says of itself, for a summary (None while it never
   drew an iteration);
 - ``compiling()``: whether Dynamo is tracing the caller (``torch.compile``), asked first by
-  every hook; ``skip_frame(fn)``: Dynamo compiles what ``fn`` calls, never ``fn``'s frame;
+  every hook; ``inside_compiled()``: whether eager code runs inside a compiled call (after
+  a graph break); ``skip_frame(fn)``: Dynamo compiles what ``fn`` calls, never ``fn``'s frame;
   ``run_eagerly(fn)``: Dynamo leaves ``fn`` and all it calls alone; ``compiled()``: what
   ran compiled, for a summary (None: nothing); ``owner``: ``owner.name`` names the compiled
   call under way on this thread (its step), for what Dynamo traces during it;
@@ -44,12 +45,17 @@ __all__ = [
     "note",
     "duty_cycle",
     "compiling",
+    "inside_compiled",
     "skip_frame",
     "run_eagerly",
     "compiled",
     "owner",
     "listed",
 ]
+
+
+#: The names read from ``dynamo`` (``compiled`` is its ``describe``).
+_FROM_DYNAMO = frozenset(__all__[__all__.index("compiling") : __all__.index("listed") + 1])
 
 
 def __getattr__(name: str) -> Any:
@@ -65,7 +71,7 @@ def __getattr__(name: str) -> Any:
         from .cycle import cycle
 
         value = cycle.describe
-    elif name in ("compiling", "skip_frame", "run_eagerly", "compiled", "owner", "listed"):
+    elif name in _FROM_DYNAMO:
         from . import dynamo
 
         value = getattr(dynamo, "describe" if name == "compiled" else name)

@@ -46,7 +46,7 @@ from . import clock, timeline
 from . import stack as _stack
 from .anchor import seq_nr
 from .budget import Budget, agree
-from .dynamo import compiling
+from .dynamo import compiling, skip_frame
 from .eager import eager
 from .registry import Stratum, registry
 from .settings import switches
@@ -437,6 +437,9 @@ class Cycle:
         }
 
 
+# The optimizer hooks' frames, run eagerly inside a compiled step, are not offered to Dynamo.
+skip_frame(Cycle._pre)
+skip_frame(Cycle._post)
 #: The duty cycle of this process.
 cycle = Cycle()
 

@@ -4,6 +4,9 @@
   step, a region and every hook of ``run`` ask it before anything else, so that what Dynamo
   traces of ours is one call it folds to the constant ``True`` and the plain code after it:
   no guard on our state, no graph break, no recompile.
+- :func:`inside_compiled`: whether eager code runs inside a compiled call (after a graph
+  break, Dynamo offers each frame called to its compiler): a layer takes its plain path
+  there, so that Dynamo compiles the stock code's frames as it would without the import swap.
 - :func:`skip_frame`: Dynamo never compiles the frames of a function so marked (a wrapper
   of ``run`` around ``torch.nn.Module.__call__``, which ``torch.compile(model)`` would
   otherwise compile as the model's frame, guards and all); it compiles the frames the
@@ -15,23 +18,25 @@
   call under way (:data:`owner`: ``run``'s ``compiled NAME``, or none). :func:`describe`
   turns the notes into what ran compiled: per compiled call, its layers and how many times
   each runs in one call; and the graph breaks Dynamo recorded, attributed to the conv
-  layers whose code caused them.
+  layers whose code caused them (:mod:`.breaks`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from . import breaks
+
 __all__ = [
     "compiling_probe",
     "compiling",
+    "inside_compiled",
     "skip_frame",
     "run_eagerly",
     "traced",
@@ -44,16 +49,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def compiling_probe() -> Callable[[], bool]:
-    """The cheapest "is Dynamo tracing this code?" function of this torch version.
-
-    Dynamo turns a call of one of its tracing-state functions into the constant ``True``
-    while tracing; eagerly they return ``False``. Steps return a no-op under tracing: Dynamo
-    cannot trace their bookkeeping (older versions fail with an internal error instead of
-    breaking the graph). ``torch.compiler.is_compiling`` is one Python frame less than
-    ``torch._dynamo.external_utils.is_compiling`` (which calls it on newer torch), so it is
-    taken where Dynamo folds it (its table of tracing-state functions says so).
-    """
+def _stock_probe() -> Callable[[], bool]:
+    """torch's own tracing-state function: ``torch.compiler.is_compiling`` where Dynamo
+    folds it (its table says so), else ``torch._dynamo.external_utils.is_compiling``."""
     try:
         from torch._dynamo.external_utils import is_compiling
     except ImportError:  # pragma: no cover - very old torch
@@ -70,6 +68,39 @@ def compiling_probe() -> Callable[[], bool]:
     if newer is not None and folded.get(newer) is True:
         return newer
     return is_compiling
+
+
+def compiling_probe() -> Callable[[], bool]:
+    """The "is Dynamo tracing this code?" function of this torch version: ``True`` while
+    Dynamo traces the caller, ``False`` eagerly. Steps and hooks return at once under
+    tracing: Dynamo cannot trace their bookkeeping (older versions fail with an internal
+    error instead of breaking the graph).
+
+    torch's own (``torch.compiler.is_compiling``) folds to ``True`` too, but Dynamo then marks
+    the frame as one whose eager run differs from its trace, and compiles it even where its
+    graph is empty, a frame it otherwise runs eagerly: our optimizer hook in a compiled
+    optimizer step changed what Dynamo compiled so. This probe is a function Dynamo calls at
+    trace time and takes the result of as a constant (``torch._dynamo.assume_constant_result``:
+    no guard, no mark): whether Dynamo's tracing context is set on this thread (a
+    ``getattr`` eagerly, as cheap as torch's). torch's own where either is missing.
+    """
+    try:
+        from torch._dynamo import assume_constant_result
+        from torch._guards import _TLS
+    except ImportError:  # pragma: no cover - another torch: its own probe
+        return _stock_probe()
+
+    def compiling() -> bool:
+        """Whether Dynamo is tracing the caller (its tracing context is set)."""
+        return getattr(_TLS, "tracing_context", None) is not None
+
+    try:  # run eagerly inside a compiled call (after a graph break): not offered to Dynamo
+        from torch._dynamo.eval_frame import skip_code
+
+        skip_code(compiling.__code__)
+    except ImportError:  # pragma: no cover
+        pass
+    return assume_constant_result(compiling)
 
 
 #: This torch's "is Dynamo tracing the caller?" (:func:`compiling_probe`).
@@ -98,6 +129,38 @@ def run_eagerly(fn: Callable) -> Callable:
     except ImportError:  # pragma: no cover - a torch without Dynamo
         return fn
     return disable(fn, recursive=True)
+
+
+def _inside_compiled_probe() -> Callable[[], bool]:
+    """:func:`inside_compiled` of this torch: Dynamo's frame callback is set (a callable)
+    while a compiled function or module runs; ``None`` (eager, or ``set_stance("force_eager")``)
+    or ``False`` (run cached code only) otherwise. Before torch 2.5 there is no getter: the
+    callback is read by setting none and putting it back (what ``torch._dynamo.disable``
+    does around a call)."""
+    try:
+        from torch._C._dynamo.eval_frame import get_eval_frame_callback
+    except ImportError:  # torch < 2.5
+        frames = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+        set_eval_frame = getattr(frames, "set_eval_frame", None)  # (not importable by name)
+        if set_eval_frame is None:  # pragma: no cover - a torch without Dynamo
+            return lambda: False
+
+        def get_eval_frame_callback() -> Any:
+            callback = set_eval_frame(None)
+            set_eval_frame(callback)
+            return callback
+
+    def inside_compiled() -> bool:
+        """Whether this eager code runs inside a compiled call (Dynamo's callback is set)."""
+        callback = get_eval_frame_callback()
+        return callback is not None and callback is not False
+
+    return skip_frame(inside_compiled)  # (its frame is not offered to Dynamo: see skip_frame)
+
+
+#: Whether eager code runs inside a compiled call: after a graph break in a compiled module
+#: or function, Dynamo compiles each frame it calls (:func:`_inside_compiled_probe`).
+inside_compiled = _inside_compiled_probe()
 
 
 # -- what Dynamo traced of our layers ------------------------------------------------------
@@ -181,57 +244,7 @@ def forget() -> None:
         _traces.clear()
         _classes.clear()
         _listed.clear()
-
-
-def _conv_files() -> Dict[str, str]:
-    """Source file -> conv class name, of every conv layer class traced."""
-    import inspect
-    import sys
-
-    files: Dict[str, str] = {}
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__name__", "")
-        if not name.startswith(("torch_geometric.nn.conv", "dgl.nn.pytorch.conv")):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, type) and issubclass(value, torch.nn.Module):
-                try:
-                    files.setdefault(
-                        os.path.realpath(inspect.getsourcefile(value) or ""), value.__name__
-                    )
-                except TypeError:
-                    continue
-    return files
-
-
-def graph_breaks() -> List[Dict[str, Any]]:
-    """The graph breaks Dynamo recorded in this process (``torch._dynamo.utils``), each with
-    the conv layer class, file, line and function of the innermost frame in a conv layer's
-    source (``layer`` None where no frame is in one): {reason, layer, file, line, function}."""
-    try:
-        from torch._dynamo.utils import graph_break_reasons
-    except ImportError:  # pragma: no cover
-        return []
-    reasons = [r for r in list(graph_break_reasons) if getattr(r, "graph_break", True)]
-    if not reasons:
-        return []
-    files = _conv_files()
-    out = []
-    for r in reasons:
-        where: Dict[str, Any] = {"layer": None, "file": None, "line": None, "function": None}
-        for frame in reversed(list(getattr(r, "user_stack", None) or [])):
-            cls = files.get(os.path.realpath(frame.filename))
-            if cls is not None:
-                where = {
-                    "layer": cls,
-                    "file": os.path.basename(frame.filename),
-                    "line": frame.lineno,
-                    "function": frame.name,
-                }
-                break
-        reason = str(getattr(r, "reason", r)).strip().splitlines()[0][:200]
-        out.append({"reason": reason, **where})
-    return out
+    breaks.forget()
 
 
 def describe() -> Optional[Dict[str, Any]]:
@@ -240,19 +253,19 @@ def describe() -> Optional[Dict[str, Any]]:
     was known, the calls were not counted): ``layers``, per scope its class, its calls per
     compiled call and whether that is ``exact`` (every compilation of the call traced it
     as often, none resumed after a graph break) or estimated (the most of any; a layer
-    only :func:`listed`: one); and ``breaks``: :func:`graph_breaks`."""
+    only :func:`listed`: one); and ``breaks``: :func:`.breaks.graph_breaks`."""
     with _lock:
         traces = {k: Counter(v) for k, v in _traces.items()}
         classes = dict(_classes)
         listed_ = {k: dict(v) for k, v in _listed.items()}
-    breaks = graph_breaks()
-    if not traces and not breaks and not listed_:
+    found = breaks.graph_breaks()
+    if not traces and not found and not listed_:
         return None
     owners: Dict[str, Dict[str, Any]] = {}
     by_owner: Dict[str, List[Tuple[str, Counter]]] = {}
-    for (owner, _, root), counts in sorted(traces.items()):
-        by_owner.setdefault(owner, []).append((root, counts))
-    for owner, comps in by_owner.items():
+    for (name, _, root), counts in sorted(traces.items()):
+        by_owner.setdefault(name, []).append((root, counts))
+    for name, comps in by_owner.items():
         resumed = any(root.startswith("torch_dynamo_resume_in") for root, _ in comps)
         scopes = sorted({s for _, c in comps for s in c})
         layers = {}
@@ -263,9 +276,9 @@ def describe() -> Optional[Dict[str, Any]]:
                 "per_call": max(seen),
                 "exact": len(seen) == 1 and not resumed,
             }
-        owners[owner] = {"compilations": len(comps), "layers": layers}
-    for owner, found in listed_.items():
-        layers = owners.setdefault(owner, {"compilations": 0, "layers": {}})["layers"]
-        for scope, cls in found.items():
+        owners[name] = {"compilations": len(comps), "layers": layers}
+    for name, tree in listed_.items():
+        layers = owners.setdefault(name, {"compilations": 0, "layers": {}})["layers"]
+        for scope, cls in tree.items():
             layers.setdefault(scope, {"class": cls, "per_call": 1, "exact": False})
-    return {"owners": owners, "breaks": breaks}
+    return {"owners": owners, "breaks": found}

@@ -73,6 +73,11 @@ def recording() -> bool:
     return not _is_compiling() and switches.enabled  # tracing first: no guard on the switch
 
 
+# Called eagerly inside a compiled call (after a graph break), its frame is not offered to
+# Dynamo: the frames Dynamo sees are the ones it would see without us.
+dynamo.skip_frame(recording)
+
+
 def _check_name(name: Any) -> None:
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"a step name is a non-empty string without '/', not {name!r}")

@@ -45,7 +45,7 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
-from ..core.dynamo import compiling, traced
+from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
 from ..core.step import Step, recording
 from ..layers.guard import guard, warn_fallback
 from . import generic
@@ -266,7 +266,7 @@ class GraphConv(generic.Detailed, _StockGraphConv):
     def forward(self, graph: Any, feat: Any, weight: Any = None,
                 edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not recording():
+        if not recording() or inside_compiled():
             if compiling():  # torch.compile traces this forward: noted at trace time
                 traced(self)
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
@@ -287,10 +287,15 @@ class EdgeWeightNorm(generic.Detailed, _StockEdgeWeightNorm):
     def forward(self, graph: Any, edge_weight: th.Tensor) -> th.Tensor:
         """The stock forward with steps: positivity_check, init_weights, out_weight, in_weight,
         apply_edges."""
-        if not recording():
+        if not recording() or inside_compiled():
             if compiling():  # torch.compile traces this forward: noted at trace time
                 traced(self)
             return super().forward(graph, edge_weight)
         if not _EDGE_WEIGHT_NORM_OK:
             return self._ic_fallback.forward(self, graph, edge_weight)
         return self._ic_run(graph, _instrumented_edge_weight_norm_forward, edge_weight)
+
+
+# Called eagerly after a graph break inside a compiled call: Dynamo compiles the stock frame.
+for _layer in (GraphConv, EdgeWeightNorm):
+    skip_frame(_layer.forward)

@@ -2,6 +2,8 @@
 (installed by :mod:`.generic`, which says what is wrapped): each records only while a generic
 layer's forward runs on this thread (:data:`~instrumented_convs.layers.generic.framework_steps`), or
 for ``local_scope`` a detailed one's (:data:`scopes`), and calls DGL's own function otherwise.
+Their frames are not offered to Dynamo (``skip_frame``): where a compiled call runs DGL's code
+eagerly after a graph break, Dynamo compiles DGL's frames, as it does without us.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import threading
 from typing import Any, Callable
 
 from ..core import counters, formulas
+from ..core.dynamo import skip_frame
 from ..core.stack import thread_stack
 from ..core.step import Step, recording
 from ..layers.generic import framework_steps
@@ -66,7 +69,7 @@ def _scope(fn: Callable[..., Any]) -> Any:
         return _Scope(fn(graph))
 
     local_scope._ic_wrapped = "local_scope"  # type: ignore[attr-defined]
-    return local_scope
+    return skip_frame(local_scope)
 
 
 def wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
@@ -95,6 +98,7 @@ def wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
             return counted(args, kwargs) if count else fn(*args, **kwargs)
 
     wrapper._ic_wrapped = name  # type: ignore[attr-defined]
+    skip_frame(wrapper)
     return wrapper if method else staticmethod(wrapper)
 
 
@@ -107,7 +111,7 @@ def marked(fn: Any, op: str) -> Any:
         return fn(*args, **kwargs)
 
     backward._ic_wrapped = op  # type: ignore[attr-defined]
-    return staticmethod(backward)
+    return staticmethod(skip_frame(backward))
 
 
 def grad_in_backward(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,4 +129,4 @@ def grad_in_backward(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
 
     grad._ic_wrapped = "autograd.grad"  # type: ignore[attr-defined]
-    return grad
+    return skip_frame(grad)

@@ -35,7 +35,7 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
-from ..core.dynamo import compiling, traced
+from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
 from ..core.native import speedups
 from ..core.settings import switches
 from ..core.step import Step, mark_outputs, recording
@@ -199,7 +199,7 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
 
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recording():
+        if not recording() or inside_compiled():  # (compiled: the stock code, as Dynamo saw)
             if compiling():  # torch.compile traces this forward: noted at trace time
                 traced(self)
             return stock_forward(self, *args, **kwargs)
@@ -217,7 +217,7 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
             uninstall(undo)
 
     forward.__doc__ = f"The stock ``{stock.__name__}.forward`` inside the layer's own step."
-    return forward
+    return skip_frame(forward)  # called after a graph break: Dynamo compiles the stock frame
 
 
 def with_note(stock: type, note: str) -> str:

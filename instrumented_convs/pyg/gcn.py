@@ -52,7 +52,7 @@ from torch_geometric.utils import add_self_loops as add_self_loops_fn
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..core.dynamo import compiling, traced
+from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
 from ..core.step import Step, mark_outputs, recording
 from ..layers.generic import install, uninstall
 from ..layers.guard import guard, warn_fallback
@@ -228,7 +228,7 @@ class GCNConv(DetailedPyG, _StockGCNConv):
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not recording() or not isinstance(x, Tensor):
+        if not recording() or not isinstance(x, Tensor) or inside_compiled():
             if compiling():  # torch.compile traces this forward: noted at trace time
                 traced(self)
             return super().forward(x, edge_index, edge_weight)
@@ -301,3 +301,6 @@ class GCNConv(DetailedPyG, _StockGCNConv):
                 out = out + self.bias
 
         return out
+
+
+skip_frame(GCNConv.forward)  # called after a graph break: Dynamo compiles the stock frame

@@ -37,23 +37,35 @@ def layer_calls(summary: Any) -> List[Dict[str, Any]]:
     return out
 
 
+#: Places named per layer in the note (the rest are counted).
+_PLACES = 4
+
+
 def _break_text(breaks: List[Dict[str, Any]]) -> str:
-    by_place: Counter = Counter()
+    """Per conv layer class: its graph breaks, and the places in its code that caused them
+    (the most first: count, file:line, function, reason, and the frame Dynamo broke in where
+    that is not the layer's own line); then those outside conv layers."""
+    per_layer: Dict[str, Counter] = {}
     outside: Counter = Counter()
     for b in breaks:
-        if b.get("layer"):
-            where = f"{b['file']}:{b['line']} in {b['function']}"
-            by_place[(b["layer"], where, b["reason"])] += 1
-        else:
+        if not b.get("layer"):
             outside[b["reason"]] += 1
-    parts = [
-        f"{layer}: {n} graph break{'s' * (n != 1)} ({reason}) at {where}"
-        for (layer, where, reason), n in by_place.most_common()
-    ]
+            continue
+        via = b.get("via")
+        inside = f", inside {via['file']}:{via['line']} {via['function']}" if via else ""
+        place = f"{b['file']}:{b['line']} in {b['function']} ({b['reason']}{inside})"
+        per_layer.setdefault(b["layer"], Counter())[place] += 1
+    parts = []
+    for layer, places in sorted(per_layer.items(), key=lambda kv: -sum(kv[1].values())):
+        n = sum(places.values())
+        named = [f"{k} at {place}" for place, k in places.most_common(_PLACES)]
+        if len(places) > _PLACES:
+            named.append(f"{len(places) - _PLACES} more places")
+        parts.append(f"{layer}: {n} graph break{'s' * (n != 1)}: " + "; ".join(named))
     if outside:
         n = sum(outside.values())
         parts.append(f"{n} outside conv layers ({outside.most_common(1)[0][0]}...)")
-    return "Graph breaks (torch.compile): " + "; ".join(parts) + "."
+    return "Graph breaks (torch.compile): " + ". ".join(parts) + "."
 
 
 def compiled_note(summary: Any) -> str:

@@ -168,9 +168,9 @@ class Hooks:
             if core.timeline_recording():
                 note_inputs((module.scope,), args, kwargs)  # for the trace
 
-        # It runs eagerly inside a compiled model's call (a conv layer compiled alone): its
-        # frames are neither compiled nor offered to Dynamo.
-        note_layer = core.run_eagerly(note_layer)
+        # Inside a compiled call (a conv layer compiled alone, or called after a graph break)
+        # its frames are neither compiled nor offered to Dynamo; elsewhere a plain call.
+        note_eagerly, inside_compiled = core.run_eagerly(note_layer), core.inside_compiled
 
         @functools.wraps(call)
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -178,8 +178,8 @@ class Hooks:
                 return call(module, *args, **kwargs)
             if tls.depth or not recording() or isinstance(module, graph_module):
                 # (a GraphModule: compiled code a backend runs, not a model of the script)
-                if noting and isinstance(module, InstrumentedLayer):  # (no call: no frame)
-                    note_layer(module, args, kwargs)
+                if noting and isinstance(module, InstrumentedLayer):
+                    (note_eagerly if inside_compiled() else note_layer)(module, args, kwargs)
                 elif type(module) is compiled_type:  # a compiled model, not recorded now
                     if tls.depth and recording():  # (or inside an eager model: recorded)
                         return compiled_call(module, args, kwargs)
@@ -364,6 +364,8 @@ class Hooks:
             if not pending:
                 self._stepped()
 
+        for hook in (pre, post):  # (run eagerly inside a compiled step: not offered to Dynamo)
+            core.skip_frame(hook)
         handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
         self._undo.append(lambda: [h.remove() for h in handles])
 

@@ -1,0 +1,184 @@
+"""Graph breaks Dynamo recorded, attributed to the conv layers whose code caused them.
+
+Dynamo keeps a reason for every graph break of the process
+(``torch._dynamo.utils.graph_break_reasons``), each with the stack of the frames it was
+tracing. Where a conv layer's source is on that stack (PyG's ``RGCNConv.forward`` calling
+``.item()``), the innermost such frame names the layer and the line. Where it is not, the
+break lies in a frame Dynamo compiled on its own after an earlier break (DGL's graph methods,
+run from ``GraphConv.forward``; PyG's generated ``propagate``): a compile-start callback
+(``torch._dynamo.callback``, torch 2.5+) looks at the eager frames under the frame being
+compiled and names the innermost conv layer's frame among them, for the breaks of that
+compilation. What caused the break is kept beside the layer (``via``: the innermost traced
+frame's file, line and function). Classes are found by their source lines, so two conv
+classes of one file (DGL's ``GraphConv`` and ``EdgeWeightNorm``) are told apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["graph_breaks", "watch", "forget"]
+
+logger = logging.getLogger(__name__)
+
+#: The conv modules whose classes are layers (their source files are searched).
+_PACKAGES = ("torch_geometric.nn.conv", "dgl.nn.pytorch.conv")
+
+_lock = threading.Lock()
+#: (graph break reason, the eager conv frame under its compilation): attributed at compile
+#: time; the reason object is kept (its id is then never reused).
+_eager: List[Tuple[Any, Dict[str, Any]]] = []
+_started = threading.local()
+_sources: Dict[str, List[Tuple[int, int, str]]] = {}
+_known = -1  # how many conv modules _sources was built from
+
+
+def _reasons() -> Optional[list]:
+    try:
+        from torch._dynamo.utils import graph_break_reasons
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return None
+    return graph_break_reasons
+
+
+def _conv_sources() -> Dict[str, List[Tuple[int, int, str]]]:
+    """Source file -> (first line, last line, class name) of each conv class imported
+    (rebuilt when the number of conv modules changed)."""
+    global _known
+    modules = [m for k, m in list(sys.modules.items()) if k.startswith(_PACKAGES) and m]
+    if _known == len(modules):
+        return _sources
+    found: Dict[str, List[Tuple[int, int, str]]] = {}
+    for module in modules:
+        for value in list(vars(module).values()):
+            if not isinstance(value, type) or value.__module__ != module.__name__:
+                continue
+            try:
+                lines, first = inspect.getsourcelines(value)
+                path = os.path.realpath(inspect.getsourcefile(value) or "")
+            except (OSError, TypeError):
+                continue
+            found.setdefault(path, []).append((first, first + len(lines) - 1, value.__name__))
+    with _lock:
+        _sources.clear()
+        _sources.update(found)
+        _known = len(modules)
+    return _sources
+
+
+def _layer_at(filename: str, line: int) -> Optional[str]:
+    """The conv class whose source holds ``filename:line``; a module-level helper of a file
+    with one conv class is that class's (RGCNConv's ``masked_edge_index``); else None."""
+    classes = _conv_sources().get(os.path.realpath(filename))
+    if not classes:
+        return None
+    for first, last, name in classes:
+        if first <= line <= last:
+            return name
+    return classes[0][2] if len({name for _, _, name in classes}) == 1 else None
+
+
+#: Dynamo's name of the code that resumes ``forward`` after a graph break at a line.
+_RESUMED = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+")
+
+
+def _place(filename: str, line: int, function: str) -> Dict[str, Any]:
+    """File (base name), line and function (its own name where Dynamo resumed it)."""
+    resumed = _RESUMED.fullmatch(function)
+    function = resumed.group(1) if resumed else function
+    return {"file": os.path.basename(filename), "line": line, "function": function}
+
+
+def _eager_layer() -> Optional[Dict[str, Any]]:
+    """The innermost eager frame of a conv layer's code on this thread's stack, or None."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        layer = _layer_at(code.co_filename, code.co_firstlineno)
+        if layer is not None:
+            return {"layer": layer, **_place(code.co_filename, frame.f_lineno, code.co_name)}
+        frame = frame.f_back
+    return None
+
+
+def _on_start(args: Any) -> None:
+    """Dynamo starts compiling a frame: note how many breaks it knew, and the conv layer
+    under way eagerly (None: none)."""
+    try:
+        reasons = _reasons()
+        _started.at = (len(reasons), _eager_layer()) if reasons is not None else None
+    except Exception:  # noqa: BLE001 - never fail a user's compilation over a note
+        _started.at = None
+        logger.debug("graph break attribution: compile start not noted", exc_info=True)
+
+
+def _on_end(args: Any) -> None:
+    """Dynamo ended compiling a frame: its new breaks get the eager layer noted at start."""
+    at, _started.at = getattr(_started, "at", None), None
+    reasons = _reasons()
+    if at is None or at[1] is None or reasons is None:
+        return
+    with _lock:
+        _eager.extend((r, at[1]) for r in list(reasons[at[0] :]))
+
+
+def watch() -> bool:
+    """Register the compile callbacks (once; torch 2.5+); whether they are registered."""
+    if getattr(watch, "done", None) is not None:
+        return watch.done  # type: ignore[attr-defined]
+    try:
+        from torch._dynamo import disable
+        from torch._dynamo.callback import callback_handler
+
+        # (a frame compiled inside a compiled call: Dynamo is offered none of theirs)
+        callback_handler.register_start_callback(disable(_on_start, recursive=True))
+        callback_handler.register_end_callback(disable(_on_end, recursive=True))
+        watch.done = True  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        watch.done = False  # type: ignore[attr-defined]
+    return watch.done  # type: ignore[attr-defined]
+
+
+def forget() -> None:
+    """Forget the attributions made at compile time (with Dynamo's reasons cleared)."""
+    with _lock:
+        _eager.clear()
+
+
+def graph_breaks() -> List[Dict[str, Any]]:
+    """The graph breaks Dynamo recorded in this process: {reason, layer, file, line,
+    function, via}: ``layer`` the conv class whose code caused it (None: none did, as far as
+    the stacks tell) and where in that code; ``via``: the innermost frame Dynamo traced
+    (file, line, function), where that is not the layer's own line."""
+    reasons = _reasons()
+    if not reasons:
+        return []
+    with _lock:
+        eager = {id(r): where for r, where in _eager}
+    out = []
+    for r in [r for r in list(reasons) if getattr(r, "graph_break", True)]:
+        stack = list(getattr(r, "user_stack", None) or [])
+        where: Dict[str, Any] = {"layer": None, "file": None, "line": None, "function": None}
+        for frame in reversed(stack):
+            layer = _layer_at(frame.filename, frame.lineno)
+            if layer is not None:
+                where = {"layer": layer, **_place(frame.filename, frame.lineno, frame.name)}
+                break
+        else:
+            where = dict(eager.get(id(r)) or where)
+        inner = stack[-1] if stack else None
+        via = inner and _place(inner.filename, inner.lineno, inner.name)
+        if via and (via["file"], via["line"]) == (where["file"], where["line"]):
+            via = None
+        reason = str(getattr(r, "reason", r)).strip().splitlines()[0][:200]
+        out.append({"reason": reason, **where, "via": via})
+    return out
+
+
+watch()
