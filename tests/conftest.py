@@ -48,14 +48,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
 
 def _forget_compiled() -> None:
-    """Forget what earlier tests compiled: our layers' trace notes and Dynamo's graph breaks
-    (both are the process's, kept across ``registry.reset()`` on purpose)."""
+    """Forget what earlier tests compiled: our layers' trace notes, Dynamo's graph breaks and
+    recompiles (all the process's, kept across ``registry.reset()`` on purpose)."""
     dynamo.forget()
     try:
-        from torch._dynamo.utils import graph_break_reasons
+        from torch._dynamo.utils import graph_break_reasons, guard_failures
     except ImportError:  # pragma: no cover - a torch without Dynamo
         return
     graph_break_reasons.clear()
+    guard_failures.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -99,6 +99,10 @@ def test_run_adds_no_frame_graph_break_or_recompile_to_a_compiled_pyg_model(tmp_
         assert any(r.phase == "backward" for r in rows)
     else:  # the backend's GraphModules, called inside the step, are not models of the script
         assert {r.name for r in s.rows} == {name, f"{name}/backward"}
+        # and the model the compiled step refers to has its conv layers listed as its own
+        listed = {(c["owner"], c["scope"]): c for c in layer_calls(s)}
+        assert set(listed) == {(name, "conv1"), (name, "conv2")}
+        assert all(c["calls"] == 4 and not c["exact"] for c in listed.values())
 
 
 def test_a_layer_that_breaks_the_graph_compiles_as_stock_with_the_import_swap(tmp_path):
@@ -188,6 +192,13 @@ def test_graph_breaks_are_attributed_to_the_layer_and_line_that_caused_them(tmp_
     assert any("int(" in t or ".item()" in t for t in texts), texts
     note = compiled_note(Summary.from_dict(result["run"]["summary"]))
     assert "RGCNConv:" in note and "graph break" in note and "rgcn_conv.py:" in note
+    # its recompiles (a new edge_index size each call: dynamic=False), in its propagate too,
+    # which PyG generates into a temporary module named for the class
+    again = [r for r in result["run"]["summary"]["compiled"]["recompiles"]]
+    mine = [r for r in again if r["layer"] == "RGCNConv"]
+    assert any("edge_index' size mismatch" in r["reason"] for r in mine), again
+    assert any(r["file"] == "<RGCNConv propagate>" for r in mine), again
+    assert "Recompiles (torch.compile): RGCNConv: " in note
 
 
 # -- in process: the notes, the import swap without run, the eager breakdown ------------------
@@ -215,6 +226,25 @@ def fresh_dynamo():
     yield
     torch._dynamo.reset()
     dynamo.forget()
+
+
+_GLOBAL_MODEL = torch.nn.Linear(2, 2)
+
+
+def test_the_models_a_compiled_function_names_are_found():
+    """``run`` lists the conv layers of the models a compiled training step refers to (its
+    globals, its closure, its bound module); an unrelated module is not taken."""
+    from instrumented_convs.commands.launch.hooks import _models_of
+
+    inner, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return inner(_GLOBAL_MODEL(x))
+
+    found = _models_of(step)
+    assert len(found) == 2 and {id(m) for m in found} == {id(inner), id(_GLOBAL_MODEL)}
+    assert [id(m) for m in _models_of(other.forward)] == [id(other)]  # a bound method
+    assert _models_of(len) == [] and _models_of(lambda: other) == [other]
 
 
 def test_eager_code_knows_it_runs_inside_a_compiled_call(fresh_dynamo):

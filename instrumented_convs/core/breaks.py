@@ -10,7 +10,10 @@ run from ``GraphConv.forward``; PyG's generated ``propagate``): a compile-start 
 compiled and names the innermost conv layer's frame among them, for the breaks of that
 compilation. What caused the break is kept beside the layer (``via``: the innermost traced
 frame's file, line and function). Classes are found by their source lines, so two conv
-classes of one file (DGL's ``GraphConv`` and ``EdgeWeightNorm``) are told apart.
+classes of one file (DGL's ``GraphConv`` and ``EdgeWeightNorm``) are told apart; PyG's
+``propagate``, generated into a temporary module named after the class, is that class's.
+Recompiles (a guard failed: Dynamo compiled a frame again) are Dynamo's record too
+(``torch._dynamo.utils.guard_failures``), each attributed to the layer whose code it is.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["graph_breaks", "watch", "forget"]
+import torch
+
+__all__ = ["graph_breaks", "recompiles", "watch", "forget"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +64,8 @@ def _conv_sources() -> Dict[str, List[Tuple[int, int, str]]]:
         for value in list(vars(module).values()):
             if not isinstance(value, type) or value.__module__ != module.__name__:
                 continue
+            if not issubclass(value, torch.nn.Module):  # (a generated module's NamedTuple)
+                continue
             try:
                 lines, first = inspect.getsourcelines(value)
                 path = os.path.realpath(inspect.getsourcefile(value) or "")
@@ -72,18 +79,32 @@ def _conv_sources() -> Dict[str, List[Tuple[int, int, str]]]:
     return _sources
 
 
-def _layer_at(filename: str, line: int) -> Optional[str]:
-    """The conv class whose source holds ``filename:line``; a module-level helper of a file
-    with one conv class is that class's (RGCNConv's ``masked_edge_index``); else None."""
-    classes = _conv_sources().get(os.path.realpath(filename))
+def _layer_at(
+    sources: Dict[str, List[Tuple[int, int, str]]], filename: str, line: int
+) -> Optional[str]:
+    """The conv class whose source holds ``filename:line`` (``sources``: :func:`_conv_sources`);
+    a module-level helper of a file with one conv class is that class's; else None."""
+    classes = sources.get(os.path.realpath(filename))
     if not classes:
-        return None
+        generated = _GENERATED.match(os.path.basename(filename))  # PyG's propagate, made
+        return generated.group(1) if generated else None  # from the class (a temp file)
     for first, last, name in classes:
         if first <= line <= last:
             return name
     return classes[0][2] if len({name for _, _, name in classes}) == 1 else None
 
 
+#: The temporary module PyG writes a layer's ``propagate`` to (from its class): the class.
+_GENERATED = re.compile(
+    r"(?:torch_geometric\.nn\.conv\.\w+|instrumented_convs\.pyg)_(\w+?)_propagate_\w+\.py"
+)
+#: The files a conv layer's code may be in: the frameworks' conv packages, PyG's generated
+#: ``propagate`` modules.
+_CONV_PATH = re.compile(r"nn[/\\](?:pytorch[/\\])?conv[/\\]|_propagate_\w+\.py$")
+#: A recompile's reason: the compiled version (frame/version) whose guard failed, and why.
+_COMPILE_ID = re.compile(r"\[?(\d+/\d+(?:_\d+)?)\]?: (.*)")
+#: Numbers in a recompile's reason (sizes, ids): one place, one reason.
+_NUMBERS = re.compile(r"\d+")
 #: Dynamo's name of the code that resumes ``forward`` after a graph break at a line.
 _RESUMED = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+")
 
@@ -92,18 +113,26 @@ def _place(filename: str, line: int, function: str) -> Dict[str, Any]:
     """File (base name), line and function (its own name where Dynamo resumed it)."""
     resumed = _RESUMED.fullmatch(function)
     function = resumed.group(1) if resumed else function
-    return {"file": os.path.basename(filename), "line": line, "function": function}
+    name = os.path.basename(filename)
+    generated = _GENERATED.match(name)
+    if generated:  # (a temporary file's name: named for the class instead)
+        name = f"<{generated.group(1)} propagate>"
+    return {"file": name, "line": line, "function": function}
 
 
 def _eager_layer() -> Optional[Dict[str, Any]]:
     """The innermost eager frame of a conv layer's code on this thread's stack, or None."""
-    frame = sys._getframe(2)
-    while frame is not None:
+    frame, candidates = sys._getframe(2), []
+    while frame is not None:  # (the sources are read only where a frame may be a layer's)
+        if _CONV_PATH.search(frame.f_code.co_filename):
+            candidates.append(frame)
+        frame = frame.f_back
+    sources = _conv_sources() if candidates else {}
+    for frame in candidates:
         code = frame.f_code
-        layer = _layer_at(code.co_filename, code.co_firstlineno)
+        layer = _layer_at(sources, code.co_filename, code.co_firstlineno)
         if layer is not None:
             return {"layer": layer, **_place(code.co_filename, frame.f_lineno, code.co_name)}
-        frame = frame.f_back
     return None
 
 
@@ -161,12 +190,12 @@ def graph_breaks() -> List[Dict[str, Any]]:
         return []
     with _lock:
         eager = {id(r): where for r, where in _eager}
-    out = []
+    out, sources = [], _conv_sources()
     for r in [r for r in list(reasons) if getattr(r, "graph_break", True)]:
         stack = list(getattr(r, "user_stack", None) or [])
         where: Dict[str, Any] = {"layer": None, "file": None, "line": None, "function": None}
         for frame in reversed(stack):
-            layer = _layer_at(frame.filename, frame.lineno)
+            layer = _layer_at(sources, frame.filename, frame.lineno)
             if layer is not None:
                 where = {"layer": layer, **_place(frame.filename, frame.lineno, frame.name)}
                 break
@@ -178,6 +207,34 @@ def graph_breaks() -> List[Dict[str, Any]]:
             via = None
         reason = str(getattr(r, "reason", r)).strip().splitlines()[0][:200]
         out.append({"reason": reason, **where, "via": via})
+    return out
+
+
+def recompiles() -> List[Dict[str, Any]]:
+    """Dynamo's recompiles in this process (``torch._dynamo.utils.guard_failures``: per code
+    compiled again, the guard that failed, one each time): {reason (its numbers as N),
+    layer, file, line, function}, ``layer`` the conv class whose code was recompiled (None:
+    not a conv layer's)."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return []
+    if not guard_failures:
+        return []
+    out, sources = [], _conv_sources()
+    for code, reasons in list(guard_failures.items()):
+        filename, line = getattr(code, "co_filename", ""), getattr(code, "co_firstlineno", 0)
+        layer = _layer_at(sources, filename, line)
+        where = {"layer": layer, **_place(filename, line, getattr(code, "co_name", "?"))}
+        # A recompile notes why each compiled version of the code failed its guards
+        # ("6/2: tensor 'x' size mismatch ..."): one recompile a version, its first reason.
+        first: Dict[str, str] = {}
+        for reason in list(reasons):
+            text = (str(reason).strip() or "?").splitlines()[0]
+            found = _COMPILE_ID.match(text)
+            version, why = found.groups() if found else (text, text)
+            first.setdefault(version, why.split("; ")[0])
+        out += [{"reason": _NUMBERS.sub("N", why)[:200], **where} for why in first.values()]
     return out
 
 

@@ -82,7 +82,7 @@ def compiling_probe() -> Callable[[], bool]:
     optimizer step changed what Dynamo compiled so. This probe is a function Dynamo calls at
     trace time and takes the result of as a constant (``torch._dynamo.assume_constant_result``:
     no guard, no mark): whether Dynamo's tracing context is set on this thread (a
-    ``getattr`` eagerly, as cheap as torch's). torch's own where either is missing.
+    dict lookup eagerly, as cheap as torch's). torch's own where either is missing.
     """
     try:
         from torch._dynamo import assume_constant_result
@@ -92,7 +92,8 @@ def compiling_probe() -> Callable[[], bool]:
 
     def compiling() -> bool:
         """Whether Dynamo is tracing the caller (its tracing context is set)."""
-        return getattr(_TLS, "tracing_context", None) is not None
+        # (the thread's own dict: getattr with a default costs ~0.9 us where it is unset)
+        return _TLS.__dict__.get("tracing_context") is not None
 
     try:  # run eagerly inside a compiled call (after a graph break): not offered to Dynamo
         from torch._dynamo.eval_frame import skip_code
@@ -249,17 +250,18 @@ def forget() -> None:
 
 def describe() -> Optional[Dict[str, Any]]:
     """What ran compiled, for a summary (None when nothing of ours was traced and Dynamo
-    recorded no graph break): ``owners``, per step name of a compiled call (``""``: none
-    was known, the calls were not counted): ``layers``, per scope its class, its calls per
-    compiled call and whether that is ``exact`` (every compilation of the call traced it
-    as often, none resumed after a graph break) or estimated (the most of any; a layer
-    only :func:`listed`: one); and ``breaks``: :func:`.breaks.graph_breaks`."""
+    recorded no graph break nor recompile): ``owners``, per step name of a compiled call
+    (``""``: none was known, the calls were not counted): ``layers``, per scope its class,
+    its calls per compiled call and whether that is ``exact`` (every compilation of the
+    call traced it as often, none resumed after a graph break) or estimated (the most of
+    any; a layer only :func:`listed`: one); ``breaks``: :func:`.breaks.graph_breaks`;
+    ``recompiles``: :func:`.breaks.recompiles`."""
     with _lock:
         traces = {k: Counter(v) for k, v in _traces.items()}
         classes = dict(_classes)
         listed_ = {k: dict(v) for k, v in _listed.items()}
-    found = breaks.graph_breaks()
-    if not traces and not found and not listed_:
+    found, again = breaks.graph_breaks(), breaks.recompiles()
+    if not traces and not found and not listed_ and not again:
         return None
     owners: Dict[str, Dict[str, Any]] = {}
     by_owner: Dict[str, List[Tuple[str, Counter]]] = {}
@@ -281,4 +283,4 @@ def describe() -> Optional[Dict[str, Any]]:
         layers = owners.setdefault(name, {"compilations": 0, "layers": {}})["layers"]
         for scope, cls in tree.items():
             layers.setdefault(scope, {"class": cls, "per_call": 1, "exact": False})
-    return {"owners": owners, "breaks": found}
+    return {"owners": owners, "breaks": found, "recompiles": again}

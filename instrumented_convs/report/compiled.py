@@ -1,11 +1,13 @@
-"""What a summary says of ``torch.compile``: the layers that ran compiled, and graph breaks.
+"""What a summary says of ``torch.compile``: the layers that ran compiled, graph breaks and
+recompiles.
 
 Steps do not record inside compiled code. A summary carries what the core noted while
 Dynamo traced our layers (:func:`instrumented_convs.core.dynamo.describe`, the summary's
 ``compiled``): per compiled call (``run``'s ``compiled NAME`` step), the conv layers traced
 into its graphs and how many times each runs in one call; the graph breaks Dynamo recorded,
-attributed to the conv layers whose code caused them. :func:`compiled_note` turns that into
-the lines under the table and on the page: a layer that ran compiled is never a silent gap.
+attributed to the conv layers whose code caused them, and the recompiles, to those whose
+code was compiled again. :func:`compiled_note` turns that into the lines under the table
+and on the page: a layer that ran compiled is never a silent gap.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ def layer_calls(summary: Any) -> List[Dict[str, Any]]:
 _PLACES = 4
 
 
-def _break_text(breaks: List[Dict[str, Any]]) -> str:
-    """Per conv layer class: its graph breaks, and the places in its code that caused them
-    (the most first: count, file:line, function, reason, and the frame Dynamo broke in where
-    that is not the layer's own line); then those outside conv layers."""
+def _by_layer_text(events: List[Dict[str, Any]], what: str, title: str) -> str:
+    """Per conv layer class: its graph breaks (or recompiles, ``what``), and the places in
+    its code that caused them (the most first: count, file:line, function, reason, and the
+    frame Dynamo broke in where that is not the layer's own line); then those outside conv
+    layers."""
     per_layer: Dict[str, Counter] = {}
     outside: Counter = Counter()
-    for b in breaks:
+    for b in events:
         if not b.get("layer"):
             outside[b["reason"]] += 1
             continue
@@ -61,11 +64,11 @@ def _break_text(breaks: List[Dict[str, Any]]) -> str:
         named = [f"{k} at {place}" for place, k in places.most_common(_PLACES)]
         if len(places) > _PLACES:
             named.append(f"{len(places) - _PLACES} more places")
-        parts.append(f"{layer}: {n} graph break{'s' * (n != 1)}: " + "; ".join(named))
+        parts.append(f"{layer}: {n} {what}{'s' * (n != 1)}: " + "; ".join(named))
     if outside:
         n = sum(outside.values())
         parts.append(f"{n} outside conv layers ({outside.most_common(1)[0][0]}...)")
-    return "Graph breaks (torch.compile): " + ". ".join(parts) + "."
+    return f"{title} (torch.compile): " + ". ".join(parts) + "."
 
 
 def compiled_note(summary: Any) -> str:
@@ -112,5 +115,7 @@ def compiled_note(summary: Any) -> str:
             'configure(compiled="eager") gives their steps from iterations run eagerly.'
         )
     if compiled.get("breaks"):
-        texts.append(_break_text(compiled["breaks"]))
+        texts.append(_by_layer_text(compiled["breaks"], "graph break", "Graph breaks"))
+    if compiled.get("recompiles"):  # (a compiled frame's guard failed: compiled again)
+        texts.append(_by_layer_text(compiled["recompiles"], "recompile", "Recompiles"))
     return " ".join(texts)

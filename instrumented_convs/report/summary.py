@@ -75,8 +75,8 @@ class Summary:
         self.sampling: Optional[Dict[str, Any]] = sampling
         #: What ran under ``torch.compile`` (``core.dynamo.describe``; None: nothing):
         #: ``owners`` (per compiled call's step path, its layers and their calls per call)
-        #: and ``breaks`` (graph breaks, attributed to conv layers); see
-        #: :mod:`.compiled`.
+        #: ``breaks`` (graph breaks, attributed to conv layers) and ``recompiles`` (the
+        #: same of recompiles); see :mod:`.compiled`.
         self.compiled: Optional[Dict[str, Any]] = compiled
 
     # -- access ---------------------------------------------------------------------------

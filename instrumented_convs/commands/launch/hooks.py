@@ -75,6 +75,25 @@ def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
         model = inner
 
 
+def _models_of(fn: Any) -> List[torch.nn.Module]:
+    """The modules a function refers to by name: its bound ``self``, the globals its code
+    reads and its closure's cells (one level: not those of the functions it calls)."""
+    import inspect
+
+    fn = inspect.unwrap(fn)
+    found = [getattr(fn, "__self__", None)]
+    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is not None:
+        found += [names.get(n) for n in code.co_names]
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+    unique = {id(m): m for m in found if isinstance(m, torch.nn.Module)}
+    return list(unique.values())
+
+
 class Hooks:
     """The hooks of one ``run``; :meth:`install` them, run the script, :meth:`remove` them."""
 
@@ -226,11 +245,14 @@ class Hooks:
                 return out  # a model: its calls are timed by __call__
             name = f"{COMPILED} {getattr(model, '__name__', type(model).__name__)}"
             step = Step(name, None, None, "step")
+            unseen = [model]  # its models, listed at its first call (see _models_of)
 
             @functools.wraps(out)
             def call(*args: Any, **kw: Any) -> Any:
                 if compiling():
                     return out(*args, **kw)
+                if unseen:
+                    self._list_models_of(unseen.pop(), name)
                 before, owner.name = owner.name, step.name
                 try:
                     if not recording():
@@ -269,8 +291,22 @@ class Hooks:
                 key = id(module)
                 seen[key] = weakref.ref(module, lambda _, key=key: seen.pop(key, None))
 
-    def _list_compiled(self, model: torch.nn.Module) -> None:
-        """Note the conv layers of a compiled model, left as they are (see :meth:`_adopt`)."""
+    def _list_models_of(self, fn: Any, name: str) -> None:
+        """List the conv layers of the models a compiled function refers to by name (its
+        globals, closure and bound ``self``: :func:`_models_of`) as its own, ``name``; run
+        inside it, Dynamo traces them and ``run`` never sees their calls. Left as they are,
+        as a compiled model's (unless the eager breakdown is on: its eager iterations call
+        them through ``run``, which instruments them then)."""
+        if configure().compiled == "eager":
+            return
+        with self._lock:
+            for model in _models_of(fn):
+                if id(model) not in self._seen:
+                    self._list_compiled(model, name)
+
+    def _list_compiled(self, model: torch.nn.Module, name: Optional[str] = None) -> None:
+        """Note the conv layers of a compiled model (or of one a compiled function ``name``
+        runs), left as they are (see :meth:`_adopt`)."""
         target = _unwrap(model)
         layers = {}
         for path, module in target.named_modules():
@@ -282,7 +318,7 @@ class Hooks:
             elif type(module).__module__.startswith(("torch_geometric.nn.conv", "dgl.nn")):
                 self.built.add(type(module).__name__)
                 layers[path] = type(module).__name__
-        core.listed(f"{COMPILED} {type(target).__name__}", layers)
+        core.listed(name or f"{COMPILED} {type(target).__name__}", layers)
         seen = self._seen
         for module in model.modules():
             key = id(module)
