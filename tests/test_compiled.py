@@ -40,6 +40,7 @@ PROBES = [
         ("gin", [(False, False), (True, False), (True, True)]),
         ("step", [(False, False), (True, False)]),
         ("rgcn", [(False, False), (True, False), (False, True), (True, True)]),
+        ("reduce", [(False, False), (True, False)]),
         ("dgl", [(False, False), (True, False), (False, True), (True, True)]),
     )
     for under_run, ours in runs
@@ -83,7 +84,7 @@ def _summary(result: Dict[str, Any]) -> Summary:
     return Summary.from_dict(result["run"]["summary"])
 
 
-@pytest.mark.parametrize("case", ["gcn", "gin", "step", "rgcn"])
+@pytest.mark.parametrize("case", ["gcn", "gin", "step", "rgcn", "reduce"])
 def test_run_adds_no_frame_graph_break_or_recompile_to_a_compiled_pyg_model(tmp_path, case):
     pytest.importorskip("torch_geometric")
     stock = _probe(tmp_path, case, under_run=False, ours=False)
@@ -92,7 +93,7 @@ def test_run_adds_no_frame_graph_break_or_recompile_to_a_compiled_pyg_model(tmp_
     assert traced["outputs"] == stock["outputs"]  # the same program ran
     s = _summary(traced)
     name = "compiled train_step" if case == "step" else f"compiled {case.upper()}"
-    name = {"compiled RGCN": "compiled GCN"}.get(name, name)
+    name = {"compiled RGCN": "compiled GCN", "compiled REDUCE": "compiled GCN"}.get(name, name)
     rows = [r for r in s.rows if r.step == name]
     assert rows and sum(r.count for r in rows if r.phase == "forward") == len(stock["outputs"])
     if case != "step":  # a compiled model's own backward row, timed around it

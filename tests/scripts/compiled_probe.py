@@ -3,9 +3,11 @@
 python compiled_probe.py CASE OUT.json [--ours]. CASE: ``gcn`` (PyG's examples/compile/gcn.py
 model, dynamic=False), ``gin`` (examples/compile/gin.py's, dynamic=True, mini-batches),
 ``dgl`` (two DGL GraphConv), ``step`` (a GCN's whole training step compiled as a function),
-``rgcn`` (PyG RGCNConv, which breaks the graph). ``--ours`` swaps the import for ours. The
-backend is aot_eager: Dynamo's frames, guards and graph breaks are the same as inductor's,
-without its compile time. Run it plainly, or under ``python -m instrumented_convs run``.
+``rgcn`` (PyG RGCNConv, which breaks the graph), ``reduce`` (the GCN under
+``mode="reduce-overhead"``: inductor, compiled for real). ``--ours`` swaps the import for
+ours. The backend is otherwise aot_eager: Dynamo's frames, guards and graph breaks are the
+same as inductor's, without its compile time. Run it plainly, or under
+``python -m instrumented_convs run``.
 """
 
 import json
@@ -19,6 +21,9 @@ from torch._dynamo.utils import counters
 case, out_path = sys.argv[1], sys.argv[2]
 ours = "--ours" in sys.argv
 torch.manual_seed(0)
+# One thread: inductor's C++ reductions run in parallel chunks otherwise, summed in another
+# order run to run (a last-bit difference between two plain runs of the reduce case).
+torch.set_num_threads(1)
 BACKEND = "aot_eager"
 
 
@@ -31,7 +36,7 @@ def pyg(name):
 
 
 outputs = []
-if case in ("gcn", "step", "rgcn"):
+if case in ("gcn", "step", "rgcn", "reduce"):
     n, e = 60, 240
     x = torch.randn(n, 16)
     ei = torch.randint(0, n, (2, e))
@@ -73,8 +78,11 @@ if case in ("gcn", "step", "rgcn"):
         for _ in range(4):
             outputs.append(float(train_step()))
     else:
-        compiled = torch.compile(model, dynamic=False, backend=BACKEND)
-        for _ in range(4):
+        if case == "reduce":  # inductor (CUDA graphs where the model is on a GPU: not here)
+            compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+        else:
+            compiled = torch.compile(model, dynamic=False, backend=BACKEND)
+        for _ in range(4 if case != "reduce" else 2):
             compiled.train()
             optimizer.zero_grad()
             loss = F.cross_entropy(compiled(x, ei, w), y)
