@@ -229,6 +229,25 @@ def fresh_dynamo():
     dynamo.forget()
 
 
+def test_importing_registers_no_compile_callback_run_and_a_traced_layer_do():
+    """Graph breaks are attributed through Dynamo's compile callbacks: registered by ``run``
+    or by a layer of ours as Dynamo traces it, never by an import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import instrumented_convs, instrumented_convs.core as c\n"
+        "from torch._dynamo.callback import callback_handler as h\n"
+        "n = len(h.start_callbacks)\n"
+        "c.watch_compiles(); c.watch_compiles()\n"
+        "print(n, len(h.start_callbacks))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if "No module named 'torch._dynamo.callback'" in out.stderr:
+        pytest.skip("this torch has no compile callbacks (graph breaks: their own stacks)")
+    assert out.stdout.split() == ["0", "1"], out.stderr
+
+
 _GLOBAL_MODEL = torch.nn.Linear(2, 2)
 
 

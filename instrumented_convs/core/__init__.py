@@ -32,7 +32,9 @@ package itself offers (:data:`__all__`, imported when first read):
   ``run_eagerly(fn)``: Dynamo leaves ``fn`` and all it calls alone; ``compiled()``: what
   ran compiled, for a summary (None: nothing); ``owner``: ``owner.name`` names the compiled
   call under way on this thread (its step), for what Dynamo traces during it;
-  ``listed(name, layers)``: a compiled model's conv layers, from its module tree.
+  ``listed(name, layers)``: a compiled model's conv layers, from its module tree;
+  ``watch_compiles()``: from now on, graph breaks in frames Dynamo compiles on their own are
+  attributed to the conv layer running under them.
 """
 
 from typing import Any
@@ -51,6 +53,7 @@ __all__ = [
     "compiled",
     "owner",
     "listed",
+    "watch_compiles",
 ]
 
 
@@ -75,6 +78,8 @@ def __getattr__(name: str) -> Any:
         from . import dynamo
 
         value = getattr(dynamo, "describe" if name == "compiled" else name)
+    elif name == "watch_compiles":
+        from .breaks import watch as value
     elif name in ("noted", "note"):
         from . import timeline
 

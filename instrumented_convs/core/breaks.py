@@ -158,7 +158,9 @@ def _on_end(args: Any) -> None:
 
 
 def watch() -> bool:
-    """Register the compile callbacks (once; torch 2.5+); whether they are registered."""
+    """Register the compile callbacks (once; torch 2.5+); whether they are registered.
+    Called by ``run`` as it starts and by a layer of ours as Dynamo first traces it: never
+    at import."""
     if getattr(watch, "done", None) is not None:
         return watch.done  # type: ignore[attr-defined]
     try:
@@ -236,6 +238,3 @@ def recompiles() -> List[Dict[str, Any]]:
             first.setdefault(version, why.split("; ")[0])
         out += [{"reason": _NUMBERS.sub("N", why)[:200], **where} for why in first.values()]
     return out
-
-
-watch()

@@ -204,8 +204,10 @@ def _module_of(var: Any, tx: Any) -> Any:
 
 
 def _note(ctx: Any) -> None:
-    """At trace time (``comptime``): note the layer being traced (``traced``'s ``layer``)."""
+    """At trace time (``comptime``): note the layer being traced (``traced``'s ``layer``);
+    from then on, graph breaks are attributed as Dynamo compiles (:func:`.breaks.watch`)."""
     try:
+        breaks.watch()
         tx = getattr(ctx, "_tx", None) or getattr(ctx, "_ComptimeContext__tx", None)
         var = ctx.get_local("layer")
         layer = _module_of(getattr(var, "_ComptimeVar__variable", var), tx)

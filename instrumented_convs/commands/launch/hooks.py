@@ -133,6 +133,7 @@ class Hooks:
         """Put every hook in place (see the module docstring); returns ``self``."""
         self._wrap_module_call()
         self._wrap_compile()
+        core.watch_compiles()  # (graph breaks attributed as Dynamo compiles: not a hook)
         self._wrap_backward()
         self._hook_optimizers()
         self._finder = loaders.install(self._data, self._tls, self._undo)
