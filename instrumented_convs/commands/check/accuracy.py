@@ -24,7 +24,8 @@ around our clock readings (opening and closing it; on a busy machine that grows,
 no error of ours): on CPU three times what it added to an empty step in the same run (the
 90th percentile of :data:`EMPTY` steps, forward and backward apart: a backward label is
 closed in the hook that read the clock, after the labels of the steps inside it that end
-there), at least :data:`SHORT_US`; on CUDA :data:`SHORT_US` (the start event, which waits
+there: a backward step's is that times one plus its inner steps' calls per call), at least
+:data:`SHORT_US`; on CUDA :data:`SHORT_US` (the start event, which waits
 for no kernel, and the first launch).
 """
 
@@ -138,6 +139,17 @@ def _empty_steps() -> None:
         y.sum().backward()
 
 
+def _inner_calls(ours: Ours, path: str, phase: str) -> int:
+    """The calls of the steps directly inside ``path`` in ``phase``: in backward, their
+    labels close in the hook that closes ``path``'s, after our reading of its clock."""
+    depth = path.count("/") + 1
+    return sum(
+        row["count"]
+        for (p, ph), row in ours.items()
+        if ph == phase and p.startswith(path + "/") and p.count("/") == depth
+    )
+
+
 def compare(
     ours: Ours,
     theirs: Dict[Tuple[str, str], Dict[str, Any]],
@@ -151,6 +163,8 @@ def compare(
         if not cuda:  # three times what a label added to an empty step, at least SHORT_US
             added = theirs.get(("", "empty " + phase), {}).get("label_adds_p90_ns", 0)
             short = max(short, 3 * added / 1e3)
+            if phase == "backward":  # and once more a call of each step inside that ends
+                short *= 1 + _inner_calls(ours, path, phase) / max(row["count"], 1)  # there
         name = f"{prefix}{path}{BACKWARD if phase == 'backward' else ''}"
         ref = theirs.get((path, phase))
         n = row["count"]
