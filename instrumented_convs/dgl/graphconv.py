@@ -45,8 +45,9 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
-from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
-from ..core.step import Step, recording
+from ..core.dynamo import skip_frame
+from ..core.step import Step
+from ..layers.generic import runs_stock
 from ..layers.guard import guard, warn_fallback
 from . import generic
 
@@ -266,9 +267,7 @@ class GraphConv(generic.Detailed, _StockGraphConv):
     def forward(self, graph: Any, feat: Any, weight: Any = None,
                 edge_weight: Any = None) -> th.Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not recording() or inside_compiled():
-            if compiling():  # torch.compile traces this forward: noted at trace time
-                traced(self)
+        if runs_stock(self):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
@@ -287,9 +286,7 @@ class EdgeWeightNorm(generic.Detailed, _StockEdgeWeightNorm):
     def forward(self, graph: Any, edge_weight: th.Tensor) -> th.Tensor:
         """The stock forward with steps: positivity_check, init_weights, out_weight, in_weight,
         apply_edges."""
-        if not recording() or inside_compiled():
-            if compiling():  # torch.compile traces this forward: noted at trace time
-                traced(self)
+        if runs_stock(self):
             return super().forward(graph, edge_weight)
         if not _EDGE_WEIGHT_NORM_OK:
             return self._ic_fallback.forward(self, graph, edge_weight)

@@ -52,7 +52,20 @@ __all__ = [
     "device_of",
     "install",
     "uninstall",
+    "runs_stock",
 ]
+
+
+@skip_frame  # called eagerly after a graph break, as the forwards that call it are
+def runs_stock(layer: Any) -> bool:
+    """Whether a drop-in layer's ``forward`` runs the stock code as it is: nothing records, or
+    it runs inside a compiled call (where Dynamo compiled the stock code, it runs as Dynamo saw
+    it). While Dynamo traces the layer, notes it as traced (:func:`.core.dynamo.traced`)."""
+    if recording() and not inside_compiled():
+        return False
+    if compiling():  # torch.compile traces this forward: noted at trace time
+        traced(layer)
+    return True
 
 
 class _Depth(threading.local):
@@ -199,9 +212,7 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
 
     @functools.wraps(stock_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not recording() or inside_compiled():  # (compiled: the stock code, as Dynamo saw)
-            if compiling():  # torch.compile traces this forward: noted at trace time
-                traced(self)
+        if runs_stock(self):
             return stock_forward(self, *args, **kwargs)
         if switches.statements:
             run, ctx = own.fn or own.resolve(), calls

@@ -52,9 +52,9 @@ from torch_geometric.utils import add_self_loops as add_self_loops_fn
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
+from ..core.dynamo import skip_frame
 from ..core.step import Step, mark_outputs, recording
-from ..layers.generic import install, uninstall
+from ..layers.generic import install, runs_stock, uninstall
 from ..layers.guard import guard, warn_fallback
 from ..layers.statements.routes import Route
 from .generic import DetailedPyG
@@ -228,9 +228,7 @@ class GCNConv(DetailedPyG, _StockGCNConv):
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         """The stock forward, with the steps of the module docstring recorded."""
-        if not recording() or not isinstance(x, Tensor) or inside_compiled():
-            if compiling():  # torch.compile traces this forward: noted at trace time
-                traced(self)
+        if runs_stock(self) or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
         if not _FORWARD_OK:
             return self._upstream_forward(x, edge_index, edge_weight)
