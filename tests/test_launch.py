@@ -608,6 +608,44 @@ def test_an_optimizer_step_that_raises_is_not_recorded_and_closes(hooks):
     assert ic.registry.summary()["optimizer.step"].count == 1 and h.steps == 1
 
 
+def test_a_step_given_a_closure_has_its_forward_and_backward_beside_the_update(hooks):
+    """Lightning (and LBFGS users) run forward and backward in the closure the optimizer
+    calls first: they are the optimizer step's siblings, and ``optimizer.step`` is the
+    update alone; an optimizer calling it again (LBFGS's line search) has them inside."""
+    model, x, edge_index = _gcn()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    stock, stock_x = copy.deepcopy(model), x.clone()
+    stock_opt = torch.optim.Adam(stock.parameters(), lr=0.01)
+
+    def closure_of(m, o, inputs):
+        def closure():
+            o.zero_grad()
+            loss = m(inputs, edge_index).square().mean()
+            loss.backward()
+            return loss
+
+        return closure
+
+    h = hooks()
+    losses = [opt.step(closure_of(model, opt, x)) for _ in range(3)]
+    h.close()
+    h.remove()
+    assert open_steps() == []
+    c = counts(ic.registry.summary())
+    assert c[("forward", "forward")] == 3 and c[("backward", "forward")] == 3
+    assert c[("optimizer.step", "forward")] == 3 and h.steps == 3
+    assert not [k for k in c if k[0].startswith("optimizer.step/")], sorted(c)
+    ref = [stock_opt.step(closure_of(stock, stock_opt, stock_x)) for _ in range(3)]
+    assert [t.item() for t in losses] == [t.item() for t in ref]
+    ic.registry.reset()
+    lbfgs = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    h = hooks()
+    lbfgs.step(closure_of(model, lbfgs, x))
+    c = counts(ic.registry.summary())
+    assert c[("forward", "forward")] == 1 and c[("optimizer.step", "forward")] == 1
+    assert c[("optimizer.step/forward", "forward")] >= 1
+
+
 def test_warmup_drops_what_the_first_steps_recorded(hooks):
     model, x, edge_index = _gcn()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -10,7 +10,9 @@ taken off by :meth:`Hooks.remove`:
   attribute path unless it was named already), then runs inside the region ``forward``
   with grad enabled, or ``forward (no grad)`` without: evaluation apart from training.
 - ``torch.autograd.backward`` (which ``Tensor.backward`` calls) runs inside ``backward``.
-- torch's global optimizer step hooks open and close ``optimizer.step``.
+- torch's global optimizer step hooks open and close ``optimizer.step``; a step given a
+  closure (Lightning's, LBFGS's) opens it when the closure returns: the closure's forward and
+  backward are its siblings, as in a plain loop, and the region is the update.
 - A data loader's ``__next__`` runs inside ``data`` (:mod:`.loaders`).
 - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
 - While the timeline records, what each model call and conv layer call is given (shapes,
@@ -371,9 +373,18 @@ class Hooks:
         tls, regions, cuda = self._tls, self._regions[OPTIMIZER], torch.cuda.is_initialized
         compiling = core.compiling
 
-        def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        @core.skip_frame  # (called by an optimizer inside a compiled call: as pre's)
+        def after(closure: Callable[[], Any], entry: List[Any]) -> Any:
+            out = closure()
+            pending = tls.optimizers
+            if entry[1] is None and pending and pending[-1] is entry and recording():
+                region = entry[1] = regions[cuda()]  # the update: from here to the step's end
+                region.__enter__()
+            return out
+
+        def pre(optimizer: Any, args: Any, kwargs: Any) -> Any:
             if compiling():  # a compiled optimizer step: its region is the eager code around
-                return
+                return None
             pending = tls.optimizers
             for i, (opt, _) in enumerate(pending):
                 if opt is optimizer:  # its last step raised: those regions never ended
@@ -382,12 +393,23 @@ class Hooks:
                             stale.discard()
                     del pending[i:]
                     break
+            entry = [optimizer, None]
             if pending or not recording():  # an optimizer stepping another: one region
-                pending.append((optimizer, None))
-            else:
-                region = regions[cuda()]
-                region.__enter__()
-                pending.append((optimizer, region))
+                pending.append(entry)
+                return None
+            pending.append(entry)
+            # A closure (Lightning's, LBFGS's) runs the forward and backward inside the step,
+            # first: the region opens when it returns, so they stay beside the update.
+            if "closure" in kwargs:
+                closure = kwargs["closure"]
+                if closure is not None:
+                    return args, {**kwargs, "closure": functools.partial(after, closure, entry)}
+            elif len(args) > 1 and callable(args[1]):
+                closure = args[1]
+                return (args[0], functools.partial(after, closure, entry), *args[2:]), kwargs
+            region = entry[1] = regions[cuda()]
+            region.__enter__()
+            return None
 
         def post(optimizer: Any, args: Any, kwargs: Any) -> None:
             if compiling():
