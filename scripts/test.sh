@@ -8,6 +8,8 @@
 #      sparse-marked tests, with the C fast path built in place (the page tests in Debian's
 #      headless chromium, installed first if it is missing and we are root); then the core
 #      tests again with its Python twin;
+#   1b. the integrations' tests (Lightning) with their real packages, in a folder over main
+#      (scripts/env.sh integrations, built in the background);
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
 #   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
@@ -56,6 +58,7 @@ fi
 # the rest runs; the steps that need them wait for them (scripts/env.sh holds a lock per
 # environment, so a second call waits for the first) or report their errors.
 bash scripts/env.sh dgl2 >/dev/null 2>&1 &
+bash scripts/env.sh integrations >/dev/null 2>&1 &
 sparse_log=$(mktemp)
 bash scripts/env.sh sparse >"$sparse_log" 2>&1 &
 sparse_pid=$!
@@ -80,6 +83,15 @@ TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tes
 echo "== the same core tests with the Python twin of the C fast path"; stamp
 INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
   -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"
+
+# The integrations' packages are no part of main (nothing of the core needs them): a folder over
+# it (scripts/env.sh integrations, built beside the tests above); there they must not skip.
+integrations=$(bash scripts/env.sh integrations)
+INTEGRATION_TESTS=(tests/test_lightning.py)
+echo "== the integrations (Lightning), with their real packages: $integrations"; stamp
+INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
+  -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" \
+  tests/test_layering.py -k "integration or lightning" "$@"
 
 MATRIX_TESTS=(tests/test_pyg.py tests/test_guard.py tests/test_generic.py tests/test_all_convs.py)
 matrix() {  # the PyG matrix, the tests selected by the marker expression $1

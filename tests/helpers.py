@@ -252,3 +252,15 @@ def module_from(source: str, name: str, tmp_path: Path, monkeypatch: Any) -> Ite
     mod.path = path
     yield mod
     sys.modules.pop(name, None)
+
+
+def integration(module: str) -> Any:
+    """Import ``module`` (a package of an integration: ``lightning``, ``tensorboard``,
+    ``nbclient``), or skip the test saying why; under ``INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1``
+    (CI, in the integrations folder of ``scripts/env.sh``) its absence fails instead."""
+    if os.environ.get("INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS") == "1":
+        import importlib
+
+        return importlib.import_module(module)
+    why = f"{module} is not installed (scripts/env.sh integrations)"
+    return pytest.importorskip(module, reason=why)

@@ -13,6 +13,9 @@ depth, so a lazy import inside a function counts too. The rules:
 - the commands use the public face, the public modules and the API of a part (its package,
   never a module inside another part): ``instrumented_convs``, ``.core``, ``.layers``,
   ``.report``, ``.pyg``, ``.dgl``, ``.roofline``, ``.testing``, ``.distributed``;
+- the integrations (``lightning``) use what the commands may, and ``run``'s API
+  (``.commands.launch``); no other module imports them, and without their package they
+  raise ImportError naming the extra to install;
 - every module imports first in a fresh interpreter.
 """
 
@@ -33,6 +36,8 @@ PKG = "instrumented_convs"
 PARTS = ("core", "layers", "pyg", "dgl", "report", "commands")
 #: The public modules at the root besides the face.
 PUBLIC = ("distributed", "roofline", "testing")
+#: The integrations at the root: each needs its package (an extra), nothing needs them.
+INTEGRATIONS = {"lightning": ("lightning", "pytorch_lightning")}
 
 
 def modules() -> Dict[str, str]:
@@ -96,7 +101,7 @@ def inside(name: str, p: str) -> bool:
 
 
 def test_the_graph_is_read_and_every_part_is_there():
-    assert {part(m) for m in MODULES} == {*PARTS, *PUBLIC, "face", "__main__"}
+    assert {part(m) for m in MODULES} == {*PARTS, *PUBLIC, *INTEGRATIONS, "face", "__main__"}
     assert f"{PKG}.core.step" in GRAPH[f"{PKG}.layers"]  # the public API of layer authors
 
 
@@ -137,6 +142,29 @@ def test_commands_use_the_face_the_public_modules_and_each_parts_api():
         assert not other, (
             f"{m} imports {sorted(other)}: a command reaches a part through its package only"
         )
+
+
+def test_integrations_use_what_commands_may_and_runs_api_and_nothing_imports_them():
+    allowed = {PKG, *(f"{PKG}.{p}" for p in ("core", "layers", "report", "pyg", "dgl"))}
+    allowed |= {f"{PKG}.{p}" for p in PUBLIC} | {f"{PKG}.commands.launch"}
+    for name in INTEGRATIONS:
+        m = f"{PKG}.{name}"
+        other = GRAPH[m] - allowed
+        assert not other, f"{m} imports {sorted(other)}"
+        users = sorted(u for u, deps in GRAPH.items() if m in deps)
+        assert not users, f"{users} import {m}: an integration is needed by nothing"
+
+
+@pytest.mark.parametrize("name", sorted(INTEGRATIONS))
+def test_an_integration_without_its_package_names_the_extra(name):
+    hide = "; ".join(f"sys.modules[{p!r}] = None" for p in INTEGRATIONS[name])
+    code = (
+        f"import sys; {hide}\n"
+        f"try:\n    import {PKG}.{name}\n"
+        "except ImportError as e:\n    print(e)\nelse:\n    print('imported')"
+    )
+    proc = _python(code)
+    assert f"instrumented_convs[{name}]" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_no_module_of_one_part_reaches_a_private_module_of_another():
@@ -222,13 +250,22 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
     p = part(module)
     if p in needs:
         pytest.importorskip(needs[p])
+    if p in INTEGRATIONS:
+        pytest.importorskip(INTEGRATIONS[p][0])
+        pytest.importorskip("torch_geometric")  # (run's API, as the commands' launch)
     if p == "commands" and any(s in module for s in ("study", "check", "launch")):
         pytest.importorskip("torch_geometric")
     code = (
         f"import importlib; importlib.import_module({module!r}); "
         "import instrumented_convs as ic; ic.registry.summary()"
     )
-    proc = subprocess.run(
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _python(code: str) -> "subprocess.CompletedProcess[str]":
+    """Run ``python -c code`` in a fresh interpreter, from the repository root."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
         capture_output=True,
@@ -236,4 +273,3 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
         timeout=300,
         env=dict(os.environ, PYTHONPATH=python_path()),
     )
-    assert proc.returncode == 0, proc.stderr

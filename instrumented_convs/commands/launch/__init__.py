@@ -13,4 +13,31 @@
   run's (runs that start in the same second, torchrun jobs too, get folders of their own).
 - :mod:`.loaders`: the ``data`` region (torch's, PyG's and DGL's loader iterators).
 - :mod:`.cli`: the ``run``, ``view``, ``merge`` and ``diff`` command lines.
+
+What the integrations (:mod:`instrumented_convs.lightning`) use of it is its API below: the
+hooks, and writing, merging and reading run folders.
 """
+
+from .hooks import Hooks
+from .runs import (
+    TRACE_LIMIT,
+    environment,
+    load,
+    merge_folder,
+    outputs_of,
+    summary_of,
+    write_run,
+    write_timeline,
+)
+
+__all__ = [
+    "Hooks",
+    "TRACE_LIMIT",
+    "environment",
+    "load",
+    "merge_folder",
+    "outputs_of",
+    "summary_of",
+    "write_run",
+    "write_timeline",
+]

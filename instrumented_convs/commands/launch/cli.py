@@ -15,6 +15,7 @@ from ...report import RENDERERS, Peak, Run, render
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .peaks import add_peak_options, run_peak, view_peak
 from .runs import (
+    TRACE_LIMIT,
     default_folder,
     environment,
     job_rank,
@@ -63,10 +64,6 @@ ranks saved when one did not reach the end. Example:
   {PROG} run --record-every 10 train.py --epochs 5000
   {PROG} view ic-runs/train-20261125-101500 --by layer
 """
-
-
-#: The calls ``run`` keeps on its timeline by default (about 190 bytes each in memory).
-TRACE_LIMIT = 200_000
 
 
 def _names(text: Optional[str]) -> Optional[List[str]]:

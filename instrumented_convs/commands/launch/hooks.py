@@ -105,14 +105,18 @@ class Hooks:
         exclude: Collection[str] = (),
         warmup: int = 0,
         inputs: bool = True,
+        data: bool = True,
     ) -> None:
         """``only``/``exclude``: class names to instrument or leave stock (``instrument``'s);
         ``warmup``: optimizer steps whose records are dropped; ``inputs``: note what model
-        and conv layer calls are given while the timeline records (read at :meth:`install`)."""
+        and conv layer calls are given while the timeline records (read at :meth:`install`);
+        ``data``: time the data loaders' ``__next__`` (a caller that knows its loop's
+        fetches, as Lightning's profiler does, says no)."""
         self.only = None if only is None else frozenset(only)
         self.exclude = frozenset(exclude)
         self.warmup = warmup
         self.inputs = inputs
+        self.data = data
         self.steps = 0  #: optimizer steps taken
         self.built: Set[str] = set()  #: class names of the conv layers seen in models
         self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
@@ -138,7 +142,8 @@ class Hooks:
         core.watch_compiles()  # (graph breaks attributed as Dynamo compiles: not a hook)
         self._wrap_backward()
         self._hook_optimizers()
-        self._finder = loaders.install(self._data, self._tls, self._undo)
+        if self.data:
+            self._finder = loaders.install(self._data, self._tls, self._undo)
         return self
 
     def remove(self) -> None:

@@ -22,7 +22,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -48,6 +48,7 @@ from .folders import default_folder, job_rank
 __all__ = [
     "FORMAT",
     "VERSION",
+    "TRACE_LIMIT",
     "default_folder",
     "environment",
     "job_rank",
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 FORMAT, VERSION = RUN_FORMAT, RUN_VERSION
+#: The calls a run keeps on its timeline by default (about 190 bytes each in memory).
+TRACE_LIMIT = 200_000
 TRACE_FILE = RENDERERS["trace"].file  #: the timeline, a Chrome trace (all ranks under torchrun)
 
 
@@ -122,10 +125,13 @@ def write_run(
     meta: Dict[str, Any],
     by: str = "step",
     unit: Optional[str] = None,
+    job: Optional[Tuple[Optional[int], Optional[int]]] = None,
 ) -> Path:
-    """Write this process's run (``run.json``, or ``rank<N>.json`` under torchrun)."""
+    """Write this process's run (``run.json``, or ``rank<N>.json`` in a job of several
+    ranks). ``job``: ``(rank, world_size)`` where the caller knows them (a Lightning
+    strategy), else torchrun's environment tells (:func:`job_rank`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    rank, world = job_rank()
+    rank, world = job or job_rank()
     data = {"format": FORMAT, "version": VERSION, "kind": "run" if world is None else "rank"}
     data.update(meta, rank=rank, world_size=world, by=by, unit=unit)
     data["snapshots"] = [_snapshot(snapshot)]
@@ -140,11 +146,17 @@ def write_run(
     return path
 
 
-def write_timeline(folder: Path, timeline: Timeline, name: str) -> Dict[str, Any]:
-    """Write this process's timeline (``trace.json.gz``, or ``rank<N>.trace.json.gz`` under
-    torchrun, one process per rank in the viewer); returns what ``run.json`` says of it."""
+def write_timeline(
+    folder: Path,
+    timeline: Timeline,
+    name: str,
+    job: Optional[Tuple[Optional[int], Optional[int]]] = None,
+) -> Dict[str, Any]:
+    """Write this process's timeline (``trace.json.gz``, or ``rank<N>.trace.json.gz`` in a
+    job of several ranks, one process per rank in the viewer); returns what ``run.json``
+    says of it. ``job``: as :func:`write_run`'s."""
     folder.mkdir(parents=True, exist_ok=True)
-    rank, world = job_rank()
+    rank, world = job or job_rank()
     path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
     pid = os.getpid() if rank is None else rank
     RENDERERS["trace"].write(Run(timeline=timeline, pid=pid, name=name), path)
