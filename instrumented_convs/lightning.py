@@ -28,6 +28,11 @@ timeline as ``run`` leaves them (``python -m instrumented_convs view DIR`` reads
 strategy of several processes (DDP), every rank records and writes its own file and rank 0
 merges them (its table is the merged one).
 
+At the end of each training epoch, the time per call of each step since the last epoch goes to
+TensorBoard (``Summary.to_tensorboard``) through the Trainer's own ``TensorBoardLogger`` when
+it has one (``tensorboard=DIR``: a writer of ours there instead; ``False``: nowhere), at the
+Trainer's global step, beside Lightning's own curves.
+
 The switches of :func:`~instrumented_convs.configure` are arguments (``record_every=10`` or
 ``budget=0.01`` for the duty cycle, ``counters=True``, ``backward_every=1``...), in force from
 set-up to the end of each call, as are ``run``'s ``only``, ``exclude`` and ``warmup``.
@@ -115,13 +120,17 @@ class _Profiler:
         warmup: int = 0,
         timeline: int = TRACE_LIMIT,
         merge_timeout: float = 60.0,
+        tensorboard: "bool | str | os.PathLike[str]" = True,
         **switches: Any,
     ) -> None:
         """``dirpath``/``filename``: Lightning's (where the run folders and the table go);
         ``only``/``exclude``: conv class names to instrument or leave stock; ``warmup``:
         optimizer steps whose records are dropped; ``timeline``: the most calls the run's
         timeline keeps (0: none); ``merge_timeout``: seconds rank 0 waits for the other
-        ranks' files; ``switches``: :func:`~instrumented_convs.configure`'s keywords."""
+        ranks' files; ``tensorboard``: where each training epoch's point goes (the time
+        per call of each step since the last one, ``Summary.to_tensorboard``): ``True``, the
+        Trainer's own TensorBoard logger if it has one; a folder, a writer of ours there;
+        ``False``, nowhere; ``switches``: :func:`~instrumented_convs.configure`'s keywords."""
         super().__init__(dirpath=dirpath, filename=filename)  # type: ignore[call-arg]
         unknown = sorted(set(switches) - set(_SWITCHES))
         if unknown:
@@ -138,6 +147,7 @@ class _Profiler:
         self.timeline = timeline
         self.merge_timeout = merge_timeout
         self.switches = switches
+        self.tensorboard = tensorboard
         self.folders: List[Path] = []  #: the run folders written, in order
         self._text = ""
         self._calls: Dict[str, int] = {}  # stage -> calls so far
@@ -201,7 +211,10 @@ class _Profiler:
         self._open.setdefault(action_name, []).append(step)
 
     def stop(self, action_name: str) -> None:
-        """Lightning ends ``action_name``: its region closes (an error if one is raised)."""
+        """Lightning ends ``action_name``: its region closes (an error if one is raised);
+        at the end of a training epoch, the TensorBoard point."""
+        if action_name == "run_training_epoch" and self._state is not None:
+            self._point()
         opened = self._open.get(action_name)
         if opened:
             # (Lightning stops an action in a ``finally``: what it raised is in flight)
@@ -264,6 +277,35 @@ class _Profiler:
         trainer.callbacks.append(callback)
         return trainer, callback
 
+    def _point(self) -> None:
+        """The epoch's point on TensorBoard, at the Trainer's global step."""
+        state = self._state
+        if "writer" not in state:
+            state["writer"] = self._writer()
+        if state["writer"] is None:
+            return
+        step = getattr(getattr(self._lightning_module, "trainer", None), "global_step", None)
+        registry.summary().to_tensorboard(state["writer"], step=step)
+
+    def _writer(self) -> Any:
+        """Where TensorBoard points go (see ``tensorboard``), or None."""
+        if self.tensorboard is False:
+            return None
+        if self.tensorboard is not True:
+            from torch.utils.tensorboard import SummaryWriter
+
+            rank, world = self._job()
+            folder = Path(self.tensorboard)
+            return SummaryWriter(str(folder / f"rank{rank}" if world is not None else folder))
+        try:
+            loggers = self._lightning_module.trainer.loggers  # type: ignore[attr-defined]
+        except (AttributeError, ReferenceError, RuntimeError):
+            return None
+        for logger_ in loggers:
+            if type(logger_).__name__ == "TensorBoardLogger":
+                return logger_.experiment  # (rank 0's: a no-op elsewhere, as Lightning's)
+        return None
+
     def _job(self) -> Tuple[Optional[int], Optional[int]]:
         """(rank, world size) of the Trainer's strategy; (None, None) in one process."""
         try:
@@ -295,6 +337,9 @@ class _Profiler:
             hooks.close()
         finally:
             hooks.remove()
+        writer = state.get("writer")
+        if writer is not None and self.tensorboard not in (True, False):
+            writer.close()  # (ours; the Trainer's logger is its own)
         job = self._job()
         model = state["model"]
         target = (

@@ -12,7 +12,8 @@ EntryStats`) and nothing else of the core. What it holds, by module:
   :mod:`.roofline` (the counters' table) and :mod:`.timeline` (:class:`Timeline`, what
   ``registry.timeline()`` returns, and Chrome traces);
 - :mod:`.diff`: two summaries side by side; :mod:`.saved`: reading a saved run
-  (:func:`read_run`).
+  (:func:`read_run`); :mod:`.tensorboard`: a summary as TensorBoard scalars
+  (``Summary.to_tensorboard``).
 
 :data:`__all__` is its API: users read summaries, rows and timelines; the commands (``run``,
 ``view``, ``check``...) and integrations use the rest, never a module inside the report.

@@ -24,7 +24,7 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from . import columns, diff, page, roofline, saved
+from . import columns, diff, page, roofline, saved, tensorboard
 from .columns import UNITS
 from .diff import SummaryDiff
 from .row import FIELDS, Row, value_of
@@ -213,6 +213,13 @@ class Summary:
         """A self-contained HTML page (offline; open it in a browser): the icicle of the step
         tree, the table and, merged over ranks, each rank's totals (``page.summary_page``)."""
         return page.summary_page(self, title, **kwargs)
+
+    def to_tensorboard(self, writer: Any, step: Optional[int] = None) -> int:
+        """Write a point per row to a TensorBoard ``writer`` (a ``SummaryWriter``) at
+        ``step``: the time per call of the calls since this writer's previous point (and
+        with the counters on, the FLOP/s and bytes/s they achieved) under the row's path
+        (see :mod:`.tensorboard`). Call it once an epoch; returns the scalars written."""
+        return tensorboard.write_scalars(self, writer, step)
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

@@ -132,6 +132,12 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         help="count each step's FLOPs and bytes; print the roofline table (a debugging mode)",
     )
     add_peak_options(run)
+    run.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="also write each step's time per call to TensorBoard event files in DIR, a point "
+        "an epoch (a pass over a data loader; an optimizer step where the script has none)",
+    )
     run.add_argument("--quiet", action="store_true", help="save the run, print no table")
     run.add_argument(
         "--merge-timeout",
@@ -224,7 +230,11 @@ def run_main(args: argparse.Namespace) -> int:
         timeline=args.trace_limit,
         counters=True if args.counters else None,
     )
-    hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup).install()
+    writer = _tensorboard(args.tensorboard) if args.tensorboard else None
+    hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup)
+    if writer is not None:  # a point an epoch, numbered from 1
+        hooks.epoch = lambda: registry.summary().to_tensorboard(writer, step=hooks.epochs)
+    hooks.install()
     if args.record_every is not None or args.budget is not None:  # its hooks after run's
         configure(record_every=args.record_every, budget=args.budget, iteration=args.iteration)
     if args.eager_breakdown:
@@ -284,6 +294,9 @@ def run_main(args: argparse.Namespace) -> int:
                 args.trace_limit,
             )
     write_run(folder, registry.snapshot(), meta, by=args.by, unit=args.unit)
+    if writer is not None:
+        writer.add_text("instrumented_convs/run folder", str(folder.resolve()))
+        writer.close()
     if world is None:
         summary = summary_of(load(folder), by=args.by, unit=args.unit)
     elif rank == 0:
@@ -303,6 +316,19 @@ def run_main(args: argparse.Namespace) -> int:
             print(render("roofline", Run(summary, peak=Peak(**meta["peak"]))))
     logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
     return outcome.code
+
+
+def _tensorboard(folder: str) -> Any:
+    """A TensorBoard ``SummaryWriter`` on ``folder`` (``rank<N>`` in it under torchrun)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        raise SystemExit(
+            f"run: --tensorboard needs TensorBoard ({e}): "
+            "pip install 'instrumented_convs[tensorboard]'"
+        ) from None
+    rank, world = job_rank()
+    return SummaryWriter(str(Path(folder) / f"rank{rank}") if world is not None else folder)
 
 
 def view_main(args: argparse.Namespace) -> int:

@@ -63,6 +63,7 @@ class _Local(threading.local):
         self.depth = 0  # inside a module call
         self.backward = 0  # inside torch.autograd.backward
         self.data = 0  # inside a loader's __next__
+        self.loaded = 0  # a loader's __next__ was called: epochs are its passes
         self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
 
 
@@ -106,17 +107,22 @@ class Hooks:
         warmup: int = 0,
         inputs: bool = True,
         data: bool = True,
+        epoch: Optional[Callable[[], None]] = None,
     ) -> None:
         """``only``/``exclude``: class names to instrument or leave stock (``instrument``'s);
         ``warmup``: optimizer steps whose records are dropped; ``inputs``: note what model
         and conv layer calls are given while the timeline records (read at :meth:`install`);
         ``data``: time the data loaders' ``__next__`` (a caller that knows its loop's
-        fetches, as Lightning's profiler does, says no)."""
+        fetches, as Lightning's profiler does, says no); ``epoch``: called at the end of
+        each epoch: of each pass over a data loader, or in a script that uses none, of each
+        optimizer step (a full-batch epoch)."""
         self.only = None if only is None else frozenset(only)
         self.exclude = frozenset(exclude)
         self.warmup = warmup
         self.inputs = inputs
         self.data = data
+        self.epoch = epoch
+        self.epochs = 0  #: epochs ended (see ``epoch``)
         self.steps = 0  #: optimizer steps taken
         self.built: Set[str] = set()  #: class names of the conv layers seen in models
         self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
@@ -143,7 +149,7 @@ class Hooks:
         self._wrap_backward()
         self._hook_optimizers()
         if self.data:
-            self._finder = loaders.install(self._data, self._tls, self._undo)
+            self._finder = loaders.install(self._data, self._tls, self._undo, self._epoch)
         return self
 
     def remove(self) -> None:
@@ -433,8 +439,15 @@ class Hooks:
         handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
         self._undo.append(lambda: [h.remove() for h in handles])
 
+    def _epoch(self) -> None:
+        self.epochs += 1
+        if self.epoch is not None:
+            self.epoch()
+
     def _stepped(self) -> None:
         self.steps += 1
+        if not self._tls.loaded:  # a full-batch script: an optimizer step is an epoch
+            self._epoch()
         if self.steps == self.warmup:
             registry.reset()
             logger.info("run: %d warm-up steps done, recording from now", self.warmup)

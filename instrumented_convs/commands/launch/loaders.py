@@ -59,7 +59,13 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _wrap_next(cls: type, region: Step, tls: Any, undo: List[Callable[[], None]]) -> None:
+def _wrap_next(
+    cls: type,
+    region: Step,
+    tls: Any,
+    undo: List[Callable[[], None]],
+    ended: Callable[[], None],
+) -> None:
     orig = vars(cls)["__next__"]
 
     compiling = core.compiling
@@ -68,12 +74,14 @@ def _wrap_next(cls: type, region: Step, tls: Any, undo: List[Callable[[], None]]
     def __next__(it: Any) -> Any:
         if compiling() or tls.data or not recording():
             return orig(it)
-        tls.data = 1
+        tls.data = tls.loaded = 1
         region.__enter__()
         try:
             out = orig(it)
         except StopIteration:
             region.discard()  # the end of an epoch is not a batch
+            tls.data = 0
+            ended()
             raise
         except BaseException:
             region.__exit__(*sys.exc_info())
@@ -87,10 +95,17 @@ def _wrap_next(cls: type, region: Step, tls: Any, undo: List[Callable[[], None]]
     undo.append(lambda: setattr(cls, "__next__", orig))
 
 
-def install(region: Step, tls: Any, undo: List[Callable[[], None]]) -> importlib.abc.MetaPathFinder:
-    """Time every loader's ``__next__`` in ``region`` (``tls.data`` marks being inside one);
-    ``undo`` gets what puts each back. Returns the finder put first on ``sys.meta_path``
-    for the modules imported later (the caller removes it)."""
+def install(
+    region: Step,
+    tls: Any,
+    undo: List[Callable[[], None]],
+    ended: Callable[[], None] = lambda: None,
+) -> importlib.abc.MetaPathFinder:
+    """Time every loader's ``__next__`` in ``region`` (``tls.data`` marks being inside one,
+    ``tls.loaded`` that one was called);
+    ``undo`` gets what puts each back; ``ended`` is called when a loader's pass ends (its
+    iterator raised StopIteration). Returns the finder put first on ``sys.meta_path`` for
+    the modules imported later (the caller removes it)."""
 
     def patch(module: Any) -> None:
         for name in LOADERS.get(module.__name__, ()):
@@ -98,7 +113,7 @@ def install(region: Step, tls: Any, undo: List[Callable[[], None]]) -> importlib
             if cls is None or "__next__" not in vars(cls):
                 logger.debug("run: no %s.%s.__next__ to time", module.__name__, name)
                 continue
-            _wrap_next(cls, region, tls, undo)
+            _wrap_next(cls, region, tls, undo, ended)
 
     for name in LOADERS:
         if name in sys.modules:
