@@ -120,3 +120,11 @@ class _Registry:
 
 #: Where every step records (one per process): ``summary()`` reads it, ``reset()`` empties it.
 registry = _Registry()
+
+
+def load_ipython_extension(ipython: _t.Any) -> None:
+    """``%load_ext instrumented_convs`` in IPython or Jupyter: the ``%%instrumented`` cell
+    magic (:mod:`instrumented_convs.notebook`)."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)

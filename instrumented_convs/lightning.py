@@ -51,13 +51,13 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import torch
 
-from . import configure, core, instrument, region, registry, uninstrument
+from . import configure, instrument, region, registry, uninstrument
 from .commands.launch import (
     TRACE_LIMIT,
     Hooks,
-    environment,
     load,
     merge_folder,
+    run_meta,
     summary_of,
     write_run,
     write_timeline,
@@ -345,26 +345,15 @@ class _Profiler:
         target = (
             f"{type(model).__name__} ({state['stage']})" if model is not None else state["stage"]
         )
-        meta = {
-            "command": [sys.executable, *sys.argv],
-            "target": target,
-            "module": None,
-            "args": sys.argv[1:],
-            "cwd": os.getcwd(),
-            "started": state["started"],
-            "ended": time.time(),
-            "exit_code": 0 if how == "returned" else 1,  # (of the Trainer's call)
-            "ended_by": how,
-            "error": None,
-            "settings": configure()._asdict(),
-            "sampling": core.duty_cycle(),
-            "compiled": core.compiled(),
-            "warmup": {"steps": self.warmup, "taken": hooks.steps},
-            "only": self.only,
-            "exclude": self.exclude,
-            "lightning": {"stage": state["stage"], "call": state["call"]},
-            **environment(),
-        }
+        meta = run_meta(
+            [sys.executable, *sys.argv],
+            target,
+            sys.argv[1:],
+            state["started"],
+            how,
+            hooks,
+            lightning={"stage": state["stage"], "call": state["call"]},
+        )
         folder = self._folder(state["stage"], state["call"])
         rank, world = job
         try:

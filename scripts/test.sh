@@ -8,7 +8,8 @@
 #      sparse-marked tests, with the C fast path built in place (the page tests in Debian's
 #      headless chromium, installed first if it is missing and we are root); then the core
 #      tests again with its Python twin;
-#   1b. the integrations' tests (Lightning, TensorBoard) with their real packages, in a folder over main
+#   1b. the integrations' tests (Lightning, TensorBoard, Jupyter: a notebook executed, exported
+#      and opened in chromium) with their real packages, in a folder over main
 #      (scripts/env.sh integrations, built in the background);
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
@@ -87,11 +88,11 @@ INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/pyt
 # The integrations' packages are no part of main (nothing of the core needs them): a folder over
 # it (scripts/env.sh integrations, built beside the tests above); there they must not skip.
 integrations=$(bash scripts/env.sh integrations)
-INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py)
-echo "== the integrations (Lightning, TensorBoard), with their real packages: $integrations"; stamp
+INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py tests/test_notebook.py)
+echo "== the integrations (Lightning, TensorBoard, Jupyter), with their real packages: $integrations"; stamp
 INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
   -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" \
-  tests/test_layering.py -k "integration or lightning" "$@"
+  tests/test_layering.py -k "integration or lightning or notebook" "$@"
 
 MATRIX_TESTS=(tests/test_pyg.py tests/test_guard.py tests/test_generic.py tests/test_all_convs.py)
 matrix() {  # the PyG matrix, the tests selected by the marker expression $1

@@ -13,9 +13,10 @@ depth, so a lazy import inside a function counts too. The rules:
 - the commands use the public face, the public modules and the API of a part (its package,
   never a module inside another part): ``instrumented_convs``, ``.core``, ``.layers``,
   ``.report``, ``.pyg``, ``.dgl``, ``.roofline``, ``.testing``, ``.distributed``;
-- the integrations (``lightning``) use what the commands may, and ``run``'s API
-  (``.commands.launch``); no other module imports them, and without their package they
-  raise ImportError naming the extra to install;
+- the integrations (``lightning``, ``notebook``) use what the commands may, and ``run``'s
+  API (``.commands.launch``); no other module imports them (but the face's ``%load_ext``
+  hook, lazily, the notebook), and without their package they raise ImportError naming
+  the extra to install;
 - every module imports first in a fresh interpreter.
 """
 
@@ -37,7 +38,7 @@ PARTS = ("core", "layers", "pyg", "dgl", "report", "commands")
 #: The public modules at the root besides the face.
 PUBLIC = ("distributed", "roofline", "testing")
 #: The integrations at the root: each needs its package (an extra), nothing needs them.
-INTEGRATIONS = {"lightning": ("lightning", "pytorch_lightning")}
+INTEGRATIONS = {"lightning": ("lightning", "pytorch_lightning"), "notebook": ("IPython",)}
 
 
 def modules() -> Dict[str, str]:
@@ -152,6 +153,8 @@ def test_integrations_use_what_commands_may_and_runs_api_and_nothing_imports_the
         other = GRAPH[m] - allowed
         assert not other, f"{m} imports {sorted(other)}"
         users = sorted(u for u, deps in GRAPH.items() if m in deps)
+        if name == "notebook":  # %load_ext instrumented_convs: the face's hook imports it
+            users.remove(PKG)
         assert not users, f"{users} import {m}: an integration is needed by nothing"
 
 

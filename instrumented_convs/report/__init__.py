@@ -23,6 +23,7 @@ from ..core.entry import BACKWARD_MARK, EntryStats
 from . import columns
 from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff
+from .page import in_notebook
 from .renderers import RENDERERS, Renderer, Run, render, write_folder
 from .roofline import Peak
 from .row import Row
@@ -66,4 +67,5 @@ __all__ = [
     "merge_traces",
     "read_trace",
     "write_trace",
+    "in_notebook",
 ]

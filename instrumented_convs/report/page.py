@@ -25,7 +25,7 @@ from . import columns
 from .compiled import compiled_note
 from .text import sampling_note
 
-__all__ = ["summary_page", "diff_page", "embed"]
+__all__ = ["summary_page", "diff_page", "embed", "in_notebook", "FALLBACK_CLASS"]
 
 _ASSETS = Path(__file__).with_name("page_assets")
 #: What the icicle and its tooltips read of a row (the table's cells come from the spec).
@@ -102,6 +102,32 @@ def _ranks(summary: Any) -> Optional[Dict[str, Any]]:
             }
         )
     return {"ranks": list(range(len(parts))), "rows": rows}
+
+
+#: The class of the text table beside a page in a notebook (hidden once the page drew).
+FALLBACK_CLASS = "instrumented-convs-text"
+# Run in the page once drawn (its srcdoc shares the notebook's origin): hide the text table
+# beside the frame and fit the frame to the page. Where a viewer strips scripts or frames,
+# neither happens and the text table is what shows.
+_FIT = (
+    "<script>addEventListener('load',function(){try{var f=window.frameElement;if(!f)return;"
+    "var t=f.nextElementSibling;if(t&&t.className==='" + FALLBACK_CLASS + "')"
+    "t.style.display='none';f.style.height=(document.documentElement.scrollHeight+24)+'px';"
+    "}catch(e){}});</script>\n"
+)
+
+
+def in_notebook(document: str, text: str) -> str:
+    """A page as a notebook's HTML output: inside an iframe's ``srcdoc``, so that its script
+    and styles and the notebook's cannot touch each other, followed by ``text`` (the table)
+    in a ``<pre>``: the page hides it and fits its frame to itself once drawn; a viewer that
+    strips scripts or frames (a static notebook viewer) shows the text table instead."""
+    document = document.replace("</body>", _FIT + "</body>", 1)
+    return (
+        f'<iframe srcdoc="{html.escape(document, quote=True)}" title="instrumented_convs" '
+        'style="width:100%;height:640px;border:0"></iframe>'
+        f'<pre class="{FALLBACK_CLASS}">{html.escape(text)}</pre>'
+    )
 
 
 def _document(title: str, data: Dict[str, Any]) -> str:

@@ -198,6 +198,15 @@ class Summary:
 
         return render(name, Run(self, **run))
 
+    def _repr_html_(self) -> str:
+        """Jupyter shows a summary as its page (the icicle and the table) in a frame of its
+        own, the text table where a viewer strips scripts (:func:`.page.in_notebook`)."""
+        return page.in_notebook(self.to_html(), self.table())
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's text view of a summary (a terminal, a notebook's text output): the table."""
+        printer.text(repr(self) if cycle else self.table())
+
     def __repr__(self) -> str:
         """``Summary(N rows, total=..., by=...)`` (and ``ranks=N`` when merged)."""
         ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"

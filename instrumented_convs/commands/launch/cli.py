@@ -10,18 +10,18 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from ... import configure, core, registry
+from ... import configure, registry
 from ...report import RENDERERS, Peak, Run, render
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .peaks import add_peak_options, run_peak, view_peak
 from .runs import (
     TRACE_LIMIT,
     default_folder,
-    environment,
     job_rank,
     load,
     merge_folder,
     outputs_of,
+    run_meta,
     summary_of,
     trace_of,
     write_run,
@@ -257,27 +257,19 @@ def run_main(args: argparse.Namespace) -> int:
             hooks.steps,
             args.warmup,
         )
-    meta = {
-        "command": [sys.executable, "-m", "instrumented_convs", "run", *sys.argv[2:]]
+    meta = run_meta(
+        [sys.executable, "-m", "instrumented_convs", "run", *sys.argv[2:]]
         if sys.argv[1:2] == ["run"]
         else [args.target, *args.args],
-        "target": args.target,
-        "module": args.module,
-        "args": list(args.args),
-        "cwd": os.getcwd(),
-        "started": started,
-        "ended": time.time(),
-        "exit_code": outcome.code,
-        "ended_by": outcome.how,
-        "error": outcome.error,
-        "settings": configure()._asdict(),
-        "sampling": core.duty_cycle(),
-        "compiled": core.compiled(),
-        "warmup": {"steps": args.warmup, "taken": hooks.steps},
-        "only": _names(args.only),
-        "exclude": _names(args.exclude),
-        **environment(),
-    }
+        args.target,
+        args.args,
+        started,
+        outcome.how,
+        hooks,
+        error=outcome.error,
+        exit_code=outcome.code,
+        module=args.module,
+    )
     if args.counters:
         configure(counters=False)
         meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)

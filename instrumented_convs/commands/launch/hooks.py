@@ -32,7 +32,7 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Set
 
 import torch
 
-from ... import configure, core, instrument, registry
+from ... import configure, core, instrument, registry, uninstrument
 from ...layers import InstrumentedLayer, Step, mark_outputs, recording
 from . import loaders
 from .inputs import note_inputs
@@ -125,6 +125,8 @@ class Hooks:
         self.epochs = 0  #: epochs ended (see ``epoch``)
         self.steps = 0  #: optimizer steps taken
         self.built: Set[str] = set()  #: class names of the conv layers seen in models
+        #: the stock layers it instrumented (weak references): :meth:`put_back` reverts them
+        self.converted: List["weakref.ref[torch.nn.Module]"] = []
         self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
         self._tls = _Local()
         self._undo: List[Callable[[], None]] = []
@@ -158,6 +160,14 @@ class Hooks:
             sys.meta_path.remove(self._finder)
         while self._undo:
             self._undo.pop()()
+
+    def put_back(self) -> None:
+        """Give the stock layers it instrumented their stock class again (the layers users
+        built from our classes stay ours)."""
+        while self.converted:
+            layer = self.converted.pop()()
+            if layer is not None:
+                uninstrument(layer)
 
     def close(self) -> None:
         """Close optimizer regions left open by a step that raised (nothing recorded)."""
@@ -291,7 +301,13 @@ class Hooks:
                 self._list_compiled(model)
                 return
             target = _unwrap(model)
+            ours = {id(m) for m in target.modules() if isinstance(m, InstrumentedLayer)}
             instrument(target, name=False, only=self.only, exclude=self.exclude)
+            self.converted.extend(
+                weakref.ref(m)
+                for m in target.modules()
+                if isinstance(m, InstrumentedLayer) and id(m) not in ours
+            )
             for path, module in target.named_modules():
                 if isinstance(module, InstrumentedLayer):
                     stock = type(module)._ic_stock.__name__

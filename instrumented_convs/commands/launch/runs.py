@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ... import configure, core
 from ...report import (
     RENDERERS,
     RUN_FILE,
@@ -55,6 +56,8 @@ __all__ = [
     "load",
     "merge_folder",
     "summary_of",
+    "run_data",
+    "run_meta",
     "write_run",
     "write_timeline",
     "trace_of",
@@ -98,6 +101,45 @@ def environment() -> Dict[str, Any]:
     return {"versions": versions, "device": device, "host": platform.node()}
 
 
+def run_meta(
+    command: Sequence[str],
+    target: str,
+    args: Sequence[str],
+    started: float,
+    ended_by: str,
+    hooks: Any,
+    error: Optional[str] = None,
+    exit_code: Optional[int] = None,
+    module: Optional[bool] = None,
+    **extra: Any,
+) -> Dict[str, Any]:
+    """What a run folder says of the run besides its numbers: how it was called and ended
+    (``ended_by``: ``returned``, ``raised``...; ``exit_code`` 0 when it returned, else 1
+    unless given), the settings, the duty cycle's and compilation's reports, the warm-up and
+    the classes picked by ``hooks`` (its :class:`~.hooks.Hooks`), the environment; ``extra``
+    as it is."""
+    return {
+        "command": list(command),
+        "target": target,
+        "module": module,
+        "args": list(args),
+        "cwd": os.getcwd(),
+        "started": started,
+        "ended": time.time(),
+        "exit_code": exit_code if exit_code is not None else int(ended_by != "returned"),
+        "ended_by": ended_by,
+        "error": error,
+        "settings": configure()._asdict(),
+        "sampling": core.duty_cycle(),
+        "compiled": core.compiled(),
+        "warmup": {"steps": hooks.warmup, "taken": hooks.steps},
+        "only": None if hooks.only is None else sorted(hooks.only),
+        "exclude": sorted(hooks.exclude),
+        **extra,
+        **environment(),
+    }
+
+
 def _snapshot(stats: Sequence[EntryStats]) -> Dict[str, Any]:
     return {"fields": list(EntryStats._fields), "entries": [list(s) for s in stats]}
 
@@ -119,6 +161,25 @@ def _write(path: Path, data: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def run_data(
+    snapshot: Sequence[EntryStats],
+    meta: Dict[str, Any],
+    by: str = "step",
+    unit: Optional[str] = None,
+    job: Optional[Tuple[Optional[int], Optional[int]]] = None,
+) -> Tuple[Dict[str, Any], Summary]:
+    """A run as :func:`write_run` saves it (what :func:`load` reads back), and its summary."""
+    rank, world = job or job_rank()
+    data = {"format": FORMAT, "version": VERSION, "kind": "run" if world is None else "rank"}
+    data.update(meta, rank=rank, world_size=world, by=by, unit=unit)
+    data["snapshots"] = [_snapshot(snapshot)]
+    summary = summarize(
+        snapshot, by=by, unit=unit, sampling=meta.get("sampling"), compiled=meta.get("compiled")
+    )
+    data["summary"] = summary.to_dict()
+    return data, summary
+
+
 def write_run(
     folder: Path,
     snapshot: Sequence[EntryStats],
@@ -131,14 +192,8 @@ def write_run(
     ranks). ``job``: ``(rank, world_size)`` where the caller knows them (a Lightning
     strategy), else torchrun's environment tells (:func:`job_rank`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    rank, world = job or job_rank()
-    data = {"format": FORMAT, "version": VERSION, "kind": "run" if world is None else "rank"}
-    data.update(meta, rank=rank, world_size=world, by=by, unit=unit)
-    data["snapshots"] = [_snapshot(snapshot)]
-    summary = summarize(
-        snapshot, by=by, unit=unit, sampling=meta.get("sampling"), compiled=meta.get("compiled")
-    )
-    data["summary"] = summary.to_dict()
+    data, summary = run_data(snapshot, meta, by, unit, job)
+    rank, world = data["rank"], data["world_size"]
     path = folder / (RUN_FILE if world is None else f"rank{rank}.json")
     _write(path, data)
     if world is None:
