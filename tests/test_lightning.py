@@ -17,6 +17,7 @@ from instrumented_convs.report import Summary
 from .helpers import ROOT, integration, run_script
 
 L = integration("lightning")
+torchmetrics = integration("torchmetrics")
 torch_geometric = pytest.importorskip("torch_geometric")
 lightning_ic = pytest.importorskip("instrumented_convs.lightning")
 ConvProfiler = lightning_ic.ConvProfiler
@@ -29,19 +30,22 @@ def counts(summary):
 
 
 class GCN(L.LightningModule):
-    """Two stock GCNConv layers; every training loss kept."""
+    """Two stock GCNConv layers and a metric; every training loss kept."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv1 = torch_geometric.nn.GCNConv(8, 16)
         self.conv2 = torch_geometric.nn.GCNConv(16, 3)
+        self.accuracy = torchmetrics.Accuracy(task="multiclass", num_classes=3)
         self.losses: list = []
 
     def forward(self, x, edge_index):
         return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
 
     def training_step(self, batch, i):
-        loss = torch.nn.functional.cross_entropy(self(batch.x, batch.edge_index), batch.y)
+        out = self(batch.x, batch.edge_index)
+        loss = torch.nn.functional.cross_entropy(out, batch.y)
+        self.accuracy(out, batch.y)  # a module call, and no model's forward
         self.losses.append(loss.item())
         return loss
 
@@ -110,6 +114,7 @@ def test_a_pyg_module_trains_as_without_it_with_lightnings_actions_as_regions(tm
     n = BATCHES * EPOCHS
     assert c[("training batch", "forward")] == n
     assert c[("training batch/training_step", "forward")] == n
+    assert c[("training batch/training_step/forward", "forward")] == n  # not the metric's
     assert c[("training batch/training_step/forward/GCNConv", "forward")] == n * LAYERS
     assert c[("training batch/training_step/forward/GCNConv/propagate", "forward")] == n * LAYERS
     assert c[("training batch/backward", "forward")] == n
@@ -202,6 +207,7 @@ def test_the_trainer_of_pytorch_lightning_takes_it_too(tmp_path):
             super().__init__()
             self.conv1 = torch_geometric.nn.GCNConv(8, 16)
             self.conv2 = torch_geometric.nn.GCNConv(16, 3)
+            self.accuracy = torchmetrics.Accuracy(task="multiclass", num_classes=3)
             self.losses: list = []
 
     L.seed_everything(0, verbose=False)

@@ -4,8 +4,9 @@ Every hook is process-wide, installed by :meth:`Hooks.install` before the script
 taken off by :meth:`Hooks.remove`:
 
 - ``torch.nn.Module.__call__`` is wrapped. The outermost module call on a thread (a model's
-  forward; nested module calls pass through after one thread-local read) first instruments
-  its model, once (:func:`~instrumented_convs.instrument` in place: the same module objects
+  forward; nested module calls pass through after one thread-local read; a torchmetrics
+  metric's update is no model's forward and opens no region) first instruments its model,
+  once (:func:`~instrumented_convs.instrument` in place: the same module objects
   and parameters, so an optimizer built before keeps working; each layer named after its
   attribute path unless it was named already), then runs inside the region ``forward``
   with grad enabled, or ``forward (no grad)`` without: evaluation apart from training.
@@ -128,6 +129,7 @@ class Hooks:
         #: the stock layers it instrumented (weak references): :meth:`put_back` reverts them
         self.converted: List["weakref.ref[torch.nn.Module]"] = []
         self._seen: Dict[int, Any] = {}  # id -> weak reference of every module adopted
+        self._metrics: Set[int] = set()  # ids of the adopted modules that are metrics
         self._tls = _Local()
         self._undo: List[Callable[[], None]] = []
         # Each region twice: on the CPU clock, and with the device of a top-level step (CUDA
@@ -181,7 +183,7 @@ class Hooks:
     def _wrap_module_call(self) -> None:
         cls = torch.nn.Module
         call = cls.__call__
-        tls, seen, adopt = self._tls, self._seen, self._adopt
+        tls, seen, adopt, metrics = self._tls, self._seen, self._adopt, self._metrics
         forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
         grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
         noting, compiling = self.inputs, core.compiling
@@ -239,6 +241,8 @@ class Hooks:
                         note_inputs((region, module.scope), args, kwargs)
                     else:
                         note_inputs((region,), args, kwargs)
+                if id(module) in metrics:  # a metric's update (torchmetrics): no model's forward
+                    return call(module, *args, **kwargs)
                 with (forward if training else no_grad)[cuda()]:
                     if type(module) is compiled_type:
                         return compiled_call(module, args, kwargs)
@@ -316,10 +320,14 @@ class Hooks:
                         module.scope = path
                 elif type(module).__module__.startswith(("torch_geometric.nn.conv", "dgl.nn")):
                     self.built.add(type(module).__name__)  # left stock by only/exclude
-            seen = self._seen
+            seen, metrics = self._seen, self._metrics
             for module in model.modules():
                 key = id(module)
-                seen[key] = weakref.ref(module, lambda _, key=key: seen.pop(key, None))
+                seen[key] = weakref.ref(
+                    module, lambda _, key=key: (seen.pop(key, None), metrics.discard(key))
+                )
+                if type(module).__module__.startswith("torchmetrics."):
+                    metrics.add(key)
 
     def _list_models_of(self, fn: Any, name: str) -> None:
         """List the conv layers of the models a compiled function refers to by name (its
