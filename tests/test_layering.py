@@ -23,6 +23,7 @@ depth, so a lazy import inside a function counts too. The rules:
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -247,8 +248,62 @@ def test_modules_are_one_job_each_and_long_ones_say_why():
             assert rel in LONG, f"{rel} has {lines} lines: one job? say why in LONG, or split it"
 
 
+#: A fresh interpreter that imports the third-party packages once (torch, PyG, DGL, the
+#: integrations' packages where installed), then forks a child per module given on stdin: the
+#: child imports that module first of the package, then reads a summary. Ours are imported in
+#: the children only, so each is first in its own; what the parent imported is not ours.
+FORK_SERVER = """
+import importlib, json, os, sys, traceback
+import torch
+torch.set_num_threads(1)
+for name in ("torch_geometric", "dgl", "lightning", "pytorch_lightning", "IPython"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+assert not [m for m in sys.modules if m.startswith("instrumented_convs")]
+out = {}
+for module in json.load(sys.stdin):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            importlib.import_module(module)
+            import instrumented_convs as ic
+            ic.registry.summary()
+            error = ""
+        except BaseException:
+            error = traceback.format_exc()
+        os.write(w, error.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        error = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    out[module] = error or ("" if status == 0 else f"the child ended with status {status}")
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_imports() -> Dict[str, str]:
+    """Every module imported first in a child of the fork server: module -> its error."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER],
+        input=json.dumps(sorted(MODULES)),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=python_path()),
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_each_module_imports_first_in_a_fresh_interpreter(module):
+def test_each_module_imports_first_in_a_fresh_interpreter(module, fresh_imports):
     needs = {"pyg": "torch_geometric", "dgl": "dgl"}
     p = part(module)
     if p in needs:
@@ -258,12 +313,29 @@ def test_each_module_imports_first_in_a_fresh_interpreter(module):
         pytest.importorskip("torch_geometric")  # (run's API, as the commands' launch)
     if p == "commands" and any(s in module for s in ("study", "check", "launch")):
         pytest.importorskip("torch_geometric")
-    code = (
-        f"import importlib; importlib.import_module({module!r}); "
-        "import instrumented_convs as ic; ic.registry.summary()"
+    assert fresh_imports[module] == "", fresh_imports[module]
+
+
+def test_the_fork_server_sees_a_module_that_cannot_import_first(tmp_path, monkeypatch):
+    """A module importing a name its package defines only later fails first, not second."""
+    pkg = tmp_path / "probe_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .b import B\nA = 1\n")
+    (pkg / "b.py").write_text("from . import A\nB = 2\n")
+    code = FORK_SERVER.replace("import instrumented_convs as ic", "pass").replace(
+        "ic.registry.summary()", "pass"
     )
-    proc = _python(code)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(["probe_pkg.b", "json"]),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+    )
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "ImportError" in got["probe_pkg.b"] and got["json"] == ""
 
 
 def _python(code: str) -> "subprocess.CompletedProcess[str]":
