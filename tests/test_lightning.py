@@ -287,3 +287,10 @@ def test_run_on_an_unmodified_lightning_script_keeps_forward_and_backward_out_of
     assert c[("forward", "forward")] == n and c[("forward/GCNConv", "forward")] == n * LAYERS
     assert c[("backward", "forward")] == n and c[("optimizer.step", "forward")] == n
     assert not [k for k in c if k[0].startswith("optimizer.step/")], sorted(c)
+
+
+def test_the_cost_benchmark_runs_every_variant():
+    out = run_script(str(ROOT / "benchmarks/lightning_cost.py"), "--quick", timeout=300)
+    lines = out.stdout.splitlines()
+    for name in ("no profiler", "Simple", "ConvProfiler", "every=100", "PyTorchProfiler", "again"):
+        assert any(name in line for line in lines[2:]), out.stdout
