@@ -115,7 +115,7 @@ class InstrumentedMagics(Magics):
     """``%%instrumented``: the cell, profiled as ``run`` profiles a script."""
 
     @cell_magic
-    def instrumented(self, line: str, cell: str) -> Optional[NotebookRun]:
+    def instrumented(self, line: str, cell: str) -> None:
         """Run the cell with its conv layers' steps and its loop's regions recorded; show
         the table; keep the run in ``--var`` (``ic_run``), save it with ``-o DIR``.
 

@@ -91,8 +91,9 @@ integrations=$(bash scripts/env.sh integrations)
 INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py tests/test_notebook.py)
 echo "== the integrations (Lightning, TensorBoard, Jupyter), with their real packages: $integrations"; stamp
 INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
-  -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" \
-  tests/test_layering.py -k "integration or lightning or notebook" "$@"
+  -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" "$@"
+INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
+  -m pytest -p no:cacheprovider -q -rs tests/test_layering.py -k "integration or lightning or notebook"
 
 MATRIX_TESTS=(tests/test_pyg.py tests/test_guard.py tests/test_generic.py tests/test_all_convs.py)
 matrix() {  # the PyG matrix, the tests selected by the marker expression $1

@@ -343,7 +343,10 @@ def test_registry_add_is_the_narrow_write_api():
     assert s["forward"].self_time == pytest.approx(1.0)
 
 
-def test_registry_memory_stays_flat_over_a_million_steps(clock):
+def test_registry_memory_stays_flat_over_200_000_steps(clock):
+    """Streaming statistics: a step's 200,000 more calls leave its entry as it was (a leak of
+    a tenth of a byte a call would exceed the 16 KiB bound; 10^6 calls took 40 s under
+    tracemalloc for nothing more)."""
     import gc
     import tracemalloc
 
@@ -359,14 +362,14 @@ def test_registry_memory_stays_flat_over_a_million_steps(clock):
     try:
         before = tracemalloc.get_traced_memory()[0]
         entries = len(registry.entries())
-        run(1_000_000)
+        run(200_000)
         gc.collect()
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
     assert len(registry.entries()) == entries == 1
-    assert registry.summary()["a"].count == 1_010_000
-    assert grown < 16 * 1024, f"registry grew by {grown} bytes over 10^6 steps"
+    assert registry.summary()["a"].count == 210_000
+    assert grown < 16 * 1024, f"registry grew by {grown} bytes over 200,000 steps"
 
 
 def test_configure_returns_the_switches_it_replaced():

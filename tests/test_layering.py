@@ -256,7 +256,8 @@ FORK_SERVER = """
 import importlib, json, os, sys, traceback
 import torch
 torch.set_num_threads(1)
-for name in ("torch_geometric", "dgl", "lightning", "pytorch_lightning", "IPython"):
+third = ("torch._dynamo", "torch_geometric", "dgl", "lightning", "pytorch_lightning", "IPython")
+for name in third:
     try:
         importlib.import_module(name)
     except Exception:

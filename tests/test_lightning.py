@@ -162,6 +162,13 @@ def test_a_dgl_module_and_the_duty_cycle_and_switches_as_arguments(tmp_path):
         return model
 
     stock = fit(None)
+    model = fit(ConvProfiler(dirpath=tmp_path / "full"))
+    assert model.losses == stock.losses and type(model.conv1) is dgl.nn.GraphConv
+    full = Summary.from_dict(json.loads((tmp_path / "full/fit/run.json").read_text())["summary"])
+    c = counts(full)
+    assert c[("training batch/training_step/forward/GraphConv", "forward")] == 12 * LAYERS
+    assert c[("training batch/training_step/forward/GraphConv/update_all", "forward")] == 24
+    assert c[("training batch/backward/GraphConv", "backward")] == 12 * LAYERS
     profiler = ConvProfiler(dirpath=tmp_path, record_every=2, backward_every=1, timeline=0)
     model = fit(profiler)
     assert model.losses == stock.losses and type(model.conv1) is dgl.nn.GraphConv
