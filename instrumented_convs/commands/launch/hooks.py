@@ -234,6 +234,8 @@ class Hooks:
                 adopt(module)
             tls.depth = 1
             try:
+                if id(module) in metrics:  # a metric's update (torchmetrics): no model's forward
+                    return call(module, *args, **kwargs)
                 training = grad()
                 if noting and core.timeline_recording():
                     region = ("region", FORWARD if training else NO_GRAD)
@@ -241,8 +243,6 @@ class Hooks:
                         note_inputs((region, module.scope), args, kwargs)
                     else:
                         note_inputs((region,), args, kwargs)
-                if id(module) in metrics:  # a metric's update (torchmetrics): no model's forward
-                    return call(module, *args, **kwargs)
                 with (forward if training else no_grad)[cuda()]:
                     if type(module) is compiled_type:
                         return compiled_call(module, args, kwargs)
