@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -463,6 +464,67 @@ def test_accuracy_reads_our_calls_gpu_times_on_cuda_and_labels_from_a_real_profi
     assert sorted(e.name for e in got if e.kind == "label") == ["inner [backward]", "ours"]
     t = label_times(got)
     assert ("ours/inner", "backward") in t and t[("ours", "forward")]["count"] == 1
+
+
+class _Kineto:
+    """A Kineto event as ``read`` sees one (torch 2.13's; ``annotation`` None: torch 2.2's,
+    which has no ``is_user_annotation``)."""
+
+    def __init__(self, name, device, start, end, thread=1, corr=0, annotation=False):
+        self._v = (name, device, start, end, thread, corr)
+        if annotation is not None:
+            self.is_user_annotation = lambda: annotation
+
+    def name(self):
+        return self._v[0]
+
+    def device_type(self):
+        return f"DeviceType.{self._v[1]}"
+
+    def start_ns(self):
+        return self._v[2]
+
+    def duration_ns(self):
+        return self._v[3] - self._v[2]
+
+    def start_thread_id(self):
+        return self._v[4]
+
+    def correlation_id(self):
+        return self._v[5]
+
+    def linked_correlation_id(self):
+        return 0
+
+
+@pytest.mark.parametrize("api", ["is_user_annotation", "names only (torch 2.2)"])
+def test_accuracy_on_cuda_takes_no_user_annotation_on_the_device_for_a_kernel(api):
+    """Found on an H100 at Cora's shape (2026-11-27): the profiler puts the optimizer's
+    ``record_function`` range on the device's timeline too (``Optimizer.step#Adam.step``, a
+    "gpu_user_annotation"), its correlation id drawn from another count than the launches'.
+    Taken for a kernel of the launch that had the same id early in the run, it ended with the
+    last epoch, so the device seemed busy until then: every later call's timeline read 0 us
+    and every row at Cora's shape failed."""
+    annotation = None if api.startswith("names") else True
+    kineto = [
+        _Kineto("Optimizer.step#Adam.step", "CPU", 0, 1_000, corr=0, annotation=False),
+        _Kineto("lin", "CPU", 10_000, 60_000),
+        _Kineto("cudaLaunchKernel", "CPU", 20_000, 22_000, corr=7),
+        _Kineto("gemm", "CUDA", 25_000, 30_000, thread=0, corr=7, annotation=False),
+        _Kineto("Optimizer.step#Adam.step", "CUDA", 900_000, 990_000, 0, 7, annotation),
+    ]
+    if annotation is None:
+        for e in kineto:
+            e.__dict__.pop("is_user_annotation", None)
+    results = SimpleNamespace(events=lambda: kineto)
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=results))
+    got = read(prof, {"lin"})
+    assert [(e.kind, e.name) for e in got] == [
+        ("label", "lin"),
+        ("launch", "cudaLaunchKernel"),
+        ("kernel", "gemm"),
+    ]
+    assert label_times(got)[("lin", "forward")]["timeline"] == 50_000
 
 
 # -- 3. synchronisation ---------------------------------------------------------------------

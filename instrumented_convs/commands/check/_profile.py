@@ -36,16 +36,33 @@ def _ns(e: Any, what: str) -> int:
     return int(f()) if f is not None else int(getattr(e, f"{what}_us")() * 1000)
 
 
+def _device(e: Any) -> str:
+    """``CPU`` or ``CUDA``: where a Kineto event ran."""
+    return str(e.device_type()).rsplit(".", 1)[-1].upper()
+
+
 def read(prof: Any, names: Set[str]) -> List[Event]:
     """The labels named in ``names`` (ours, and ours with :data:`BACKWARD`), the CUDA runtime
-    calls and the device's work in a finished ``torch.profiler.profile``."""
+    calls and the device's work in a finished ``torch.profiler.profile``.
+
+    The device's work leaves out the ``record_function`` ranges the profiler also draws on the
+    device's timeline ("gpu_user_annotation": ``Optimizer.step#Adam.step``): their correlation
+    ids come from another count than the launches', so one taken for a kernel ties itself to
+    an unrelated launch (on an H100 it made the device seem busy to the end of the run).
+    torch 2.2 has no ``is_user_annotation``: there such a range is known by its name, that of
+    a range on the CPU (a kernel's or a copy's never is)."""
     out: List[Event] = []
-    for e in prof.profiler.kineto_results.events():
+    events = list(prof.profiler.kineto_results.events())
+    on_cpu = {e.name() for e in events if _device(e) != "CUDA"}
+    for e in events:
         start = _ns(e, "start")
         end = start + _ns(e, "duration")
-        device = str(e.device_type()).rsplit(".", 1)[-1].upper()
+        device = _device(e)
         name = e.name()
         if device == "CUDA":
+            annotation = getattr(e, "is_user_annotation", None)
+            if annotation() if annotation is not None else name in on_cpu:
+                continue
             corr = e.correlation_id() or e.linked_correlation_id()
             out.append(Event("kernel", name, start, end, -1, int(corr)))
         elif name in names:
