@@ -12,6 +12,7 @@ step), the rate it ended at and what the merged summary says to ``OUT/rank<r>.js
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -38,6 +39,9 @@ class Net(torch.nn.Module):
 
 def main(out: str, mode: str, value: str) -> None:
     """Train, record which iterations were drawn, merge, write ``OUT/rank<r>.json``."""
+    # A run of this file hung once in CI (torchrun's 240 s timeout; 6 s as a rule, not seen
+    # again in 8 reruns): should it hang again, every thread's stack is in the test's output.
+    faulthandler.dump_traceback_later(150, exit=False)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -68,6 +72,7 @@ def main(out: str, mode: str, value: str) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":
