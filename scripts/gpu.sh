@@ -9,6 +9,8 @@
 #      backward on the device thread, equivalence on the device);
 #   4. the study's GCN with PyG at Cora's and arxiv's shapes under `run` (table, page,
 #      timeline: the GPU track from the steps' own events, checked by scripts/gpu_checks.py);
+#      and a PyG DataLoader with 2 worker processes, pinned batches copied non_blocking
+#      (tests/scripts/loader_training.py): its workers and copies (gpu_checks.py loaders);
 #   5. the launch-bound proxy (benchmarks/launch_bound.py --device cuda: stock, defaults,
 #      no statements, timeline, backward off, disabled, the duty cycle at one in 10, under a
 #      1% budget and drawing nothing, A/A, torch.profiler with CUPTI), and the duty cycle's
@@ -109,6 +111,11 @@ for shape in cora arxiv; do
   step "run folder $shape: page, timeline, GPU track" 60 "$py" scripts/gpu_checks.py \
     run-folder "$res/run-$shape" --device "$device"
 done
+
+step "run: a PyG DataLoader's workers, the batches copied to $device" 120 "$py" -W ignore::UserWarning \
+  -m instrumented_convs run -o "$res/run-loaders" tests/scripts/loader_training.py --device "$device"
+step "run folder loaders: every batch taken, copies timed, workers on the timeline" 60 "$py" \
+  scripts/gpu_checks.py loaders "$res/run-loaders" --device "$device"
 
 step "launch-bound proxy on $device" 150 "$py" -W ignore::UserWarning benchmarks/launch_bound.py \
   --device "$device" "${lb_args[@]}" --json "$res/launch_bound.json"

@@ -160,6 +160,41 @@ def run_folder(folder: str, device: str) -> int:
     return 0
 
 
+def loaders(folder: str, device: str) -> int:
+    """Check a ``run`` folder of ``tests/scripts/loader_training.py``: every batch its
+    workers made taken, the batches' copies a region (on CUDA timed by events: a GPU span
+    each), a worker process each on the timeline and an arrow per batch taken."""
+    d = Path(folder)
+    run = json.loads((d / "run.json").read_text())
+    section = run.get("workers") or {}
+    (loader,) = section.get("loaders") or [None]
+    if loader is None:
+        print(f"{folder}: FAILED: no loader recorded")
+        return 1
+    made = sum(w["batches"] for w in section["workers"])
+    with gzip.open(d / "trace.json.gz", "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    copies = [e for e in events if e.get("ph") == "X" and e["name"] == "copy"]
+    gpu = [e for e in copies if str(e.get("cat", "")).endswith(",gpu")]
+    arrows = [e for e in events if e.get("name") == "batch -> loop" and e.get("ph") == "s"]
+    procs = [e for e in events if e.get("name") == "process_name"]
+    print(
+        f"{folder}: {loader['consumed']} batches taken, {made} made by "
+        f"{len(section['workers'])} workers; {len(copies) - len(gpu)} copies, {len(gpu)} on the "
+        f"GPU track; {len(arrows)} arrows; {len(procs)} processes"
+    )
+    problems = []
+    if made != loader["consumed"]:
+        problems.append("made != taken")
+    if len(arrows) != loader["consumed"] or len(procs) != 1 + len(section["workers"]):
+        problems.append("the timeline lacks workers or arrows")
+    if device.startswith("cuda") and len(gpu) != len(copies) - len(gpu):
+        problems.append("a copy without its GPU span")
+    for p in problems:
+        print(f"FAILED: {p}")
+    return 1 if problems else 0
+
+
 def _load(path: Path) -> Optional[Any]:
     try:
         return json.loads(path.read_text())
@@ -236,6 +271,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     r = sub.add_parser("run-folder")
     r.add_argument("folder")
     r.add_argument("--device", default="cpu")
+    w = sub.add_parser("loaders")
+    w.add_argument("folder")
+    w.add_argument("--device", default="cpu")
     sub.add_parser("summary").add_argument("folder")
     sub.add_parser("first-sync").add_argument("mode", choices=("warn", "error"))
     a = p.parse_args(argv)
@@ -245,6 +283,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return first_sync(a.mode)
     if a.cmd == "run-folder":
         return run_folder(a.folder, a.device)
+    if a.cmd == "loaders":
+        return loaders(a.folder, a.device)
     return summary(a.folder)
 
 

@@ -283,9 +283,10 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
         "pytest-gpu.xml",
         "run-cora/trace.json.gz",
         "run-arxiv/page.html",
+        "run-loaders/run.json",
     } <= names
     lines = steps.strip().splitlines()
-    assert len(lines) == 12 and all("| exit 0 |" in line for line in lines), steps
+    assert len(lines) == 14 and all("| exit 0 |" in line for line in lines), steps
     summary = (out / "summary.txt").read_text()
     assert "check | 5. Environment" in summary and "launch-bound | PyG GCNConv" in summary
     assert "fidelity | 30 iterations, 1 in 3" in summary

@@ -1,18 +1,20 @@
 """The house's rules, between its parts: arrows point down, and each part is reached through
 what it offers.
 
-The parts are the subpackages (``core``, ``layers``, ``pyg``, ``dgl``, ``report``,
-``commands``) and the public modules at the root (the face, ``distributed``, ``roofline``,
-``testing``). The import graph is read from the source with ``ast``: every import, at any
-depth, so a lazy import inside a function counts too. The rules:
+The parts are the subpackages (``core``, ``layers``, ``pyg``, ``dgl``, ``workers``,
+``report``, ``commands``) and the public modules at the root (the face, ``distributed``,
+``roofline``, ``testing``). The import graph is read from the source with ``ast``: every
+import, at any depth, so a lazy import inside a function counts too. The rules:
 
 - the core imports nothing above it, and its own modules form no cycle;
 - the report reads snapshots only: of the core, just ``core.entry`` (the snapshot's data);
 - the layers know the core (and not the report, PyG's or DGL's layers, or the commands);
   ``pyg`` and ``dgl`` know the layers and the core, not each other;
+- the data loaders' recorder (``workers``) knows the core (its steps, its registry) and the
+  report's API (to print what it recorded);
 - the commands use the public face, the public modules and the API of a part (its package,
   never a module inside another part): ``instrumented_convs``, ``.core``, ``.layers``,
-  ``.report``, ``.pyg``, ``.dgl``, ``.roofline``, ``.testing``, ``.distributed``;
+  ``.report``, ``.pyg``, ``.dgl``, ``.workers``, ``.roofline``, ``.testing``, ``.distributed``;
 - the integrations (``lightning``, ``notebook``) use what the commands may, and ``run``'s
   API (``.commands.launch``); no other module imports them (but the face's ``%load_ext``
   hook, lazily, the notebook), and without their package they raise ImportError naming
@@ -35,7 +37,7 @@ from .helpers import ROOT, python_path
 
 PACKAGE = ROOT / "instrumented_convs"
 PKG = "instrumented_convs"
-PARTS = ("core", "layers", "pyg", "dgl", "report", "commands")
+PARTS = ("core", "layers", "pyg", "dgl", "workers", "report", "commands")
 #: The public modules at the root besides the face.
 PUBLIC = ("distributed", "roofline", "testing")
 #: The integrations at the root: each needs its package (an extra), nothing needs them.
@@ -136,8 +138,17 @@ def test_layers_know_the_core_and_not_what_is_above_or_beside_them(layer):
         assert not other, f"{m} imports {sorted(other)}"
 
 
+def test_the_loaders_recorder_knows_the_core_and_the_reports_api():
+    for m in (m for m in MODULES if inside(m, "workers")):
+        other = {d for d in GRAPH[m] if part(d) not in ("core", "workers")} - {f"{PKG}.report"}
+        assert not other, f"{m} imports {sorted(other)}: the recorder knows the core only"
+
+
+API = ("core", "layers", "report", "pyg", "dgl", "workers")  #: the parts' packages
+
+
 def test_commands_use_the_face_the_public_modules_and_each_parts_api():
-    allowed = {PKG, *(f"{PKG}.{p}" for p in ("core", "layers", "report", "pyg", "dgl"))}
+    allowed = {PKG, *(f"{PKG}.{p}" for p in API)}
     allowed |= {f"{PKG}.{p}" for p in PUBLIC}
     for m in (m for m in MODULES if inside(m, "commands")):
         other = {d for d in GRAPH[m] if not inside(d, "commands") and d not in allowed}
@@ -147,7 +158,7 @@ def test_commands_use_the_face_the_public_modules_and_each_parts_api():
 
 
 def test_integrations_use_what_commands_may_and_runs_api_and_nothing_imports_them():
-    allowed = {PKG, *(f"{PKG}.{p}" for p in ("core", "layers", "report", "pyg", "dgl"))}
+    allowed = {PKG, *(f"{PKG}.{p}" for p in API)}
     allowed |= {f"{PKG}.{p}" for p in PUBLIC} | {f"{PKG}.commands.launch"}
     for name in INTEGRATIONS:
         m = f"{PKG}.{name}"

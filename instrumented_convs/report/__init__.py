@@ -13,7 +13,9 @@ EntryStats`) and nothing else of the core. What it holds, by module:
   ``registry.timeline()`` returns, and Chrome traces);
 - :mod:`.diff`: two summaries side by side; :mod:`.saved`: reading a saved run
   (:func:`read_run`); :mod:`.tensorboard`: a summary as TensorBoard scalars
-  (``Summary.to_tensorboard``).
+  (``Summary.to_tensorboard``); :mod:`.workers`: data loaders and their worker processes
+  (the split of an iteration, its verdict, the workers' tables), and
+  :mod:`.worker_tracks`, their processes on the timeline.
 
 :data:`__all__` is its API: users read summaries, rows and timelines; the commands (``run``,
 ``view``, ``check``...) and integrations use the rest, never a module inside the report.
@@ -35,6 +37,8 @@ from .stats import check_by, merge_ranks, summarize
 from .summary import Summary
 from .text import TableRenderer
 from .timeline import Timeline, merge_traces, read_trace, write_trace
+from .worker_tracks import with_workers
+from .workers import pipeline, workers_summary, workers_text
 
 #: The report's API: what users read (the first ten), and what the commands and
 #: integrations use (never a module inside the report).
@@ -68,4 +72,8 @@ __all__ = [
     "read_trace",
     "write_trace",
     "in_notebook",
+    "pipeline",
+    "workers_summary",
+    "workers_text",
+    "with_workers",
 ]

@@ -161,8 +161,11 @@ def spread_text(row: Row, world_size: Optional[int]) -> str:
     return text
 
 
-def cell(column: Column, row: Row, scale: float, world_size: Optional[int] = None) -> str:
-    """``column``'s cell of ``row`` as text, times in the unit of ``scale`` seconds."""
+def cell(
+    column: Column, row: Row, scale: float, world_size: Optional[int] = None, over: str = "ranks"
+) -> str:
+    """``column``'s cell of ``row`` as text, times in the unit of ``scale`` seconds
+    (``over``: what a merged summary is merged over, ``ranks`` or ``workers``)."""
     value = column.of(row)
     estimate = row.estimated or row.sampled
     scaled = column.kind == "count" and row.sampled  # a count scaled to the whole run
@@ -176,7 +179,7 @@ def cell(column: Column, row: Row, scale: float, world_size: Optional[int] = Non
     if column.kind == "fraction":
         return f"{mark}{100.0 * value:.1f}%"
     if column.kind == "slowest":
-        return "-" if value is None else f"{value / scale:.3f} r{row.slowest_rank}"
+        return "-" if value is None else f"{value / scale:.3f} {over[0]}{row.slowest_rank}"
     if column.kind == "spread":
         return spread_text(row, world_size)
     if value is None:

@@ -150,10 +150,12 @@ def summary_page(
     subtitle: Optional[str] = None,
     meta: Sequence[Tuple[str, Any]] = (),
     note: str = "",
+    loaders: Optional[Sequence[Dict[str, Any]]] = None,
 ) -> str:
     """The page of one summary: its icicle, table and (merged over ranks) per-rank totals.
 
-    ``meta``: ``(label, value)`` pairs shown under the title (command, versions, device).
+    ``meta``: ``(label, value)`` pairs shown under the title (command, versions, device);
+    ``loaders``: the data loaders' split (:func:`.workers.pipeline`), drawn per loader.
     """
     data = {
         "title": title,
@@ -168,6 +170,7 @@ def summary_page(
             )
         ],
         "ranks": _ranks(summary),
+        "loaders": list(loaders) if loaders else None,
         "diff": None,
         "note": " ".join(
             filter(None, [sampling_note(summary.sampling), compiled_note(summary), note])

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import page, roofline, timeline
+from . import page, roofline, timeline, workers
 from .summary import Summary
 
 __all__ = ["Run", "Renderer", "RENDERERS", "render", "write_folder"]
@@ -32,7 +32,9 @@ class Run:
     settings); ``note``, a line under the page's chart; ``timeline`` (a
     :class:`~.timeline.Timeline`, or a trace read back) and its ``pid`` and ``name`` in a
     trace; for the counters' table the machine's ``peak`` and ``times`` (a summary of a run
-    without the counters); ``options``, the text table's (``title``, ``unit``, ``spread``)."""
+    without the counters); ``options``, the text table's (``title``, ``unit``, ``spread``);
+    ``loaders``: the run's data loaders and their worker processes (``run.json``'s
+    ``workers``), whose split the page shows."""
 
     summary: Optional[Summary] = None
     title: Optional[str] = None
@@ -44,6 +46,7 @@ class Run:
     peak: Any = None
     times: Optional[Summary] = None
     options: Dict[str, Any] = field(default_factory=dict)
+    loaders: Optional[Dict[str, Any]] = None
 
 
 class Renderer:
@@ -83,14 +86,15 @@ class Text(Renderer):
 
 
 class Page(Renderer):
-    """The self-contained HTML page: icicle, table, per-rank totals."""
+    """The self-contained HTML page: icicle, table, per-rank totals, the loaders' split."""
 
     name, file = "page", "page.html"
 
     def render(self, run: Run) -> str:
         """The page."""
         title = run.title or "instrumented_convs"
-        return page.summary_page(run.summary, title, meta=run.meta, note=run.note)
+        loaders = workers.pipeline(run.loaders, run.summary) if run.loaders else None
+        return page.summary_page(run.summary, title, meta=run.meta, note=run.note, loaders=loaders)
 
 
 class Json(Renderer):

@@ -256,8 +256,10 @@ def merge_ranks(
     unit: Optional[str] = None,
     sampling: Optional[Dict[str, Any]] = None,
     compiled: Optional[Dict[str, Any]] = None,
+    over: str = "ranks",
 ) -> Summary:
-    """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``).
+    """One :class:`Summary` of the snapshots of several ranks (``snapshots[rank]``;
+    ``over="workers"``: of a loader's worker processes, so said in its table).
 
     The merged rows are the summary of all the ranks' entries together: counts, totals,
     self times and squared sums add up, min and max are over every rank's calls, and a
@@ -306,7 +308,7 @@ def merge_ranks(
                 fastest=min(t for t, _ in totals),
             )
         rows.append(r)
-    return Summary(
+    out = Summary(
         rows,
         unit=unit,
         by=by,
@@ -315,3 +317,5 @@ def merge_ranks(
         sampling=sampling,
         compiled=compiled,
     )
+    out.over = over
+    return out

@@ -67,6 +67,9 @@ class Summary:
             total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
         )
         self._per_rank = None if per_rank is None else list(per_rank)
+        #: What a merged summary is merged over: ``ranks`` (torch.distributed), or
+        #: ``workers`` (a data loader's worker processes, :mod:`.workers`).
+        self.over = "ranks"
         #: A sampled run (the duty cycle, ``configure(record_every=K)``): ``every`` (the
         #: rate at the end), ``budget``, ``iteration`` (what delimits one), ``iterations``
         #: and ``recorded`` (how many of them), ``first`` (always recorded), ``strata``

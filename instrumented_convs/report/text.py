@@ -113,14 +113,18 @@ class TableRenderer:
             world is not None, self.spread, sampled=getattr(summary, "sampling", None) is not None
         )
         cols = [c.header for c in shown]
-        cells: List[List[str]] = [[columns.cell(c, r, scale, world) for c in shown] for r in rows]
+        over = getattr(summary, "over", "ranks")
+        cells: List[List[str]] = [
+            [columns.cell(c, r, scale, world, over) for c in shown] for r in rows
+        ]
         widths = [max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(cols)]
         header = "  " + "Event".ljust(event_w)
         if by_layer:
             header += " | " + "Layer".ljust(layer_w)
         header += "".join(" | " + col.rjust(w) for col, w in zip(cols, widths))
         width = len(header)
-        merged = f", {world} ranks merged" if world is not None else ""
+        merged = f", {world} {over} merged" if world is not None else ""
+        one = over[:-1]
         head = f"--- {self.title}{merged} (times in {unit}) "
         lines = [head + "-" * max(3, width - len(head)), header]
         for r, text, c in zip(rows, labels, cells):
@@ -137,13 +141,14 @@ class TableRenderer:
         )
         if world is not None:
             lines.append(
-                f"Count, times and Frac. are over all {world} ranks: counts and totals summed, "
-                "Min and Max over every rank's calls."
+                f"Count, times and Frac. are over all {world} {over}: counts and totals summed, "
+                f"Min and Max over every {one}'s calls."
             )
         if spread:
             lines.append(
-                "Slowest: the largest total of one rank (r<rank>); Spread: slowest / fastest "
-                "rank's total, over the ranks that ran the step (k/n: only k of n ranks did)."
+                f"Slowest: the largest total of one {one} ({over[0]}<{one}>); Spread: slowest "
+                f"/ fastest {one}'s total, over the {over} that ran the step (k/n: only k of n "
+                f"{over} did)."
             )
         compiled = compiled_note(summary)
         if compiled:

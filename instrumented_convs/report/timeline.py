@@ -55,6 +55,11 @@ class Timeline:
         self.iterations: List[tuple] = list(snapshot.get("iterations", ()))
 
     @property
+    def wall_offset_ns(self) -> int:
+        """What to add to the CPU clock for nanoseconds since the epoch."""
+        return self._offset
+
+    @property
     def truncated(self) -> bool:
         """Whether recording stopped at the limit (later calls are not on it)."""
         return self._cut is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from ... import configure, registry
-from ...report import RENDERERS, Peak, Run, render
+from ...report import RENDERERS, Peak, Run, render, workers_text
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER, Hooks
 from .peaks import add_peak_options, run_peak, view_peak
 from .runs import (
@@ -39,7 +39,12 @@ Runs a training script unmodified, as `python script.py args` would (or `-m modu
 every PyG and DGL conv layer it builds instrumented (however it was built: torch_geometric.nn,
 dgl.nn, PyG's own models), and the loop's phases timed without user code: {FORWARD!r} (the
 outermost module call with grad enabled), {NO_GRAD!r} (evaluation), {BACKWARD!r},
-{OPTIMIZER!r} and {DATA!r} (a data loader's next batch). At exit (normal, exception, Ctrl-C,
+{OPTIMIZER!r} and {DATA!r} (a data loader's next batch: the sampler's steps inside, where
+they run in this process). A loader's worker processes (num_workers > 0; fork or spawn) are
+recorded too: each batch a worker makes, with its sampler's steps, sent back and saved with
+the run; under the table, per loader, how an iteration splits between waiting for data and
+the rest, with a verdict (data-bound, compute-bound), and the workers' table (`view RUN
+--workers`: each worker's own). At exit (normal, exception, Ctrl-C,
 sys.exit) prints the table and saves the run in a folder (-o, or ic-runs/<script>-<time>):
 run.json (summary, raw statistics, command, versions, device, settings), summary.txt,
 page.html (the run as a page: icicle, table, per-rank totals; works offline), and
@@ -172,6 +177,11 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     view.add_argument("--html", metavar="FILE", help="write the run's page to FILE")
     view.add_argument("--counters", action="store_true", help="the counters' roofline table")
     view.add_argument(
+        "--workers",
+        action="store_true",
+        help="the data loaders: the split of an iteration, its verdict, each worker's table",
+    )
+    view.add_argument(
         "--times", metavar="RUN", help="with --counters: times from RUN, a run without them"
     )
     add_peak_options(view)
@@ -270,6 +280,11 @@ def run_main(args: argparse.Namespace) -> int:
         exit_code=outcome.code,
         module=args.module,
     )
+    if hooks.recorder is not None:
+        loaders = hooks.recorder.result()
+        hooks.recorder.close()
+        if loaders["loaders"] or loaders["workers"]:
+            meta["workers"] = loaders
     if args.counters:
         configure(counters=False)
         meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)
@@ -278,7 +293,7 @@ def run_main(args: argparse.Namespace) -> int:
     if args.trace_limit:
         name = f"rank {rank}" if world is not None else f"{Path(args.target).name} ({os.getpid()})"
         timeline = registry.timeline()
-        meta["trace"] = write_timeline(folder, timeline, name)
+        meta["trace"] = write_timeline(folder, timeline, name, workers=meta.get("workers"))
         if timeline.truncated:
             logger.warning(
                 "run: the timeline kept its first %d calls (--trace-limit); later calls are "
@@ -304,6 +319,9 @@ def run_main(args: argparse.Namespace) -> int:
         ended = "" if outcome.how == "returned" else f", exit code {outcome.code}"
         title = f"instrumented_convs run: {args.target}{ended}"
         print(render("text", Run(summary, options={"title": title})))
+        workers = load(folder).get("workers") if world is None else merged.get("workers")
+        if workers:
+            print(workers_text(workers, by=args.by, unit=args.unit, summary=summary))
         if args.counters:
             print(render("roofline", Run(summary, peak=Peak(**meta["peak"]))))
     logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
@@ -335,6 +353,13 @@ def view_main(args: argparse.Namespace) -> int:
         print(f"timeline written to {written}")
         return 0
     run = load(args.run)
+    if args.workers:
+        if not run.get("workers"):
+            logger.error("view: %s recorded no data loader", args.run)
+            return 1
+        mine = summary_of(run, by=args.by, unit=args.unit)
+        print(workers_text(run["workers"], by=args.by, unit=args.unit, each=True, summary=mine))
+        return 0
     summary = summary_of(run, by=args.by, unit=args.unit, rank=args.rank)
     if args.prefix or args.depth is not None or args.phase:
         summary = summary.select(args.prefix, args.depth, args.phase)

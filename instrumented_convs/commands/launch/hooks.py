@@ -14,7 +14,8 @@ taken off by :meth:`Hooks.remove`:
 - torch's global optimizer step hooks open and close ``optimizer.step``; a step given a
   closure (Lightning's, LBFGS's) opens it when the closure returns: the closure's forward and
   backward are its siblings, as in a plain loop, and the region is the update.
-- A data loader's ``__next__`` runs inside ``data`` (:mod:`.loaders`).
+- A data loader's ``__next__`` runs inside ``data``, and its worker processes are recorded
+  (:class:`instrumented_convs.workers.Recorder`: the waits, the batches, the workers' steps).
 - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
 - While the timeline records, what each model call and conv layer call is given (shapes,
   graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
@@ -35,7 +36,7 @@ import torch
 
 from ... import configure, core, instrument, registry, uninstrument
 from ...layers import InstrumentedLayer, Step, mark_outputs, recording
-from . import loaders
+from ...workers import Recorder
 from .inputs import note_inputs
 
 __all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA", "COMPILED"]
@@ -63,8 +64,6 @@ class _Local(threading.local):
     def __init__(self) -> None:
         self.depth = 0  # inside a module call
         self.backward = 0  # inside torch.autograd.backward
-        self.data = 0  # inside a loader's __next__
-        self.loaded = 0  # a loader's __next__ was called: epochs are its passes
         self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
 
 
@@ -141,7 +140,8 @@ class Hooks:
         }
         self._data = Step(DATA, None, "cpu", "region")
         self._compiled: Dict[int, Step] = {}  # id of a compiled model or function -> its step
-        self._finder: Optional[Any] = None
+        #: the loaders' recorder (``data``): the waits, the batches, the workers
+        self.recorder: Optional[Recorder] = None
         self._lock = threading.Lock()
 
     # -- install and remove ------------------------------------------------------------------
@@ -153,13 +153,13 @@ class Hooks:
         self._wrap_backward()
         self._hook_optimizers()
         if self.data:
-            self._finder = loaders.install(self._data, self._tls, self._undo, self._epoch)
+            self.recorder = Recorder(region=self._data, ended=self._epoch).install()
         return self
 
     def remove(self) -> None:
         """Take every hook off again (layers instrumented stay instrumented)."""
-        if self._finder is not None and self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
+        if self.recorder is not None:
+            self.recorder.remove()  # what it recorded stays readable: close() removes it
         while self._undo:
             self._undo.pop()()
 
@@ -470,7 +470,7 @@ class Hooks:
 
     def _stepped(self) -> None:
         self.steps += 1
-        if not self._tls.loaded:  # a full-batch script: an optimizer step is an epoch
+        if not (self.recorder and self.recorder.loaded):  # full-batch: a step is an epoch
             self._epoch()
         if self.steps == self.warmup:
             registry.reset()

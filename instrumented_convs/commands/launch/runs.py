@@ -42,6 +42,7 @@ from ...report import (
     read_trace,
     render,
     summarize,
+    with_workers,
     write_folder,
 )
 from .folders import default_folder, job_rank
@@ -206,15 +207,22 @@ def write_timeline(
     timeline: Timeline,
     name: str,
     job: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    workers: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """Write this process's timeline (``trace.json.gz``, or ``rank<N>.trace.json.gz`` in a
     job of several ranks, one process per rank in the viewer); returns what ``run.json``
-    says of it. ``job``: as :func:`write_run`'s."""
+    says of it. ``job``: as :func:`write_run`'s; ``workers``: the loaders' section of the
+    run, whose worker processes join the trace (a process each, arrows to the loop)."""
     folder.mkdir(parents=True, exist_ok=True)
     rank, world = job or job_rank()
     path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
     pid = os.getpid() if rank is None else rank
-    RENDERERS["trace"].write(Run(timeline=timeline, pid=pid, name=name), path)
+    trace: Any = timeline
+    if workers:
+        trace = with_workers(
+            timeline.to_chrome(pid=pid, name=name), workers, timeline.wall_offset_ns
+        )
+    RENDERERS["trace"].write(Run(timeline=trace, pid=pid, name=name), path)
     return {
         "file": path.name,
         "calls": len(timeline),
@@ -274,7 +282,9 @@ def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = Non
             "Cells marked ~ include backward calls whose time is estimated "
             f"(one layer call in {every} is timed step by step)."
         )
-    return Run(summary, title=title or str(target), meta=meta, note=note)
+    return Run(
+        summary, title=title or str(target), meta=meta, note=note, loaders=run.get("workers")
+    )
 
 
 def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> str:
@@ -346,6 +356,10 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
     ]
     empty = {"fields": list(EntryStats._fields), "entries": []}  # a missing rank: nothing
     merged["snapshots"] = [runs[r]["snapshots"][0] if r in runs else empty for r in range(world)]
+    sections = [runs[r]["workers"] for r in sorted(runs) if runs[r].get("workers")]
+    merged.pop("workers", None)
+    if sections:  # each rank's loaders and worker processes (each says its rank)
+        merged["workers"] = {k: [x for s in sections for x in s.get(k, ())] for k in sections[0]}
     summary = summary_of(merged, by=first.get("by", "step"), unit=first.get("unit"))
     merged["summary"] = summary.to_dict()
     merged.pop("trace", None)  # rank 0's own: the merged run's is the merged timeline

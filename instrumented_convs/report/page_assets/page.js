@@ -199,6 +199,31 @@
     return table(head, body, ranks.rows.map(function (r) { return r.phase === "backward" ? "backward" : ""; }));
   }
 
+  function loadersSection(loaders) {
+    const box = node("div", { class: "loaders" });
+    loaders.forEach(function (l) {
+      const head = "Loader " + l.label + (l.rank === null ? "" : " (rank " + l.rank + ")") + ": " +
+        l.consumed + " batches taken" + (l.made === null ? "" : ", " + l.made + " made by " + l.processes + " worker processes") +
+        ", " + l.iteration_ms.toPrecision(3) + " ms an iteration";
+      box.appendChild(node("p", { class: "loader" }, head));
+      const split = box.appendChild(node("div", { class: "split" }));
+      [["waiting for data", l.wait, "wait"], ["copy to the device", l.copy, "copy"], ["the rest (compute)", l.compute, "rest"]].forEach(function (p) {
+        if (!(p[1] > 0)) return;
+        const part = split.appendChild(node("span", { class: p[2], title: p[0] + " " + pct(p[1]) }, p[1] >= 0.08 ? p[0] + " " + pct(p[1]) : ""));
+        part.style.width = (100 * p[1]).toFixed(2) + "%";
+      });
+      box.appendChild(node("p", { class: "verdict" }, l.verdict));
+      l.busy.forEach(function (b, i) {
+        const row = box.appendChild(node("div", { class: "worker" }));
+        row.appendChild(node("span", { class: "who" }, "worker " + i + " busy"));
+        const bar = row.appendChild(node("span", { class: "bar busy" }));
+        bar.style.width = Math.round(240 * b) + "px";
+        row.appendChild(node("span", {}, pct(b)));
+      });
+    });
+    return box;
+  }
+
   function diffTable(diff) {
     const u = diff.unit;
     const head = ["step", diff.labels[0] + " mean " + u, diff.labels[1] + " mean " + u, "change " + u, "change", "verdict"];
@@ -231,6 +256,10 @@
     if (DATA.diff) {
       main.appendChild(node("h2", {}, "Change per step (mean per call)"));
       main.appendChild(diffTable(DATA.diff));
+    }
+    if (DATA.loaders) {
+      main.appendChild(node("h2", {}, "Data loaders: waiting for data against the rest"));
+      main.appendChild(loadersSection(DATA.loaders));
     }
     if (DATA.ranks) {
       main.appendChild(node("h2", {}, "Per rank"));

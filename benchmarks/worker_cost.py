@@ -1,0 +1,217 @@
+"""What recording a data loader's worker processes costs (issue 42), side by side.
+
+1. **In a worker**, per batch: a worker's recorded batch is the region ``batch`` opened when
+   it takes the task, the sampler's steps, and a frame written before the batch goes back
+   (a registry snapshot, its new timeline calls, one pickle, one ``write``). Measured here
+   in one process on the worker's own code path (``workers.process``'s log and the
+   sampler's steps), around real neighbour sampling of a generated graph (DGL's
+   ``NeighborSampler``, or PyG's ``NeighborLoader`` where torch-sparse or pyg-lib is
+   installed), against the same sampling stock: variants interleaved, the order reversed
+   every other round, medians of per-round ratios, and a second stock variant as the A/A
+   noise floor. The goal: at most 5% of a worker's sampling time.
+2. **In the training process**, with the workers ahead (their batches waiting in the queue):
+   a torch ``DataLoader`` with 2 worker processes and cheap items, each pass timed whole,
+   stock against recorded (a :class:`~instrumented_convs.workers.Recorder` installed, its
+   workers recording, the ``data`` region on), and stock again. The goal: nothing
+   measurable beyond the A/A floor.
+
+    python benchmarks/worker_cost.py                    # DGL, 15 rounds
+    python benchmarks/worker_cost.py --platform pyg     # needs torch-sparse or pyg-lib
+    python benchmarks/worker_cost.py --quick            # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+import torch
+
+from instrumented_convs import configure, registry
+from instrumented_convs.commands.study.data import scaled_shape, synthetic_graph
+from instrumented_convs.core import timeline as core_timeline
+from instrumented_convs.workers import Recorder, process, samplers
+
+
+def sampler(platform: str, scale: float, batch: int) -> Callable[[int], Any]:
+    """``make(i)``: the i-th batch of seed nodes sampled (15, 10, 5 neighbours a hop)."""
+    shape = scaled_shape("synthetic-products", scale)
+    data = synthetic_graph("products", **shape)
+    seeds = data.train_idx
+    n = max(1, seeds.numel() // batch)
+    if platform == "dgl":
+        import dgl
+
+        g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.x.size(0))
+        g.ndata["feat"], g.ndata["label"] = data.x, data.y
+        s = dgl.dataloading.NeighborSampler([5, 10, 15])
+
+        def make(i: int) -> Any:
+            return s.sample(g, seeds[(i % n) * batch : (i % n + 1) * batch])
+
+        return make
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    graph = Data(x=data.x, y=data.y, edge_index=data.edge_index)
+    loader = NeighborLoader(graph, num_neighbors=[15, 10, 5], batch_size=batch, input_nodes=seeds)
+
+    def make(i: int) -> Any:
+        j = i % n
+        return loader.collate_fn(list(range(j * batch, (j + 1) * batch)))
+
+    return make
+
+
+def in_worker(make: Callable[[int], Any], rounds: int, batches: int) -> Dict[str, Any]:
+    """Stock sampling against the worker's recorded path, per batch."""
+    folder = tempfile.mkdtemp(prefix="worker-cost-")
+    config = process.Config(folder, timeline=200_000)
+
+    def stock() -> float:
+        t0 = time.perf_counter()
+        for i in range(batches):
+            make(i)
+        return time.perf_counter() - t0
+
+    def recorded() -> float:
+        with configure(timeline=config.timeline):
+            log = process._Log(config, 0, 1)
+            remove = samplers.install()
+            try:
+                t0 = time.perf_counter()
+                for i in range(batches):
+                    log.begin(i)
+                    data = make(i)
+                    log.end(i, data)
+                return time.perf_counter() - t0
+            finally:
+                remove()
+                log.writer.close()
+                registry.reset()
+
+    variants = {"stock": stock, "recorded": recorded, "stock again": stock}
+    got = _interleave(variants, rounds)
+    frame = os.path.getsize(next(iter(sorted(os.scandir(folder), key=lambda e: e.name))).path)
+    base = statistics.median(got["stock"]) / batches
+    return {
+        "stock_ms_per_batch": round(base * 1e3, 3),
+        "ratios": _ratios(got),
+        "added_us_per_batch": round(
+            statistics.median(r - s for r, s in zip(got["recorded"], got["stock"])) / batches * 1e6,
+            1,
+        ),
+        "frames_bytes_per_batch": round(frame / (batches * rounds), 1),
+    }
+
+
+class Items(torch.utils.data.Dataset):
+    """Cheap items: the workers stay ahead of the loop."""
+
+    def __len__(self) -> int:
+        return 512
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((16,), float(i))
+
+
+def in_training(rounds: int) -> Dict[str, Any]:
+    """A pass over a 2-worker loader, stock against recorded (the workers ahead)."""
+
+    def make_pass(record: bool) -> Callable[[], float]:
+        def one() -> float:
+            rec = Recorder(region=None).install() if record else None
+            try:
+                loader = torch.utils.data.DataLoader(
+                    Items(), batch_size=4, num_workers=2, multiprocessing_context="fork"
+                )
+                it = iter(loader)
+                first = next(it)  # the workers started and ahead
+                time.sleep(0.05)
+                t0 = time.perf_counter()
+                n = 1
+                for _ in it:
+                    n += 1
+                dt = time.perf_counter() - t0
+                del first, it
+                return dt / (n - 1)
+            finally:
+                if rec is not None:
+                    rec.close()
+
+        return one
+
+    variants = {
+        "stock": make_pass(False),
+        "recorded": make_pass(True),
+        "stock again": make_pass(False),
+    }
+    got = _interleave(variants, rounds)
+    return {
+        "stock_us_per_batch": round(statistics.median(got["stock"]) * 1e6, 2),
+        "recorded_us_per_batch": round(statistics.median(got["recorded"]) * 1e6, 2),
+        "ratios": _ratios(got),
+    }
+
+
+def _interleave(variants: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
+    got: Dict[str, List[float]] = {k: [] for k in variants}
+    names = list(variants)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            got[name].append(variants[name]())
+    return got
+
+
+def _ratios(got: Dict[str, List[float]]) -> Dict[str, float]:
+    return {
+        k: round(statistics.median(v / s for v, s in zip(got[k], got["stock"])), 4)
+        for k in got
+        if k != "stock"
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--platform", choices=("dgl", "pyg"), default="dgl")
+    p.add_argument("--scale", type=float, default=0.01, help="of ogbn-products' shape")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--batches", type=int, default=10, help="per round and variant")
+    p.add_argument("--quick", action="store_true", help="a smoke run")
+    p.add_argument("--json", metavar="FILE")
+    a = p.parse_args()
+    if a.quick:
+        a.scale, a.rounds, a.batches, a.batch_size = 0.002, 2, 2, 256
+    torch.set_num_threads(1)
+    core_timeline.set_limit(0)
+    result = {
+        "platform": a.platform,
+        "scale": a.scale,
+        "batch_size": a.batch_size,
+        "rounds": a.rounds,
+        "worker": in_worker(sampler(a.platform, a.scale, a.batch_size), a.rounds, a.batches),
+        "training": in_training(a.rounds),
+    }
+    w, t = result["worker"], result["training"]
+    print(
+        f"in a worker ({a.platform} sampling, {w['stock_ms_per_batch']} ms a batch): recorded / "
+        f"stock {w['ratios']['recorded']:.4f} (A/A {w['ratios']['stock again']:.4f}), "
+        f"{w['added_us_per_batch']} us a batch, {w['frames_bytes_per_batch']} B of frames a batch"
+    )
+    print(
+        f"in the training process (2 workers ahead, {t['stock_us_per_batch']} us a batch): "
+        f"recorded / stock {t['ratios']['recorded']:.4f} (A/A {t['ratios']['stock again']:.4f})"
+    )
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

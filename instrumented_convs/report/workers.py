@@ -1,0 +1,202 @@
+"""Data loaders and their worker processes in a run: the split of an iteration, a verdict,
+and the workers' own tables (``run.json``'s ``workers`` section, plain data in, text out).
+
+Per loader the training process iterated (``loaders``), over its passes (each from its
+first ``__next__`` to the call that ended it): how much of that time the trainer waited
+for the next batch (``wait``), copied it to the device (``copy``: the ``copy`` regions of
+its summary, PyG's and DGL's batches' ``.to``) and the rest (the model's forward and
+backward, the optimizer, the script's own work); per worker process (``workers``, from its
+frames) the batches it made and the time it was busy making them, as a share of the same
+passes. The verdict:
+
+- **data-bound** when the trainer waits :data:`DATA_BOUND` of the time or more: the
+  workers do not keep up (more workers, a cheaper sampler, features sliced in the
+  workers), or, with the workers idle, the training process's own part of the loading
+  (collating, PyG's ``filter_per_worker=False``, DGL's feature slicing) is what it waits
+  for;
+- **compute-bound** under :data:`COMPUTE_BOUND`: the loading is hidden behind the compute;
+- **balanced** between.
+
+Each worker's table is a summary of its own registry (``batch``, with the sampler's steps
+inside); :func:`workers_summary` merges them as ranks are merged (the Slowest and Spread
+columns are over workers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ..core.entry import EntryStats
+from .stats import merge_ranks, summarize
+from .summary import Summary
+
+__all__ = [
+    "DATA_BOUND",
+    "COMPUTE_BOUND",
+    "pipeline",
+    "verdict",
+    "workers_summary",
+    "worker_summaries",
+    "workers_text",
+]
+
+COPY = "copy"  #: the training process's region of a batch's copy to its device
+DATA = "data"  #: the training process's region of the wait for a batch
+DATA_BOUND = 0.20  #: the trainer waits this share of its time or more: data-bound
+COMPUTE_BOUND = 0.05  #: under this share: compute-bound
+
+
+def _stats(snapshot: Dict[str, Any]) -> List[EntryStats]:
+    fields = snapshot["fields"]
+    known = set(EntryStats._fields)
+    if tuple(fields) == EntryStats._fields:
+        return [EntryStats(*e) for e in snapshot["entries"]]
+    return [
+        EntryStats(**{k: v for k, v in zip(fields, e) if k in known}) for e in snapshot["entries"]
+    ]
+
+
+def _of(section: Dict[str, Any], loader: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The worker processes of ``loader`` (the same rank's, the same label)."""
+    return [
+        w
+        for w in section.get("workers", ())
+        if w["loader"] == loader["label"] and w.get("rank") == loader.get("rank")
+    ]
+
+
+def verdict(wait_share: float, busy: List[float]) -> str:
+    """``data-bound``, ``compute-bound`` or ``balanced``, with the figures that say so."""
+    kind = (
+        "data-bound"
+        if wait_share >= DATA_BOUND
+        else "compute-bound"
+        if wait_share < COMPUTE_BOUND
+        else "balanced"
+    )
+    text = f"{kind}: the trainer waits {wait_share:.0%} of each iteration"
+    if busy:
+        mean = sum(busy) / len(busy)
+        text += f"; {len(busy)} worker{'s' if len(busy) > 1 else ''} busy {mean:.0%}"
+    elif kind != "compute-bound":
+        text += " (no worker processes: the batches are made in the training process)"
+    return text
+
+
+def _copied(summary: Any) -> float:
+    """Seconds in the training process's ``copy`` regions (a batch's copy to its device),
+    but those inside the wait for a batch (DGL's prefetching copies the batch to the
+    loader's device within ``__next__``: waiting already)."""
+    if summary is None:
+        return 0.0
+    return sum(
+        r.total
+        for r in summary.rows
+        if r.name.rsplit("/", 1)[-1] == COPY and DATA not in r.name.split("/")[:-1]
+    )
+
+
+def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any]]:
+    """Per loader: ``label``, ``rank``, ``workers``, ``consumed`` (batches the training
+    process took), ``made`` (batches its workers made; None without workers), ``wait``,
+    ``copy`` and ``compute`` (shares of the loader's passes: waiting for a batch, copying
+    it to the device, the rest), ``busy`` (each worker's share, in worker order),
+    ``iteration_ms`` (a pass's time per batch taken) and ``verdict``. ``summary``: the
+    training process's (its ``copy`` rows are the copies, counted for the loader that
+    handed out the most batches)."""
+    loaders = [x for x in section.get("loaders", ()) if x.get("span") and x.get("consumed")]
+    main = max(loaders, key=lambda x: x["consumed"], default=None)
+    out = []
+    for loader in loaders:
+        span = loader["span"]
+        workers = sorted(_of(section, loader), key=lambda w: (w["worker"], w["pid"]))
+        wait = min(1.0, loader["wait"] / span)
+        copy = min(1.0 - wait, _copied(summary) * 1e9 / span) if loader is main else 0.0
+        busy = [min(1.0, w["busy"] / span) for w in workers]
+        out.append(
+            {
+                "label": loader["label"],
+                "rank": loader.get("rank"),
+                "workers": loader["workers"],
+                "processes": len(workers),
+                "consumed": loader["consumed"],
+                "made": sum(w["batches"] for w in workers) if workers else None,
+                "wait": wait,
+                "copy": copy,
+                "compute": 1.0 - wait - copy,
+                "busy": busy,
+                "iteration_ms": span / max(loader["consumed"], 1) / 1e6,
+                "verdict": verdict(wait, busy),
+            }
+        )
+    return out
+
+
+def worker_summaries(
+    section: Dict[str, Any], by: str = "step", unit: Optional[str] = None
+) -> List[Summary]:
+    """Each worker process's own summary, in the section's order."""
+    return [summarize(_stats(w["snapshot"]), by=by, unit=unit) for w in section["workers"]]
+
+
+def workers_summary(
+    section: Dict[str, Any],
+    by: str = "step",
+    unit: Optional[str] = None,
+    loader: Optional[str] = None,
+    rank: Any = False,
+) -> Optional[Summary]:
+    """The workers' summaries merged, the spread over workers (None without workers);
+    ``loader`` (a label) and ``rank``: those of one loader of one rank only."""
+    snaps = [
+        _stats(w["snapshot"])
+        for w in section.get("workers", ())
+        if (loader is None or w["loader"] == loader) and (rank is False or w.get("rank") == rank)
+    ]
+    return merge_ranks(snaps, by=by, unit=unit, over="workers") if snaps else None
+
+
+def _who(w: Dict[str, Any]) -> str:
+    rank = "" if w.get("rank") is None else f"rank {w['rank']}, "
+    return f"{rank}{w['loader']}, worker {w['worker']} (pid {w['pid']})"
+
+
+def workers_text(
+    section: Dict[str, Any],
+    by: str = "step",
+    unit: Optional[str] = None,
+    each: bool = False,
+    summary: Any = None,
+) -> str:
+    """Per loader: the pipeline, its verdict and its workers' table (merged over them;
+    ``each``: each worker's own too); ``summary``: the training process's (its copies)."""
+    lines: List[str] = []
+    shown = {(p["label"], p["rank"]): p for p in pipeline(section, summary)}
+    keys = list(shown)
+    for w in section.get("workers", ()):  # loaders whose workers made batches no loop took
+        if (w["loader"], w.get("rank")) not in keys:
+            keys.append((w["loader"], w.get("rank")))
+    for label, rank in keys:
+        where = "" if rank is None else f" (rank {rank})"
+        p = shown.get((label, rank))
+        if p is not None:
+            if lines:
+                lines.append("")
+            made = "" if p["made"] is None else f", {p['made']} made by {p['processes']} workers"
+            copy = f", the copy to the device {p['copy']:.0%}" if p["copy"] >= 0.005 else ""
+            lines.append(
+                f"Loader {label}{where}: {p['consumed']} batches taken{made}; "
+                f"{p['iteration_ms']:.3g} ms an iteration: waiting for data {p['wait']:.0%}"
+                f"{copy}, the rest (compute) {p['compute']:.0%}"
+            )
+            lines.append(f"  {p['verdict']}")
+            if p["busy"]:
+                lines.append("  busy: " + ", ".join(f"{b:.0%}" for b in p["busy"]))
+        merged = workers_summary(section, by=by, unit=unit, loader=label, rank=rank)
+        if merged is not None and merged.rows:
+            lines += ["", merged.table(title=f"Loader {label}{where}: its workers")]
+    if each:
+        for w, s in zip(section["workers"], worker_summaries(section, by=by, unit=unit)):
+            head = f"{_who(w)}: {w['batches']} batches, {w['failed']} failed, {w['passes']} passes"
+            lines += ["", s.table(title=head, spread=False)]
+    return "\n".join(lines)

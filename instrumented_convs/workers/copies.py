@@ -1,0 +1,66 @@
+"""A batch's copy to its device, as the region ``copy``: PyG's ``Data.to`` (``HeteroData``,
+``Batch``: ``BaseData.to``) and DGL's ``DGLGraph.to`` (its blocks too).
+
+The region is timed like the loop's other regions: on the CPU clock, or, once CUDA is
+initialised, with CUDA events at the top level (a ``non_blocking`` copy's time is then the
+device's, not the moment the call returned); inside a step it takes its parent's clock. A
+copy inside a copy (a batch's parts) is one region. A batch of plain tensors has no such
+call to time: its copies are in the rest of the iteration.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Tuple
+
+from ..core.step import Step, recording
+from .imports import patch_on_import
+
+__all__ = ["COPY", "TARGETS", "install"]
+
+COPY = "copy"  #: the region's name
+#: module -> (class, method) whose calls are copies of a batch
+TARGETS: Dict[str, Tuple[str, str]] = {
+    "torch_geometric.data.data": ("BaseData", "to"),
+    "dgl.heterograph": ("DGLGraph", "to"),
+}
+
+
+def install() -> Callable[[], None]:
+    """Time the copies (the module's docstring) from now on; returns what puts them back."""
+    undo: List[Callable[[], None]] = []
+    region = Step(COPY, None, None, "region")
+    inside = threading.local()
+
+    def patch(module: Any) -> None:
+        cls_name, attr = TARGETS[module.__name__]
+        cls = getattr(module, cls_name, None)
+        if cls is None or attr not in vars(cls):
+            return
+        orig = vars(cls)[attr]
+
+        @functools.wraps(orig)
+        def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(inside, "on", False) or not recording():
+                return orig(self, *args, **kwargs)
+            inside.on = True
+            try:
+                with region:
+                    return orig(self, *args, **kwargs)
+            finally:
+                inside.on = False
+
+        setattr(cls, attr, to)
+        undo.append(lambda: setattr(cls, attr, orig))
+
+    finder = patch_on_import(TARGETS, patch)
+
+    def remove() -> None:
+        if finder is not None and finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        while undo:
+            undo.pop()()
+
+    return remove

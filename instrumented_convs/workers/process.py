@@ -1,0 +1,210 @@
+"""What runs inside a data loader's worker process: its batches recorded, frame by frame.
+
+torch's ``DataLoader`` starts each worker with ``torch.utils.data._utils.worker._worker_loop``,
+looked up when the worker is started; while workers are recorded (:mod:`.recorder`) that
+name is :func:`worker_loop` bound to a :class:`Config` and a set-up function (the
+recorder's: the sampler's steps turned on, :mod:`.samplers`), so fork and spawn alike (a
+spawned worker imports both by name) run it around torch's own loop. It starts the
+worker's records afresh (a forked worker inherits the training process's registry and open
+steps), calls the set-up and wraps the worker's two queues:
+taking a task (``(idx, indices)``) opens the region ``batch`` on the CPU clock; putting its
+result closes it, then writes a frame (:mod:`.frames`) with the batch's span, the worker's
+statistics so far and its new timeline calls, before the batch goes to the queue. torch's
+loop, its seeds, its error handling and what it sends are untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from typing import Any, Callable, Dict, NamedTuple, Optional
+
+from torch.utils.data._utils import worker as torch_worker
+
+from ..core import clock
+from ..core import timeline as core_timeline
+from ..core.configure import configure
+from ..core.registry import registry
+from ..core.stack import thread_stack
+from ..core.step import Step
+from . import frames
+
+__all__ = ["Config", "worker_loop", "TORCH_LOOP"]
+
+logger = logging.getLogger(__name__)
+
+#: torch's own worker loop (this module is imported before anything of ours replaces it).
+TORCH_LOOP = torch_worker._worker_loop
+_SIGNATURE = inspect.signature(TORCH_LOOP)
+BATCH = "batch"  #: the region of one batch in a worker, task taken to result put
+
+
+class Config(NamedTuple):
+    """What a worker needs to record (plain data: it travels to a spawned worker)."""
+
+    folder: str  #: where the frames go
+    rank: Optional[int] = None  #: the torch.distributed rank of the training process
+    loader: str = ""  #: which loader (its class and a number, per training process)
+    timeline: int = 0  #: the timeline's limit in the worker (0: no timeline)
+    nvtx: str = "none"
+
+
+class _Batch:
+    """The batch a worker is making: ``idx`` and when it began (CPU ns)."""
+
+    __slots__ = ("idx", "t0")
+
+    def __init__(self, idx: int, t0: int) -> None:
+        self.idx, self.t0 = idx, t0
+
+
+class _Log:
+    """The worker's records: its region, the batch under way, its frames."""
+
+    def __init__(self, config: Config, worker_id: int, workers: int) -> None:
+        self.config = config
+        self.writer = frames.Writer(config.folder)
+        self.region = Step(BATCH, None, "cpu", "region")
+        self.current: Optional[_Batch] = None
+        self.made = 0  # batches handed to the training process
+        self.failed = 0  # tasks that raised (the training process gets the error)
+        self.passes = 0  # passes over the loader (persistent workers resume between them)
+        self.calls = 0  # timeline calls sent so far
+        self.head: Dict[str, Any] = dict(
+            rank=config.rank,
+            loader=config.loader,
+            worker=worker_id,
+            workers=workers,
+            pid=os.getpid(),
+            ppid=os.getppid(),
+        )
+
+    def begin(self, idx: int) -> None:
+        self.drop()
+        self.current = _Batch(idx, clock.cpu_now())
+        self.region.__enter__()
+
+    def drop(self) -> None:
+        """Forget the task under way: torch's loop skips the tasks it gets after its
+        iterable dataset ended (it sends nothing for them)."""
+        if self.current is not None:
+            self.current = None
+            self.region.discard()
+
+    def resumed(self) -> None:
+        self.drop()
+        self.passes += 1
+
+    def end(self, idx: Any, data: Any) -> None:
+        """Close the batch ``idx`` (if it is the one under way) and write its frame: a batch
+        made, a task that raised (``failed``: the training process raises its error), or
+        the end of an iterable dataset's pass (nothing made: no frame)."""
+        batch = self.current
+        if batch is None or batch.idx != idx:
+            return
+        kind = type(data).__name__
+        if kind == "_IterableDatasetStopIteration":
+            self.drop()
+            return
+        self.current = None
+        self.region.__exit__(None, None, None)
+        t1 = clock.cpu_now()
+        ok = kind != "ExceptionWrapper"
+        if ok:
+            self.made += 1
+        else:
+            self.failed += 1
+        self.frame(span=(batch.idx, self.passes, batch.t0, t1, ok))
+
+    def frame(self, span: Optional[tuple] = None) -> None:
+        calls = core_timeline.snapshot()["calls"] if self.config.timeline else []
+        new, self.calls = calls[self.calls :], len(calls)
+        self.writer.write(
+            dict(
+                self.head,
+                span=span,
+                made=self.made,
+                failed=self.failed,
+                passes=self.passes,
+                snapshot=[tuple(e) for e in registry.snapshot()],
+                calls=new,
+            )
+        )
+
+
+class _Tasks:
+    """The worker's index queue: taking a batch's task opens its region."""
+
+    def __init__(self, queue: Any, log: _Log) -> None:
+        self._queue, self._log = queue, log
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        r = self._queue.get(*args, **kwargs)
+        if type(r) is tuple and len(r) == 2 and isinstance(r[0], int):
+            self._log.begin(r[0])
+        elif r is not None:  # _ResumeIteration: persistent workers start the next pass
+            self._log.resumed()
+        return r
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+class _Results:
+    """The worker's data queue: putting a batch's result closes its region, frame first."""
+
+    def __init__(self, queue: Any, log: _Log) -> None:
+        self._queue, self._log = queue, log
+
+    def put(self, item: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(item) is tuple and len(item) == 2 and self._log.current is not None:
+            try:
+                self._log.end(item[0], item[1])
+            except Exception:  # never the batch's fault: the batch goes on, unrecorded
+                logger.exception("instrumented_convs: a loader worker's frame was not written")
+        return self._queue.put(item, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+
+def _start(config: Config) -> None:
+    """A worker's records start empty: no step of the training process open, the whole
+    worker recorded (no duty cycle), the timeline as asked."""
+    del thread_stack()[1:]  # a forked worker's copy of the training thread's open steps
+    configure(
+        enabled=True,
+        record_every=1,
+        budget=None,
+        iteration=None,
+        backward=False,
+        counters=False,
+        record_function=False,
+        timeline=config.timeline,
+        nvtx=config.nvtx,
+    )
+    registry.reset()
+
+
+def worker_loop(config: Config, setup: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+    """torch's worker loop, its batches recorded (see the module's docstring); ``setup()``
+    is called in the worker before its loop (a module's function: it travels by name)."""
+    try:
+        bound = _SIGNATURE.bind(*args, **kwargs)
+        worker_id = bound.arguments["worker_id"]
+        workers = bound.arguments.get("num_workers", 0)
+        _start(config)
+        setup()
+        log = _Log(config, worker_id, workers)
+        log.frame()  # the worker started: its file says so even if it makes no batch
+        bound.arguments["index_queue"] = _Tasks(bound.arguments["index_queue"], log)
+        bound.arguments["data_queue"] = _Results(bound.arguments["data_queue"], log)
+        args, kwargs = bound.args, bound.kwargs
+    except Exception:  # another torch's loop: run it as it is, unrecorded
+        logger.exception("instrumented_convs: this loader worker is not recorded")
+        return TORCH_LOOP(*args, **kwargs)
+    try:
+        return TORCH_LOOP(*args, **kwargs)
+    finally:
+        log.writer.close()

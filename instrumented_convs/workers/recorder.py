@@ -1,0 +1,356 @@
+"""The training process's side of a data loader: its waits, its batches, its workers.
+
+A :class:`Recorder`, installed, records every torch ``DataLoader`` (PyG's and DGL's loaders
+are ones) iterated from then on, or only the loaders given to it:
+
+- the ``__next__`` of torch's loader iterators, of PyG's post-sampling iterator (features
+  joined after sampling, ``filter_per_worker=False``) and of DGL's prefetching iterator
+  (features sliced): the time the training loop waits for each batch, per loader, and,
+  when the recorder is given one, inside a region (``run``'s ``data``) on the CPU clock;
+  nested iterators count once; the call that ends a pass (``StopIteration``) records no
+  region (the end of an epoch is not a batch) and calls ``ended``;
+- the batches handed over (``consumed``), whatever the recording switch: a loader whose
+  workers started while recording was off (a warm-up) is still counted;
+- the worker processes: ``DataLoader._get_iterator`` is wrapped so that, while it starts
+  workers, torch's ``_worker_loop`` is :func:`.process.worker_loop` bound to a
+  :class:`~.process.Config` naming the loader and the folder for the workers' frames;
+- the loaders' own work as steps wherever it runs (:mod:`.samplers`), and, with a region,
+  a batch's copy to its device (:mod:`.copies`).
+
+:meth:`Recorder.result` reads the workers' frames back (plain data: ``run.json``'s
+``workers`` section). Modules not imported yet are patched right after their import.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..core import clock
+from ..core import timeline as core_timeline
+from ..core.configure import configure
+from ..core.entry import EntryStats
+from ..core.step import Step, recording
+from . import copies, frames, process, samplers
+from .imports import patch_on_import
+
+__all__ = ["Recorder", "LOADERS"]
+
+logger = logging.getLogger(__name__)
+
+#: Loader iterators whose ``__next__`` the training loop calls: module -> class names.
+LOADERS = {
+    "torch.utils.data.dataloader": ("_BaseDataLoaderIter",),
+    "torch_geometric.loader.base": ("DataLoaderIterator",),
+    "dgl.dataloading.dataloader": ("_PrefetchingIter",),
+}
+_INNER = ("iterator", "dataloader_it")  # PyG's and DGL's iterators: the torch iterator inside
+_TAG = "_instrumented_convs"  # the attribute of a torch iterator naming its loader's record
+
+
+class _Loader:
+    """What the training process saw of one loader (see :meth:`Recorder.result`)."""
+
+    __slots__ = (
+        "label",
+        "workers",
+        "calls",
+        "wait",
+        "consumed",
+        "passes",
+        "first",
+        "last",
+        "span",
+        "taken",
+        "_pass0",
+    )
+
+    def __init__(self, label: str, workers: int) -> None:
+        self.label, self.workers = label, workers
+        self.calls = 0  # __next__ calls while recording, the one that ended a pass included
+        self.wait = 0  # ns inside them (but those that ended a pass)
+        self.consumed = 0  # batches handed over (recording or not)
+        self.passes = 0  # passes that ran to their end
+        self.first: Optional[int] = None  # CPU ns: the first recorded __next__ began
+        self.last: Optional[int] = None  # the last one began (a loop asks once more)
+        self.span = 0  # ns of the passes ended: each from its first __next__ to its last
+        #: (CPU ns, task index) of each worker's batch taken while the timeline records
+        self.taken: List[Tuple[int, int]] = []
+        self._pass0: Optional[int] = None  # the pass under way began
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__slots__ if k != "_pass0"}
+        if self._pass0 is not None and self.last is not None:  # a loop that broke off
+            out["span"] += self.last - self._pass0
+        return out
+
+
+class Recorder:
+    """Records data loaders and their worker processes (see the module's docstring)."""
+
+    def __init__(
+        self,
+        folder: "Optional[str | Path]" = None,
+        loaders: Optional[List[Any]] = None,
+        rank: Optional[int] = None,
+        region: Optional[Step] = None,
+        ended: Optional[Callable[[], None]] = None,
+    ) -> None:
+        """``folder``: where the workers write their frames (default: a new temporary one,
+        removed by :meth:`close`); ``loaders``: record these only (default: every loader);
+        ``rank``: the torch.distributed rank, said in each worker's record; ``region``: the
+        step each batch's wait runs in; ``ended``: called when a loader's pass ends."""
+        self._own = folder is None
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="instrumented_convs-workers-")
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if rank is None and os.environ.get("RANK", "").isdigit():  # torchrun's
+            rank = int(os.environ["RANK"])
+        self.rank = rank
+        self.region = region
+        self.ended = ended
+        self.loaded = False  #: a loader's ``__next__`` was called while recording
+        self._only: Optional["weakref.WeakSet[Any]"] = None
+        if loaders is not None:
+            self._only = weakref.WeakSet(loaders)
+        self._labels: "weakref.WeakKeyDictionary[Any, _Loader]" = weakref.WeakKeyDictionary()
+        self._seen: List[_Loader] = []
+        self._undo: List[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+
+    def add(self, loader: Any) -> None:
+        """Record ``loader`` too (a recorder given loaders records those only)."""
+        if self._only is not None:
+            self._only.add(loader)
+
+    # -- install and remove -----------------------------------------------------------------
+    def install(self) -> "Recorder":
+        """Wrap the loaders (see the module's docstring); returns ``self``."""
+        self._undo.append(samplers.install())
+        if self.region is not None:  # a loop's regions: the batch's copy is one
+            self._undo.append(copies.install())
+        finder = patch_on_import(LOADERS, self._patch)
+        if finder is not None:
+            self._undo.append(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
+        return self
+
+    def remove(self) -> None:
+        """Take the wrappers off (what was recorded stays readable)."""
+        while self._undo:
+            self._undo.pop()()
+
+    def close(self) -> None:
+        """:meth:`remove`, and a temporary folder removed (read :meth:`result` first)."""
+        self.remove()
+        if self._own:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _patch(self, module: Any) -> None:
+        for name in LOADERS.get(module.__name__, ()):
+            cls = getattr(module, name, None)
+            if cls is None or "__next__" not in vars(cls):
+                logger.debug("no %s.%s.__next__ to time", module.__name__, name)
+                continue
+            self._wrap_next(cls)
+        if module.__name__ == "torch.utils.data.dataloader":
+            self._wrap_get_iterator(module.DataLoader)
+            self._wrap_process_data(module._MultiProcessingDataLoaderIter)
+
+    def _record_of(self, loader: Any) -> Optional[_Loader]:
+        if self._only is not None and loader not in self._only:
+            return None
+        try:
+            return self._labels[loader]
+        except (KeyError, TypeError):
+            pass
+        with self._lock:
+            kind = type(loader).__name__
+            n = sum(1 for s in self._seen if s.label.rsplit(" #", 1)[0] == kind)
+            seen = _Loader(f"{kind} #{n + 1}", int(loader.num_workers or 0))
+            self._seen.append(seen)
+            try:
+                self._labels[loader] = seen
+            except TypeError:  # not weakly referable: known by its iterators only
+                pass
+        return seen
+
+    def _wrap_get_iterator(self, cls: type) -> None:
+        orig = vars(cls)["_get_iterator"]
+        module = process.torch_worker
+        config = process.Config(str(self.folder), self.rank)
+
+        @functools.wraps(orig)
+        def _get_iterator(loader: Any) -> Any:
+            seen = self._record_of(loader)
+            if seen is None or not loader.num_workers:
+                it = orig(loader)
+            else:
+                settings = configure()
+                bound = functools.partial(
+                    process.worker_loop,
+                    config._replace(
+                        loader=seen.label, timeline=settings.timeline, nvtx=settings.nvtx
+                    ),
+                    samplers.install,
+                )
+                before = module._worker_loop
+                module._worker_loop = bound
+                try:
+                    it = orig(loader)
+                finally:
+                    module._worker_loop = before
+            if seen is not None:
+                try:
+                    setattr(it, _TAG, seen)
+                except AttributeError:
+                    pass
+            return it
+
+        cls._get_iterator = _get_iterator  # type: ignore[attr-defined]
+        self._undo.append(lambda: setattr(cls, "_get_iterator", orig))
+
+    def _wrap_next(self, cls: type) -> None:
+        orig = vars(cls)["__next__"]
+        now, tls, region = clock.cpu_now, self._tls, self.region
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            seen = _record(it)
+            if seen is None or getattr(tls, "inside", False):
+                return orig(it)  # not ours, or an iterator inside the outer one
+            tls.inside = True
+            try:
+                if not recording():
+                    out = orig(it)
+                else:
+                    out = timed(it, seen)
+            finally:
+                tls.inside = False
+            if not seen.workers:  # a worker's batch is counted as torch takes it
+                seen.consumed += 1
+            return out
+
+        def timed(it: Any, seen: _Loader) -> Any:
+            self.loaded = True
+            t0 = now()
+            if region is not None:
+                region.__enter__()
+            try:
+                out = orig(it)
+            except StopIteration:
+                if region is not None:
+                    region.discard()  # the end of an epoch is not a batch
+                seen.passes += 1
+                _waited(seen, t0, now(), ended=True)
+                if self.ended is not None:
+                    tls.inside = False
+                    self.ended()
+                raise
+            except BaseException:
+                if region is not None:
+                    region.__exit__(*sys.exc_info())
+                _waited(seen, t0, now())
+                raise
+            if region is not None:
+                region.__exit__(None, None, None)
+            _waited(seen, t0, now())
+            return out
+
+        cls.__next__ = __next__  # type: ignore[attr-defined]
+        self._undo.append(lambda: setattr(cls, "__next__", orig))
+
+    def _wrap_process_data(self, cls: type) -> None:
+        orig = vars(cls)["_process_data"]
+        now = clock.cpu_now
+
+        @functools.wraps(orig)
+        def _process_data(it: Any, data: Any, *rest: Any) -> Any:
+            out = orig(it, data, *rest)  # a worker's error raises here, as stock
+            seen = getattr(it, _TAG, None)
+            if seen is not None:
+                seen.consumed += 1
+                if core_timeline.events is not None and getattr(it, "_in_order", True):
+                    # torch counted it already: the task this batch came from
+                    seen.taken.append((now(), it._rcvd_idx - 1))
+            return out
+
+        cls._process_data = _process_data  # type: ignore[attr-defined]
+        self._undo.append(lambda: setattr(cls, "_process_data", orig))
+
+    # -- what was recorded ------------------------------------------------------------------
+    def result(self) -> Dict[str, Any]:
+        """What was recorded, as plain data: ``loaders`` (per loader the training process
+        iterated: ``label``, ``rank``, ``workers``, ``calls``, ``wait``, ``consumed``,
+        ``passes``, ``first``, ``last``, ``span``: the time of its passes, each from its
+        first ``__next__`` to the one that ended it, or to the last, for a loop that broke
+        off; ``taken``: while the timeline records, when each worker's batch was taken and
+        its task's index; ns on the CPU clock) and ``workers`` (per worker process, from
+        its frames: ``rank``, ``loader``, ``worker``, ``pid``, ``batches`` made,
+        ``failed``, ``passes``, ``busy`` ns, ``spans`` per batch ``(idx, pass, t0, t1,
+        ok)``, ``snapshot`` (``fields``, ``entries``), ``calls`` (timeline calls))."""
+        workers = []
+        for path in frames.files(self.folder):
+            try:
+                got = frames.read(path)
+            except OSError as exc:
+                logger.warning("instrumented_convs: %s not read: %s", path, exc)
+                continue
+            if not got:
+                continue
+            last = got[-1]
+            spans = [f["span"] for f in got if f.get("span") is not None]
+            workers.append(
+                {
+                    **{k: last[k] for k in ("rank", "loader", "worker", "workers", "pid")},
+                    "batches": last["made"],
+                    "failed": last["failed"],
+                    "passes": last["passes"] + 1,
+                    "busy": sum(s[3] - s[2] for s in spans),
+                    "spans": spans,
+                    "snapshot": {
+                        "fields": list(EntryStats._fields),
+                        "entries": [list(e) for e in last["snapshot"]],
+                    },
+                    "calls": [c for f in got for c in f.get("calls", ())],
+                }
+            )
+        workers.sort(key=lambda w: (w["rank"] or 0, w["loader"], w["worker"], w["pid"]))
+        rank = self.rank
+        loaders = [dict(s.to_dict(), rank=rank) for s in self._seen]
+        return {"loaders": loaders, "workers": workers}
+
+
+def _record(it: Any) -> Optional[_Loader]:
+    """The record of the loader an iterator iterates (its own tag, or its inner torch
+    iterator's: PyG's and DGL's iterators wrap one)."""
+    seen = getattr(it, _TAG, None)
+    if seen is None:
+        for name in _INNER:
+            seen = getattr(getattr(it, name, None), _TAG, None)
+            if seen is not None:
+                break
+    return seen
+
+
+def _waited(seen: _Loader, t0: int, t1: int, ended: bool = False) -> None:
+    seen.calls += 1
+    if not ended:  # the call that ends a pass waits for no batch (it may stop the workers)
+        seen.wait += t1 - t0
+    if seen.first is None:
+        seen.first = t0
+    if seen._pass0 is None:
+        seen._pass0 = t0
+    seen.last = t0
+    if ended:  # a pass: from its first batch asked for to the call that ended it
+        seen.span += t0 - seen._pass0
+        seen._pass0 = None
