@@ -8,12 +8,16 @@
    ``NeighborSampler``, or PyG's ``NeighborLoader`` where torch-sparse or pyg-lib is
    installed), against the same sampling stock: variants interleaved, the order reversed
    every other round, medians of per-round ratios, and a second stock variant as the A/A
-   noise floor. The goal: at most 5% of a worker's sampling time.
-2. **In the training process**, with the workers ahead (their batches waiting in the queue):
-   a torch ``DataLoader`` with 2 worker processes and cheap items, each pass timed whole,
-   stock against recorded (a :class:`~instrumented_convs.workers.Recorder` installed, its
-   workers recording, the ``data`` region on), and stock again. The goal: nothing
-   measurable beyond the A/A floor.
+   noise floor; and the recording's own calls timed alone (a batch's region, one sampler
+   step, its frame), the figure that sampling's noise does not blur. The goal: at most 5%
+   of a worker's sampling time.
+2. **In the training process**: a torch ``DataLoader`` with cheap items, the training
+   process's own CPU time per batch over a pass (``time.process_time``: its threads, not
+   the workers'), stock against recorded (a :class:`~instrumented_convs.workers.Recorder`
+   installed, its workers recording), and stock again: with no workers (what the
+   recorder's own calls add to a batch, the loader's work aside) and with 2 worker
+   processes ahead of the loop (their batches waiting). The goal: nothing measurable
+   beyond the A/A floor.
 
     python benchmarks/worker_cost.py                    # DGL, 15 rounds
     python benchmarks/worker_cost.py --platform pyg     # needs torch-sparse or pyg-lib
@@ -35,6 +39,7 @@ import torch
 from instrumented_convs import configure, registry
 from instrumented_convs.commands.study.data import scaled_shape, synthetic_graph
 from instrumented_convs.core import timeline as core_timeline
+from instrumented_convs.core.step import Step
 from instrumented_convs.workers import Recorder, process, samplers
 
 
@@ -99,8 +104,11 @@ def in_worker(make: Callable[[int], Any], rounds: int, batches: int) -> Dict[str
     got = _interleave(variants, rounds)
     frame = os.path.getsize(next(iter(sorted(os.scandir(folder), key=lambda e: e.name))).path)
     base = statistics.median(got["stock"]) / batches
+    own = own_cost(config, make(0))
     return {
         "stock_ms_per_batch": round(base * 1e3, 3),
+        "own_us_per_batch": round(own * 1e6, 2),
+        "own_share": round(own / base, 5),
         "ratios": _ratios(got),
         "added_us_per_batch": round(
             statistics.median(r - s for r, s in zip(got["recorded"], got["stock"])) / batches * 1e6,
@@ -108,6 +116,30 @@ def in_worker(make: Callable[[int], Any], rounds: int, batches: int) -> Dict[str
         ),
         "frames_bytes_per_batch": round(frame / (batches * rounds), 1),
     }
+
+
+def own_cost(config: process.Config, data: Any, n: int = 2000) -> float:
+    """Seconds a batch of the recording's own calls, timed alone (medians of 5 runs of
+    ``n``): the region's open and close, a frame written (its snapshot, its new calls),
+    and one sampler step around nothing: what a worker adds to each batch, without the
+    sampling's noise."""
+    step = Step("sample", None, "cpu", "step")
+    runs = []
+    with configure(timeline=config.timeline):
+        log = process._Log(config, 0, 1)
+        try:
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for i in range(n):
+                    log.begin(i)
+                    with step:
+                        pass
+                    log.end(i, data)
+                runs.append((time.perf_counter() - t0) / n)
+                registry.reset()
+        finally:
+            log.writer.close()
+    return statistics.median(runs)
 
 
 class Items(torch.utils.data.Dataset):
@@ -120,24 +152,25 @@ class Items(torch.utils.data.Dataset):
         return torch.full((16,), float(i))
 
 
-def in_training(rounds: int) -> Dict[str, Any]:
-    """A pass over a 2-worker loader, stock against recorded (the workers ahead)."""
+def in_training(rounds: int, workers: int) -> Dict[str, Any]:
+    """A pass over a loader, stock against recorded: this process's CPU time per batch."""
 
     def make_pass(record: bool) -> Callable[[], float]:
         def one() -> float:
             rec = Recorder(region=None).install() if record else None
             try:
+                extra = dict(multiprocessing_context="fork") if workers else {}
                 loader = torch.utils.data.DataLoader(
-                    Items(), batch_size=4, num_workers=2, multiprocessing_context="fork"
+                    Items(), batch_size=4, num_workers=workers, **extra
                 )
                 it = iter(loader)
                 first = next(it)  # the workers started and ahead
                 time.sleep(0.05)
-                t0 = time.perf_counter()
+                t0 = time.process_time()  # this process's CPU: not the workers'
                 n = 1
                 for _ in it:
                     n += 1
-                dt = time.perf_counter() - t0
+                dt = time.process_time() - t0
                 del first, it
                 return dt / (n - 1)
             finally:
@@ -152,9 +185,13 @@ def in_training(rounds: int) -> Dict[str, Any]:
         "stock again": make_pass(False),
     }
     got = _interleave(variants, rounds)
+    med = {k: statistics.median(v) * 1e6 for k, v in got.items()}
     return {
-        "stock_us_per_batch": round(statistics.median(got["stock"]) * 1e6, 2),
-        "recorded_us_per_batch": round(statistics.median(got["recorded"]) * 1e6, 2),
+        "workers": workers,
+        "stock_cpu_us_per_batch": round(med["stock"], 2),
+        "recorded_cpu_us_per_batch": round(med["recorded"], 2),
+        "added_us_per_batch": round(med["recorded"] - med["stock"], 2),
+        "aa_us_per_batch": round(med["stock again"] - med["stock"], 2),
         "ratios": _ratios(got),
     }
 
@@ -196,18 +233,21 @@ def main() -> None:
         "batch_size": a.batch_size,
         "rounds": a.rounds,
         "worker": in_worker(sampler(a.platform, a.scale, a.batch_size), a.rounds, a.batches),
-        "training": in_training(a.rounds),
+        "training": [in_training(a.rounds, 0), in_training(a.rounds, 2)],
     }
-    w, t = result["worker"], result["training"]
+    w = result["worker"]
     print(
         f"in a worker ({a.platform} sampling, {w['stock_ms_per_batch']} ms a batch): recorded / "
-        f"stock {w['ratios']['recorded']:.4f} (A/A {w['ratios']['stock again']:.4f}), "
-        f"{w['added_us_per_batch']} us a batch, {w['frames_bytes_per_batch']} B of frames a batch"
+        f"stock {w['ratios']['recorded']:.4f} (A/A {w['ratios']['stock again']:.4f}); the "
+        f"recording's own calls {w['own_us_per_batch']} us a batch ({w['own_share']:.3%} of "
+        f"the sampling), {w['frames_bytes_per_batch']} B of frames a batch"
     )
-    print(
-        f"in the training process (2 workers ahead, {t['stock_us_per_batch']} us a batch): "
-        f"recorded / stock {t['ratios']['recorded']:.4f} (A/A {t['ratios']['stock again']:.4f})"
-    )
+    for t in result["training"]:
+        print(
+            f"in the training process ({t['workers']} workers, its CPU a batch): stock "
+            f"{t['stock_cpu_us_per_batch']} us, recorded {t['recorded_cpu_us_per_batch']} us "
+            f"({t['added_us_per_batch']:+} us; A/A {t['aa_us_per_batch']:+} us)"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

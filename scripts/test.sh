@@ -212,6 +212,7 @@ echo "== benchmark smoke run"; stamp
 "$main/bin/python" -W ignore::UserWarning benchmarks/backward_parts.py --quick --functions >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/row_floor.py --quick --layers "PyG GCNConv" "DGL GraphConv" >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/overhead.py --quick >/dev/null
+"$main/bin/python" -W ignore::UserWarning benchmarks/worker_cost.py --quick --platform pyg >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/self_share.py --only GATConv GINConv \
   --rounds 1 --calls 1 --warmup 0 >/dev/null
 "$main/bin/python" -W ignore::UserWarning benchmarks/self_share.py --all-cases --only GCNConv \

@@ -314,3 +314,16 @@ def test_cycle_cost_reports_each_variant_and_the_goals(tmp_path):
         1 + (r["median"]["defaults"] - 1) / 10 + 0.005 + abs(r["median"]["stock again"] - 1)
     )
     assert all(run["budget_every"] >= 1 for run in r["runs"])
+
+
+def test_worker_cost_reports_the_worker_and_the_training_process(tmp_path):
+    """benchmarks/worker_cost.py (issue 42), DGL's sampler: the worker's recorded batches
+    against stock, the recording's own calls alone, and the training process's CPU."""
+    pytest.importorskip("dgl")
+    out = tmp_path / "w.json"
+    proc = run_script("benchmarks/worker_cost.py", "--quick", "--json", str(out), timeout=300)
+    assert "in a worker (dgl sampling" in proc.stdout and "the recording's own calls" in proc.stdout
+    got = json.loads(out.read_text())
+    assert got["worker"]["own_us_per_batch"] > 0 and got["worker"]["frames_bytes_per_batch"] > 0
+    assert set(got["worker"]["ratios"]) == {"recorded", "stock again"}
+    assert [t["workers"] for t in got["training"]] == [0, 2]

@@ -166,9 +166,19 @@ def test_frames_survive_a_write_cut_short(tmp_path):
 
 def _section(wait: int, span: int, busy: List[int]) -> Dict[str, Any]:
     snap = {"fields": ["name"], "entries": []}
-    loader = dict(label="L #1", rank=None, workers=len(busy), consumed=10, wait=wait, span=span)
-    workers = [
-        dict(loader="L #1", rank=None, worker=i, pid=100 + i, batches=5, busy=b, snapshot=snap)
+    loader = dict(
+        label="L #1", rank=None, workers=len(busy), consumed=10, wait=wait, span=span, first=10
+    )
+    workers = [  # a batch made before the first timed pass (t1 < first: not counted), one after
+        dict(
+            loader="L #1",
+            rank=None,
+            worker=i,
+            pid=100 + i,
+            batches=5,
+            snapshot=snap,
+            spans=[[0, 0, 0, 5, True], [1, 0, 10, 10 + b, True]],
+        )
         for i, b in enumerate(busy)
     ]
     return {"loaders": [loader], "workers": workers}
@@ -180,6 +190,15 @@ def test_the_verdict_follows_the_share_of_each_iteration_spent_waiting():
     assert verdict(COMPUTE_BOUND - 0.01, [0.3]).startswith("compute-bound")
     assert verdict(0.1, []).startswith("balanced")
     assert "no worker processes" in verdict(0.5, [])
+    idle = verdict(0.3, [0.2, 0.1])
+    assert idle.endswith(
+        "the workers keep up; the wait is each batch's hand-over (its "
+        "transfer from the worker) or this process's share of the loading"
+    )
+    here = verdict(0.3, [0.9], {"features": 0.1, "sample": 0.15})
+    assert here.endswith(
+        "most of the wait is the loader's work in this process (sample 15%, features 10%)"
+    )
     (p,) = pipeline(_section(wait=62, span=100, busy=[95, 90]))
     assert p["wait"] == pytest.approx(0.62) and p["busy"] == [0.95, 0.9] and p["made"] == 10
     assert p["verdict"] == "data-bound: the trainer waits 62% of each iteration; 2 workers busy 92%"
@@ -285,11 +304,15 @@ def test_the_runs_page_shows_each_loaders_split_and_the_timeline_each_worker(tmp
         e for e in events if e.get("ph") == "X" and e["name"] == "data" and e["pid"] not in pids
     ]
     for s, f in zip(sorted(starts, key=lambda e: e["id"]), sorted(ends, key=lambda e: e["id"])):
-        made = next(
+        made = [
             b for b in batches if b["pid"] == s["pid"] and b["ts"] <= s["ts"] <= b["ts"] + b["dur"]
+        ]
+        took = [d for d in data if d["ts"] <= f["ts"] <= d["ts"] + d["dur"]]
+        near = sorted(
+            batches + data, key=lambda e: min(abs(e["ts"] - s["ts"]), abs(e["ts"] - f["ts"]))
         )
-        took = next(d for d in data if d["ts"] <= f["ts"] <= d["ts"] + d["dur"])
-        assert made["ts"] < took["ts"] + took["dur"]  # made before the loop had it
+        assert made and took, (s, f, near[:4], section["loaders"][0].get("taken"))
+        assert made[0]["ts"] < took[0]["ts"] + took[0]["dur"]  # made before the loop had it
 
 
 def test_under_torchrun_each_rank_records_its_workers_and_rank_0_merges_them(tmp_path):
@@ -349,3 +372,88 @@ def test_a_copy_inside_the_wait_for_a_batch_is_waiting_already():
     summary = Rows(rows=rows)  # what pipeline reads of a summary: its rows' names and totals
     (p,) = pipeline(_section(wait=500_000_000, span=1_000_000_000, busy=[]), summary)
     assert p["wait"] == pytest.approx(0.5) and p["copy"] == pytest.approx(0.1)
+
+
+def test_under_run_the_loaders_steps_are_there_when_the_script_imports_its_library_later(tmp_path):
+    """``run`` patches DGL's loader module twice right after the script imports it: its
+    iterator (the wait) and its feature slicing (a step): both must take."""
+    out = tmp_path / "run"
+    run_script(
+        "-m", "instrumented_convs", "run", "--quiet", "-o", str(out), SCRIPT, "--kind", "dgl"
+    )
+    rows = {
+        r["name"]: r["count"] for r in json.loads((out / "run.json").read_text())["summary"]["rows"]
+    }
+    assert rows["data"] == rows["data/features"] == 16
+
+
+def test_two_patches_waiting_for_one_module_both_run_and_the_finder_leaves(tmp_path, monkeypatch):
+    import sys
+
+    from instrumented_convs.workers import imports
+
+    (tmp_path / "ic_probe_module.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    stop_a = imports.patch_on_import(["ic_probe_module"], lambda m: seen.append(("a", m.X)))
+    stop_b = imports.patch_on_import(["ic_probe_module"], lambda m: seen.append(("b", m.X)))
+    assert imports.waiting()["ic_probe_module"] == 2 and imports.finder() is not None
+    try:
+        import ic_probe_module  # noqa: F401
+
+        assert seen == [("a", 1), ("b", 1)]
+    finally:
+        stop_a()
+        stop_b()
+        sys.modules.pop("ic_probe_module", None)
+    assert "ic_probe_module" not in imports.waiting() and imports.finder() is None
+
+
+def test_a_worker_sends_each_timeline_call_once(monkeypatch):
+    """A frame carries the calls made since the previous frame only (reading the whole
+    timeline each batch made a long-lived worker's frames grow with its age)."""
+    from instrumented_convs import configure, registry
+    from instrumented_convs.core import timeline as core_timeline
+    from instrumented_convs.layers import step
+
+    with configure(timeline=1000):
+        registry.reset()
+        for _ in range(3):
+            with step("s"):
+                pass
+        calls, n = core_timeline.calls_since(0)
+        assert n == 3 and [c[1] for c in calls] == ["s"] * 3
+        with step("t"):
+            pass
+        calls, n = core_timeline.calls_since(n)
+        assert n == 4 and [c[1] for c in calls] == ["t"]
+        registry.reset()  # emptied: a reader that had taken 4 takes all again
+        with step("u"):
+            pass
+        calls, n = core_timeline.calls_since(4)
+        assert n == 1 and [c[1] for c in calls] == ["u"]
+    registry.reset()
+
+
+def test_a_batchs_span_lies_within_its_slice_on_the_timeline(tmp_path):
+    """A batch's arrow leaves from the middle of its span, which must lie inside the batch's
+    slice: read outside the region, a preemption between the region's close and the clock
+    read (a busy machine) put the middle past the slice, and the arrow bound to nothing."""
+    from instrumented_convs import configure, registry
+    from instrumented_convs.workers import process
+
+    with configure(timeline=1000):
+        registry.reset()
+        log = process._Log(process.Config(str(tmp_path), timeline=1000), 0, 1)
+        for i in range(5):
+            log.begin(i)
+            log.end(i, None)
+        log.writer.close()
+        (path,) = frames.files(tmp_path)
+        got = frames.read(path)
+    registry.reset()
+    spans = [f["span"] for f in got if f["span"]]
+    calls = [c for f in got for c in f["calls"]]
+    assert len(spans) == len(calls) == 5
+    for (_, _, t0, t1, _), call in zip(spans, calls):
+        assert call[5] <= t0 <= t1 <= call[6]

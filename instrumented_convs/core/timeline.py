@@ -35,6 +35,7 @@ __all__ = [
     "full",
     "clear",
     "snapshot",
+    "calls_since",
     "noted",
     "note",
     "iteration",
@@ -172,6 +173,26 @@ def clear() -> None:
     _tell_c()
 
 
+def _plain(item: tuple) -> tuple:
+    e = item[0]
+    gpu = None
+    if len(item) > 5:
+        ref, g0, g1, ref_ns = item[5]
+        if g0 is not None and g1 is not None:
+            gpu = (ref_ns + int(round(g0 * 1e6)), ref_ns + int(round(g1 * 1e6)))
+    return (e.name, e.path, e.scope, e.kind, e.phase, item[1], item[2], item[3], item[4], gpu)
+
+
+def calls_since(n: int) -> Tuple[List[tuple], int]:
+    """The calls recorded after the first ``n`` (as :func:`snapshot` gives them), and how
+    many there are now: what a reader that had taken ``n`` has not seen (all of them after
+    a :func:`clear` left fewer than ``n``)."""
+    if n > len(_kept):
+        n = 0
+    tail = _kept[n:]  # one slice: calls appended meanwhile are the next reader's
+    return [_plain(item) for item in tail], n + len(tail)
+
+
 def snapshot() -> Dict[str, Any]:
     """What was recorded, as plain data: ``calls``, one tuple per call ``(name, path, scope,
     kind, phase, t0, t1, thread, link, gpu)`` (``gpu``: ``(start ns, end ns)`` on the CPU
@@ -179,19 +200,8 @@ def snapshot() -> Dict[str, Any]:
     the limit stopped it, or None), ``notes`` (:func:`note`'s), ``iterations``
     (:func:`iteration`'s: the duty cycle's recorded iterations), the main thread's ident and
     ``wall_offset_ns`` (add it to the CPU clock for nanoseconds since the epoch)."""
-    calls = []
-    for item in list(_kept):
-        e = item[0]
-        gpu = None
-        if len(item) > 5:
-            ref, g0, g1, ref_ns = item[5]
-            if g0 is not None and g1 is not None:
-                gpu = (ref_ns + int(round(g0 * 1e6)), ref_ns + int(round(g1 * 1e6)))
-        calls.append(
-            (e.name, e.path, e.scope, e.kind, e.phase, item[1], item[2], item[3], item[4], gpu)
-        )
     return {
-        "calls": calls,
+        "calls": calls_since(0)[0],
         "notes": list(_notes),
         "iterations": list(_iterations),
         "limit": limit,

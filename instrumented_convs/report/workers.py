@@ -11,9 +11,10 @@ passes. The verdict:
 
 - **data-bound** when the trainer waits :data:`DATA_BOUND` of the time or more: the
   workers do not keep up (more workers, a cheaper sampler, features sliced in the
-  workers), or, with the workers idle, the training process's own part of the loading
-  (collating, PyG's ``filter_per_worker=False``, DGL's feature slicing) is what it waits
-  for;
+  workers), or, with the workers mostly idle (busy under :data:`IDLE` of the time), the
+  training process's own part of the loading (collating, PyG's
+  ``filter_per_worker=False``, DGL's feature slicing: named when it is most of the wait)
+  or each batch's hand-over from its worker is what it waits for;
 - **compute-bound** under :data:`COMPUTE_BOUND`: the loading is hidden behind the compute;
 - **balanced** between.
 
@@ -33,6 +34,7 @@ from .summary import Summary
 __all__ = [
     "DATA_BOUND",
     "COMPUTE_BOUND",
+    "IDLE",
     "pipeline",
     "verdict",
     "workers_summary",
@@ -44,6 +46,7 @@ COPY = "copy"  #: the training process's region of a batch's copy to its device
 DATA = "data"  #: the training process's region of the wait for a batch
 DATA_BOUND = 0.20  #: the trainer waits this share of its time or more: data-bound
 COMPUTE_BOUND = 0.05  #: under this share: compute-bound
+IDLE = 0.5  #: workers busy less than this share of the time keep up with the loop
 
 
 def _stats(snapshot: Dict[str, Any]) -> List[EntryStats]:
@@ -65,8 +68,10 @@ def _of(section: Dict[str, Any], loader: Dict[str, Any]) -> List[Dict[str, Any]]
     ]
 
 
-def verdict(wait_share: float, busy: List[float]) -> str:
-    """``data-bound``, ``compute-bound`` or ``balanced``, with the figures that say so."""
+def verdict(wait_share: float, busy: List[float], own: Optional[Dict[str, float]] = None) -> str:
+    """``data-bound``, ``compute-bound`` or ``balanced``, with the figures that say so;
+    ``own``: the loader's steps run in the training process while it waited (step name ->
+    share of the time), named when they are most of a data-bound wait."""
     kind = (
         "data-bound"
         if wait_share >= DATA_BOUND
@@ -80,7 +85,33 @@ def verdict(wait_share: float, busy: List[float]) -> str:
         text += f"; {len(busy)} worker{'s' if len(busy) > 1 else ''} busy {mean:.0%}"
     elif kind != "compute-bound":
         text += " (no worker processes: the batches are made in the training process)"
+    here = sum((own or {}).values())
+    if kind == "compute-bound" or not busy:
+        return text
+    if here >= wait_share / 2:
+        parts = ", ".join(
+            f"{k} {v:.0%}" for k, v in sorted((own or {}).items(), key=lambda x: -x[1])
+        )
+        text += f": most of the wait is the loader's work in this process ({parts})"
+    elif sum(busy) / len(busy) < IDLE:
+        text += (
+            ": the workers keep up; the wait is each batch's hand-over (its transfer from "
+            "the worker) or this process's share of the loading"
+        )
     return text
+
+
+def _own(summary: Any, span: int) -> Dict[str, float]:
+    """The loader's steps in the training process, inside its waits: name -> share of
+    ``span`` ns (the steps directly inside a ``data`` region)."""
+    out: Dict[str, float] = {}
+    if summary is None or not span:
+        return out
+    for r in summary.rows:
+        parts = r.name.split("/")
+        if len(parts) >= 2 and parts[-2] == DATA:
+            out[parts[-1]] = out.get(parts[-1], 0.0) + r.total * 1e9 / span
+    return out
 
 
 def _copied(summary: Any) -> float:
@@ -100,8 +131,9 @@ def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any
     """Per loader: ``label``, ``rank``, ``workers``, ``consumed`` (batches the training
     process took), ``made`` (batches its workers made; None without workers), ``wait``,
     ``copy`` and ``compute`` (shares of the loader's passes: waiting for a batch, copying
-    it to the device, the rest), ``busy`` (each worker's share, in worker order),
-    ``iteration_ms`` (a pass's time per batch taken) and ``verdict``. ``summary``: the
+    it to the device, the rest), ``own`` (the loader's steps that ran in the training
+    process while it waited: name -> share), ``busy`` (each worker's share, in worker
+    order), ``iteration_ms`` (a pass's time per batch taken) and ``verdict``. ``summary``: the
     training process's (its ``copy`` rows are the copies, counted for the loader that
     handed out the most batches)."""
     loaders = [x for x in section.get("loaders", ()) if x.get("span") and x.get("consumed")]
@@ -112,7 +144,12 @@ def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any
         workers = sorted(_of(section, loader), key=lambda w: (w["worker"], w["pid"]))
         wait = min(1.0, loader["wait"] / span)
         copy = min(1.0 - wait, _copied(summary) * 1e9 / span) if loader is main else 0.0
-        busy = [min(1.0, w["busy"] / span) for w in workers]
+        own = _own(summary, span) if loader is main else {}
+        first = loader.get("first") or 0  # batches made before the first timed pass aside
+        busy = [
+            min(1.0, sum(t1 - t0 for _, _, t0, t1, _ in w["spans"] if t1 >= first) / span)
+            for w in workers
+        ]
         out.append(
             {
                 "label": loader["label"],
@@ -125,8 +162,9 @@ def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any
                 "copy": copy,
                 "compute": 1.0 - wait - copy,
                 "busy": busy,
+                "own": own,
                 "iteration_ms": span / max(loader["consumed"], 1) / 1e6,
-                "verdict": verdict(wait, busy),
+                "verdict": verdict(wait, busy, own),
             }
         )
     return out
@@ -184,10 +222,14 @@ def workers_text(
                 lines.append("")
             made = "" if p["made"] is None else f", {p['made']} made by {p['processes']} workers"
             copy = f", the copy to the device {p['copy']:.0%}" if p["copy"] >= 0.005 else ""
+            here = ", ".join(f"{k} {v:.0%}" for k, v in p["own"].items() if v >= 0.005)
+            copy = (f" (the loader's work in this process: {here})" if here else "") + copy
+            ms = p["iteration_ms"]
+            each_ms = f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
             lines.append(
-                f"Loader {label}{where}: {p['consumed']} batches taken{made}; "
-                f"{p['iteration_ms']:.3g} ms an iteration: waiting for data {p['wait']:.0%}"
-                f"{copy}, the rest (compute) {p['compute']:.0%}"
+                f"Loader {label}{where}: {p['consumed']} batches taken{made}; {each_ms} ms an "
+                f"iteration: waiting for data {p['wait']:.0%}{copy}, the rest (compute) "
+                f"{p['compute']:.0%}"
             )
             lines.append(f"  {p['verdict']}")
             if p["busy"]:

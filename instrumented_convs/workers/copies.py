@@ -11,7 +11,6 @@ call to time: its copies are in the rest of the iteration.
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
@@ -55,11 +54,10 @@ def install() -> Callable[[], None]:
         setattr(cls, attr, to)
         undo.append(lambda: setattr(cls, attr, orig))
 
-    finder = patch_on_import(TARGETS, patch)
+    stop = patch_on_import(TARGETS, patch)
 
     def remove() -> None:
-        if finder is not None and finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+        stop()
         while undo:
             undo.pop()()
 

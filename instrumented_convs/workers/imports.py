@@ -1,6 +1,9 @@
-"""Patching a module's classes now if it is imported, else right after its import.
+"""Patching a module now if it is imported, else right after its import.
 
-Nothing here imports from the package.
+Several patches may wait for one module (``run``'s recorder patches DGL's loader module for
+its iterator and for its feature slicing): one finder, first on ``sys.meta_path`` while any
+patch waits, runs every patch registered for a module once that module is executed, in the
+order they were registered. Nothing here imports from the package.
 """
 
 from __future__ import annotations
@@ -8,25 +11,28 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from typing import Any, Callable, Collection, Optional
+import threading
+from typing import Any, Callable, Collection, Dict, List, Optional
 
 __all__ = ["patch_on_import"]
 
+Patch = Callable[[Any], None]
+_waiting: Dict[str, List[Patch]] = {}  # module name -> the patches for it, in order
+_lock = threading.RLock()
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Calls ``patch(module)`` right after one of ``names`` is imported."""
 
-    def __init__(self, names: Collection[str], patch: Callable[[Any], None]) -> None:
-        self.names, self.patch = set(names), patch
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: gives the spec the other finders give, its loader running the
+    module's patches once the module is executed."""
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        """The spec the other finders give, its loader patching the module once executed."""
-        if name not in self.names:
+        """The spec of ``name`` with the patches waiting for it, or None."""
+        if name not in _waiting:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader, patch = spec.loader, self.patch
+        loader = spec.loader
 
         class Loader(importlib.abc.Loader):
             def create_module(self, spec: Any) -> Any:
@@ -34,24 +40,53 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
             def exec_module(self, module: Any) -> None:
                 loader.exec_module(module)
-                patch(module)
+                with _lock:
+                    patches = list(_waiting.get(name, ()))
+                for patch in patches:
+                    patch(module)
 
         spec.loader = Loader()
         return spec
 
 
-def patch_on_import(
-    names: Collection[str], patch: Callable[[Any], None]
-) -> Optional[importlib.abc.MetaPathFinder]:
-    """``patch(module)`` for each module of ``names`` imported already, and right after
-    the import of the others: the finder put first on ``sys.meta_path`` for them (the
-    caller removes it; None when every module is imported)."""
+_finder = _Finder()
+
+
+def patch_on_import(names: Collection[str], patch: Patch) -> Callable[[], None]:
+    """``patch(module)`` for each module of ``names`` imported already, and right after the
+    import of each other one; returns what stops the waiting (patches made stay made)."""
+    later = []
     for name in names:
         if name in sys.modules:
             patch(sys.modules[name])
-    later = set(names) - set(sys.modules)
-    if not later:
-        return None
-    finder = _PatchOnImport(later, patch)
-    sys.meta_path.insert(0, finder)
-    return finder
+        else:
+            later.append(name)
+    with _lock:
+        for name in later:
+            _waiting.setdefault(name, []).append(patch)
+        if _waiting and _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+    def stop() -> None:
+        with _lock:
+            for name in later:
+                waiting = _waiting.get(name, [])
+                if patch in waiting:
+                    waiting.remove(patch)
+                if not waiting:
+                    _waiting.pop(name, None)
+            if not _waiting and _finder in sys.meta_path:
+                sys.meta_path.remove(_finder)
+
+    return stop
+
+
+def waiting() -> Dict[str, int]:
+    """How many patches wait for each module (for tests)."""
+    with _lock:
+        return {k: len(v) for k, v in _waiting.items()}
+
+
+def finder() -> Optional[importlib.abc.MetaPathFinder]:
+    """The finder, while it is on ``sys.meta_path`` (for tests)."""
+    return _finder if _finder in sys.meta_path else None

@@ -82,8 +82,10 @@ class _Log:
 
     def begin(self, idx: int) -> None:
         self.drop()
-        self.current = _Batch(idx, clock.cpu_now())
         self.region.__enter__()
+        # the span is read inside the region: on the timeline it lies within the batch's
+        # slice, however long the process waits between the two (a busy machine)
+        self.current = _Batch(idx, clock.cpu_now())
 
     def drop(self) -> None:
         """Forget the task under way: torch's loop skips the tasks it gets after its
@@ -108,8 +110,8 @@ class _Log:
             self.drop()
             return
         self.current = None
-        self.region.__exit__(None, None, None)
         t1 = clock.cpu_now()
+        self.region.__exit__(None, None, None)
         ok = kind != "ExceptionWrapper"
         if ok:
             self.made += 1
@@ -118,8 +120,9 @@ class _Log:
         self.frame(span=(batch.idx, self.passes, batch.t0, t1, ok))
 
     def frame(self, span: Optional[tuple] = None) -> None:
-        calls = core_timeline.snapshot()["calls"] if self.config.timeline else []
-        new, self.calls = calls[self.calls :], len(calls)
+        new: list = []
+        if self.config.timeline:
+            new, self.calls = core_timeline.calls_since(self.calls)
         self.writer.write(
             dict(
                 self.head,

@@ -139,9 +139,7 @@ class Recorder:
         self._undo.append(samplers.install())
         if self.region is not None:  # a loop's regions: the batch's copy is one
             self._undo.append(copies.install())
-        finder = patch_on_import(LOADERS, self._patch)
-        if finder is not None:
-            self._undo.append(lambda: finder in sys.meta_path and sys.meta_path.remove(finder))
+        self._undo.append(patch_on_import(LOADERS, self._patch))
         return self
 
     def remove(self) -> None:

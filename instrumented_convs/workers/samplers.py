@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -102,11 +101,10 @@ def install() -> Callable[[], None]:
     """Time the loaders' work (the module's table) in this process, from now on; returns
     what takes it off again (the calls patched by this call; a second install adds none)."""
     before = set(_patched)
-    finder = patch_on_import(TARGETS, _patch)
+    stop = patch_on_import(TARGETS, _patch)
 
     def remove() -> None:
-        if finder is not None and finder in sys.meta_path:
-            sys.meta_path.remove(finder)
+        stop()
         with _lock:
             for key in [k for k in _patched if k not in before]:
                 _patched.pop(key)()
