@@ -13,7 +13,8 @@ each of these calls is a step on the CPU clock, named for what it does:
   sliced for the batch, and its copy to the loader's device);
 - ``pin memory``: torch's ``pin_memory`` of a batch, in the loader's pin-memory thread
   (``pin_memory=True`` with an accelerator): a row of its own, as that thread's steps are
-  its own (at the top level of the table, beside the loop it runs alongside).
+  its own (at the top level of the table, beside the loop it runs alongside); the
+  thread's calls with nothing to pin (the loader's control messages) are no step.
 
 PyG's sampling runs where the batch is made (a worker); its ``filter`` (the batch's
 features and labels sliced from the graph's) there too with ``filter_per_worker`` (the
@@ -72,8 +73,8 @@ def _wrap(owner: Any, attr: str, name: str) -> None:
 
     @functools.wraps(orig)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if getattr(_inside, name, False) or not recording():
-            return orig(*args, **kwargs)
+        if getattr(_inside, name, False) or not recording() or (args and args[0] is None):
+            return orig(*args, **kwargs)  # (None: the pin thread passing a control message)
         setattr(_inside, name, True)
         try:
             with step:

@@ -1,6 +1,6 @@
 """A training loop over a data loader with worker processes, for tests/test_workers.py.
 
-    python tests/scripts/loader_workers.py [--kind torch|pyg|dgl|neighbor] [--workers N]
+    python tests/scripts/loader_workers.py [--kind torch|pyg|dgl|neighbor|link] [--workers N]
         [--context fork|spawn] [--persistent] [--prefetch K] [--epochs E] [--stop-after B]
         [--kill I | --raise I] [--library] [--no-filter-per-worker]
 
@@ -87,6 +87,19 @@ def loader(args: argparse.Namespace) -> torch.utils.data.DataLoader:
             filter_per_worker=filter_per_worker,
             **common,
         )
+    if args.kind == "link":
+        from torch_geometric.data import Data
+        from torch_geometric.loader import LinkNeighborLoader
+
+        graph = Data(x=data.x, y=data.y, edge_index=data.edge_index)
+        return LinkNeighborLoader(
+            graph,
+            num_neighbors=[5, 5],
+            batch_size=50,
+            edge_label_index=data.edge_index[:, :400],
+            shuffle=True,
+            **common,
+        )
     import dgl
 
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.x.size(0))
@@ -118,7 +131,7 @@ def digest(batch: object) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", default="torch", choices=("torch", "pyg", "dgl", "neighbor"))
+    p.add_argument("--kind", default="torch", choices=("torch", "pyg", "dgl", "neighbor", "link"))
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--context", default="fork", choices=("fork", "spawn", "forkserver"))
     p.add_argument("--persistent", action="store_true")
