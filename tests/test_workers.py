@@ -111,6 +111,7 @@ def test_a_loop_that_breaks_off_counts_what_it_took():
 
 
 def test_pyg_dataloader_collates_in_the_workers():
+    pytest.importorskip("torch_geometric")
     stock, _ = _run("--kind", "pyg")
     batches, got = _run("--kind", "pyg", "--library")
     assert batches == stock and len(batches) == 20
@@ -135,6 +136,7 @@ def test_dgl_samples_in_the_workers_and_slices_features_in_the_training_process(
 @pytest.mark.sparse
 @pytest.mark.parametrize("per_worker", [True, False], ids=["filter-per-worker", "filter-here"])
 def test_pyg_neighbor_loader_samples_in_the_workers_and_filters_where_it_is_told(per_worker):
+    pytest.importorskip("torch_geometric")
     flag = () if per_worker else ("--no-filter-per-worker",)
     stock, _ = _run("--kind", "neighbor", *flag)
     batches, got = _run("--kind", "neighbor", "--library", *flag)
@@ -152,6 +154,7 @@ def test_pyg_neighbor_loader_samples_in_the_workers_and_filters_where_it_is_told
 
 @pytest.mark.sparse
 def test_pyg_link_neighbor_loader_samples_from_edges_in_the_workers():
+    pytest.importorskip("torch_geometric")
     stock, _ = _run("--kind", "link")
     batches, got = _run("--kind", "link", "--library")
     assert batches == stock and len(batches) == 16  # 400 edges in 50s, two epochs
@@ -367,6 +370,7 @@ def test_under_torchrun_each_rank_records_its_workers_and_rank_0_merges_them(tmp
 
 
 def test_run_times_each_batchs_copy_and_the_split_counts_it(tmp_path):
+    pytest.importorskip("torch_geometric")
     train = str(ROOT / "tests" / "scripts" / "loader_training.py")
     out = tmp_path / "run"
     proc = run_script("-m", "instrumented_convs", "run", "-o", str(out), train, timeout=300)
