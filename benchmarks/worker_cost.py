@@ -30,17 +30,21 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List
 
 import torch
 
-from instrumented_convs import configure, registry
-from instrumented_convs.commands.study.data import scaled_shape, synthetic_graph
-from instrumented_convs.core import timeline as core_timeline
-from instrumented_convs.core.step import Step
-from instrumented_convs.workers import Recorder, process, samplers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import launch_bound as lb  # noqa: E402  (its interleaving of variants)
+
+from instrumented_convs import configure, registry  # noqa: E402
+from instrumented_convs.commands.study.data import scaled_shape, synthetic_graph  # noqa: E402
+from instrumented_convs.core import timeline as core_timeline  # noqa: E402
+from instrumented_convs.core.step import Step  # noqa: E402
+from instrumented_convs.workers import Recorder, process, samplers  # noqa: E402
 
 
 def sampler(platform: str, scale: float, batch: int) -> Callable[[int], Any]:
@@ -101,7 +105,7 @@ def in_worker(make: Callable[[int], Any], rounds: int, batches: int) -> Dict[str
                 registry.reset()
 
     variants = {"stock": stock, "recorded": recorded, "stock again": stock}
-    got = _interleave(variants, rounds)
+    got = lb._interleave(variants, rounds, 0)
     frame = os.path.getsize(next(iter(sorted(os.scandir(folder), key=lambda e: e.name))).path)
     base = statistics.median(got["stock"]) / batches
     own = own_cost(config, make(0))
@@ -184,7 +188,7 @@ def in_training(rounds: int, workers: int) -> Dict[str, Any]:
         "recorded": make_pass(True),
         "stock again": make_pass(False),
     }
-    got = _interleave(variants, rounds)
+    got = lb._interleave(variants, rounds, 0)
     med = {k: statistics.median(v) * 1e6 for k, v in got.items()}
     return {
         "workers": workers,
@@ -194,15 +198,6 @@ def in_training(rounds: int, workers: int) -> Dict[str, Any]:
         "aa_us_per_batch": round(med["stock again"] - med["stock"], 2),
         "ratios": _ratios(got),
     }
-
-
-def _interleave(variants: Dict[str, Callable[[], float]], rounds: int) -> Dict[str, List[float]]:
-    got: Dict[str, List[float]] = {k: [] for k in variants}
-    names = list(variants)
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else reversed(names):
-            got[name].append(variants[name]())
-    return got
 
 
 def _ratios(got: Dict[str, List[float]]) -> Dict[str, float]:

@@ -71,7 +71,8 @@ def _of(section: Dict[str, Any], loader: Dict[str, Any]) -> List[Dict[str, Any]]
 def verdict(wait_share: float, busy: List[float], own: Optional[Dict[str, float]] = None) -> str:
     """``data-bound``, ``compute-bound`` or ``balanced``, with the figures that say so;
     ``own``: the loader's steps run in the training process while it waited (step name ->
-    share of the time), named when they are most of a data-bound wait."""
+    share of the time), named when they are most of the wait of a loop that is not
+    compute-bound; failing that, workers busy under :data:`IDLE` are said to keep up."""
     kind = (
         "data-bound"
         if wait_share >= DATA_BOUND
