@@ -724,3 +724,43 @@ def test_inputs_are_noted_when_they_change_and_every_call_shows_its_own(hooks):
     tl = ic.registry.timeline()
     assert len(tl.notes) == 1
     assert spans(tl.to_chrome())[0]["args"]["inputs"] == ["float32[3, 2]"]
+
+
+_CHILD_SIGNALS = """
+import os, signal, sys, threading, time
+
+def handler(signum, frame):  # torch's data loader's, when a worker died
+    raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
+
+signal.signal(signal.SIGCHLD, handler)
+
+def script_running():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None:
+        if frame.f_code.co_filename == __file__:
+            return True
+        frame = frame.f_back
+    return False
+
+def keep_signalling():  # from when the script has ended
+    while script_running():
+        time.sleep(0.0005)
+    end = time.monotonic() + 3
+    while time.monotonic() < end:
+        os.kill(os.getpid(), signal.SIGCHLD)
+        time.sleep(0.0005)
+
+threading.Thread(target=keep_signalling, daemon=True).start()
+raise ValueError("the loop broke")
+"""
+
+
+def test_a_sigchld_handler_that_raises_after_the_script_ended_does_not_lose_the_run(tmp_path):
+    """torch's SIGCHLD handler raises whenever a killed worker's signal arrives, also once
+    the script has ended: the run is saved all the same and the exit code is the script's."""
+    script = tmp_path / "signals.py"
+    script.write_text(_CHILD_SIGNALS)
+    proc = run_cli(tmp_path, "run", "-o", "out", str(script), expect=1)
+    assert "ValueError: the loop broke" in proc.stderr
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert (run["exit_code"], run["ended_by"]) == (1, "exception")

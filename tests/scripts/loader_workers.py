@@ -129,6 +129,19 @@ def digest(batch: object) -> str:
     return type(batch).__name__
 
 
+def _quiet_child_signals() -> None:
+    """After a killed worker, torch's SIGCHLD handler raises its RuntimeError whenever the
+    signal arrives, also after the loop's own error, while this script prints what was
+    recorded: torch's handler is put away first (the handler may fire while it is put away:
+    retried)."""
+    while True:
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            return
+        except RuntimeError:
+            continue
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--kind", default="torch", choices=("torch", "pyg", "dgl", "neighbor", "link"))
@@ -147,7 +160,9 @@ def main() -> int:
     np.random.seed(0)  # DGL shuffles with numpy's generator
     dl = loader(args)
     if args.library:
-        from instrumented_convs.workers import instrument_loader
+        from instrumented_convs import registry
+        from instrumented_convs.testing import open_steps
+        from instrumented_convs.workers import instrument_loader, loaders_result
 
         instrument_loader(dl)
     try:
@@ -158,10 +173,7 @@ def main() -> int:
                     break
     finally:
         if args.library:
-            from instrumented_convs import registry
-            from instrumented_convs.testing import open_steps
-            from instrumented_convs.workers import loaders_result
-
+            _quiet_child_signals()
             result = loaders_result()
             for w in result["workers"]:
                 w.pop("calls")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import signal
 import sys
 import traceback
 from typing import List, NamedTuple, Optional
@@ -45,13 +46,30 @@ def _print_exception(e: BaseException) -> None:
     traceback.print_exception(type(e), e, tb)
 
 
+def _put_back_child_handler(saved: object) -> None:
+    """Put back the SIGCHLD handler the script found. torch's data loader sets its own, which
+    raises in whatever runs when a worker process dies: once the script is over that would
+    be this report's code (a killed worker's run lost while it was being saved)."""
+    for _ in range(100):  # each try may meet the handler firing for one more death
+        try:
+            signal.signal(signal.SIGCHLD, saved)  # type: ignore[arg-type]
+            return
+        except RuntimeError:
+            continue
+        except ValueError:  # not the main thread: no handler of its own to put back
+            return
+
+
 def run_target(target: str, args: List[str], module: bool = False) -> Outcome:
     """Run the script at path ``target`` (or the module ``target``) with ``args``.
 
     Exceptions are printed as the interpreter prints them and turned into an exit code;
-    ``sys.argv`` and ``sys.path`` are put back afterwards.
+    ``sys.argv``, ``sys.path`` and the SIGCHLD handler are put back afterwards.
     """
     saved_argv, saved_path = sys.argv[:], sys.path[:]
+    child = getattr(signal, "SIGCHLD", None)
+    saved_child = signal.getsignal(child) if child is not None else None
+    caught: Optional[BaseException] = None
     try:
         if module:
             sys.argv = [target, *args]  # runpy sets argv[0] to the module's file
@@ -65,15 +83,29 @@ def run_target(target: str, args: List[str], module: bool = False) -> Outcome:
             sys.argv = [target, *args]
             sys.path[0:1] = [os.path.dirname(path)]
             runpy.run_path(path, run_name="__main__")
-        return Outcome(0, "returned")
-    except SystemExit as e:
-        return Outcome(_exit_code(e), "exit")
-    except KeyboardInterrupt as e:
-        _print_exception(e)
-        return Outcome(130, "interrupted", "KeyboardInterrupt")
-    except BaseException as e:  # noqa: BLE001 - reported like the interpreter, then exit 1
-        _print_exception(e)
-        return Outcome(1, "exception", f"{type(e).__name__}: {e}")
+    except BaseException as e:  # noqa: BLE001 - reported like the interpreter below
+        caught = e
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+    # no call between the script's end and here: a signal handler runs only at one
+    for _ in range(100):
+        try:
+            if child is not None and signal.getsignal(child) is not saved_child:
+                _put_back_child_handler(saved_child)
+            break
+        except RuntimeError:  # torch's handler, fired on entering the call above
+            continue
+    return _outcome(caught)
+
+
+def _outcome(caught: Optional[BaseException]) -> Outcome:
+    """The exit code and reason of a script that ended by raising ``caught`` (or returned)."""
+    if caught is None:
+        return Outcome(0, "returned")
+    if isinstance(caught, SystemExit):
+        return Outcome(_exit_code(caught), "exit")
+    _print_exception(caught)
+    if isinstance(caught, KeyboardInterrupt):
+        return Outcome(130, "interrupted", "KeyboardInterrupt")
+    return Outcome(1, "exception", f"{type(caught).__name__}: {caught}")
