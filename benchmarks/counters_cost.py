@@ -1,14 +1,17 @@
-"""What the counters cost (``configure(counters=True)``, a debugging mode).
+"""What the counters and memory recording cost (``configure(counters=True)``,
+``configure(memory=True)``: two debugging modes on one dispatch mode).
 
 At the launch-bound proxy of ``launch_bound.py`` (a 3-layer model on a 256-node graph, full
 training steps, one thread) and on a bigger graph (``--nodes``): stock, the instrumented
-layers with the defaults, the same with the counters on, and a second stock copy (A/A),
-interleaved (the order reversed every other round), medians of per-round ratios. The
-counters are a dispatch mode and a function mode (for torch-sparse's and torch-scatter's
-ops) for their own timed block only (they are per thread: nothing else runs under them).
-Reported: each variant / stock, and the counters' cost per op they count (every op of the
-epoch: the layers', the loss's and the optimizer's), the function mode's pass-through of
-every other torch call included.
+layers with the defaults, the same with the counters on, the same with memory recorded,
+and a second stock copy (A/A), interleaved (the order reversed every other round), medians
+of per-round ratios. The counters are a dispatch mode and a function mode (for
+torch-sparse's and torch-scatter's ops), memory the dispatch mode and a pair of
+saved-tensor hooks, each for its own timed block only (they are per thread: nothing else
+runs under them). Reported: each variant / stock, and each mode's cost per op it sees
+(every op of the epoch: the layers', the loss's and the optimizer's; the counters' with the
+function mode's pass-through of every other torch call, memory's with its saved-tensor
+hooks and its finalizer per tensor made).
 
     python benchmarks/counters_cost.py                         # GCNConv, both sizes
     python benchmarks/counters_cost.py --quick                 # a smoke run (CI)
@@ -31,19 +34,23 @@ import launch_bound as lb  # noqa: E402
 import instrumented_convs as ic  # noqa: E402
 from instrumented_convs.core import counters as _counters  # noqa: E402
 
-VARIANTS = ("stock", "defaults", "counters", "stock again")
+VARIANTS = ("stock", "defaults", "counters", "memory", "stock again")
 
 
 def measure(label: str, rounds: int, warmup: int) -> Dict[str, Any]:
-    """Interleaved epochs of the four variants for one layer at ``lb.NODES`` nodes."""
+    """Interleaved epochs of the five variants for one layer at ``lb.NODES`` nodes."""
     _, epochs, _ = lb.variant_models(label, VARIANTS, lambda v: not v.startswith("stock"))
 
     def counters() -> float:
         with ic.configure(counters=True):
             return lb._timed(epochs["counters"])
 
+    def memory() -> float:
+        with ic.configure(memory=True):
+            return lb._timed(epochs["memory"])
+
     variants = {v: (lambda v=v: lb._timed(epochs[v])) for v in VARIANTS}
-    variants["counters"] = counters
+    variants["counters"], variants["memory"] = counters, memory
     times = lb._interleave(variants, rounds, warmup)
     ic.registry.reset()
     before = _counters.seen
@@ -58,6 +65,7 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, Any]:
         "ratio": {v: ratio(v, "stock") for v in VARIANTS[1:]},
         "ops": ops,
         "us_per_op": diff("counters", "defaults") / max(ops, 1),
+        "memory_us_per_op": diff("memory", "defaults") / max(ops, 1),
     }
 
 
@@ -86,12 +94,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     lb.BLOCK = 4
     torch.set_num_threads(1)
     print(
-        f"Counters' cost: full training steps, 1 thread, medians of {args.rounds} interleaved "
+        f"Counters' and memory's cost: full training steps, 1 thread, medians of {args.rounds} "
+        "interleaved "
         f"rounds of {lb.BLOCK} epochs"
     )
     print(
         f"  {'layer':16s} {'nodes':>6s} {'stock us':>9s} {'defaults':>9s} {'counters':>9s} "
-        f"{'A/A':>6s} {'ops/epoch':>9s} {'us/op':>6s}"
+        f"{'memory':>9s} {'A/A':>6s} {'ops/epoch':>9s} {'us/op':>6s} {'mem us/op':>9s}"
     )
     for label in args.layers:
         for nodes in args.nodes:
@@ -102,8 +111,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             q = r["ratio"]
             print(
                 f"  {label:16s} {nodes:6d} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
-                f"{q['counters']:9.3f} {q['stock again']:6.3f} {r['ops']:9.0f} "
-                f"{r['us_per_op']:6.2f}",
+                f"{q['counters']:9.3f} {q['memory']:9.3f} {q['stock again']:6.3f} "
+                f"{r['ops']:9.0f} {r['us_per_op']:6.2f} {r['memory_us_per_op']:9.2f}",
                 flush=True,
             )
     return 0

@@ -24,6 +24,7 @@ knows nothing of summaries, so :data:`registry` reads the core's snapshot with t
 import typing as _t
 
 from .core import dynamo as _dynamo
+from .core import memory as _memory
 from .core import timeline as _timeline
 from .core.configure import Settings, configure
 from .core.cycle import cycle as _cycle
@@ -89,7 +90,7 @@ class _Registry:
         """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
         ``configure(timeline=N)`` was on (pending CUDA times resolved first)."""
         _store.resolve()
-        return _Timeline(_timeline.snapshot())
+        return _Timeline(dict(_timeline.snapshot(), memory=_memory.samples()))
 
     def reset(self) -> None:
         """Forget every recorded time (the timeline too) and start a new tree.

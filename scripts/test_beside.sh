@@ -14,7 +14,7 @@ stamp() { echo "   ($(( (SECONDS + offset) / 60 )) min $(( (SECONDS + offset) % 
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
   tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
   tests/test_timeline.py tests/test_counters.py tests/test_own.py tests/test_route.py
-  tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py)
+  tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py tests/test_memory.py)
 echo "== the same core tests with the Python twin of the C fast path"; stamp
 INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
   -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"

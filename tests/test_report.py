@@ -261,7 +261,7 @@ def test_every_renderer_by_name_and_a_run_folder_written_by_each(clock, tmp_path
 
     _seed_like_run(clock)
     s = registry.summary()
-    assert set(RENDERERS) == {"text", "page", "json", "csv", "roofline", "trace"}
+    assert set(RENDERERS) == {"text", "page", "json", "csv", "roofline", "memory", "trace"}
     assert render("text", Run(s)) == str(s) == s.render()
     assert render("json", Run(s)) == s.to_json() and render("csv", Run(s)) == s.to_csv()
     assert render("page", Run(s, title="t")).startswith("<!DOCTYPE html>")

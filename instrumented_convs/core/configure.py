@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Union
 
-from . import counters, lifecycle, timeline
+from . import counters, lifecycle, memory, timeline
 from .cycle import cycle
 from .eager import eager
 from .settings import nvtx_choice, switches
@@ -43,6 +43,7 @@ class Settings(NamedTuple):
     budget: Optional[float] = None  #: the duty cycle chooses ``record_every`` under it
     iteration: Optional[str] = None  #: the region that is an iteration (None: optimizer steps)
     compiled: str = "compiled"  #: ``eager``: recorded iterations run compiled code eagerly
+    memory: bool = False  #: steps record what they keep for backward, and their peaks
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -60,6 +61,7 @@ class Settings(NamedTuple):
         s.every_before_counters = None
         _timeline(self.timeline)
         _counters(self.counters)
+        _memory(self.memory)
 
     def __enter__(self) -> "Settings":
         """The block runs with the switches :func:`configure` set; this is what they were."""
@@ -85,6 +87,7 @@ def _current() -> Settings:
         cycle.budget,
         cycle.iteration,
         "eager" if eager.asked else "compiled",
+        s.memory,
     )
 
 
@@ -105,12 +108,23 @@ def _cycle(every: int, budget: Optional[float], iteration: Optional[str]) -> Non
 
 def _timeline(limit: int) -> None:
     timeline.set_limit(limit)
+    memory.set_samples(limit)
     switches.timeline = limit
 
 
 def _counters(on: bool) -> None:
     counters.set_on(on)
     switches.counters = on
+
+
+def _memory(on: bool) -> None:
+    if on:
+        memory.set_on(True)
+        counters.watch(memory.watcher)
+    else:
+        memory.set_on(False)  # on the thread that turned it on, or it raises here
+        counters.watch(None)
+    switches.memory = on
 
 
 def configure(
@@ -127,6 +141,7 @@ def configure(
     budget: Optional[float] = None,
     iteration: Optional[str] = None,
     compiled: Optional[str] = None,
+    memory: Optional[bool] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -164,6 +179,16 @@ def configure(
       (``backward_every=1``, unless given), so that each op lands in its own step, and
       puts the previous ``backward_every`` back when they are turned off (unless one was
       given meanwhile).
+
+    - ``memory=True``: also record, per step, the bytes of the tensors it made that
+      autograd keeps for backward (``Row.saved_bytes``: a ``saved_tensors_hooks`` pair and
+      the counters' dispatch mode, on this thread and autograd's), and the most bytes alive
+      above a call's start (``Row.peak_bytes``: on the CPU the tensors the dispatcher saw
+      made in steps, on CUDA the allocator's count), for the table's memory columns
+      (``summary.table(memory=True)``). A debugging mode (docs/memory.md says what it sees,
+      what it cannot, and what it costs). Saved-tensor hooks set before it are called by
+      ours; those set after it (``save_on_cpu``, checkpointing) hide what is saved under
+      them (``Row.saved_aside`` counts those calls).
 
     - ``statements=False``: a generic layer's own statements (``alpha_src = ...``) and the
       functions its forward calls (``add_self_loops``, ``F.dropout``) are not steps; their
@@ -248,6 +273,8 @@ def configure(
             s.backward_every = s.every_before_counters
             s.every_before_counters = None
         _counters(bool(counters))
+    if memory is not None and bool(memory) != s.memory:
+        _memory(bool(memory))
     if record_every is not None or budget is not None or iteration is not None:
         every = previous.record_every if record_every is None else record_every
         if budget is None and record_every is None:

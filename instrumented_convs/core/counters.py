@@ -31,8 +31,11 @@ is untouched. A call is closed when the next op on its thread finds it closed, o
 next snapshot (one taken while a step runs on another thread splits that call in two).
 
 While on, every call's backward is timed (``backward_every=1``), so that each backward op
-lands in its own step. Storage only: :func:`of` gives an entry's own counts, which the
-registry's snapshot carries (``EntryStats.flops``...); summaries add them up the tree.
+lands in its own step. Memory recording (:mod:`.memory`) sees the ops through the same
+dispatch mode (:func:`watch`: a mode stack pops its top, so there is one), alone the
+:class:`_Watching` one, which lets torch.compile compile as without it. Storage only:
+:func:`of` gives an entry's own counts, which the registry's snapshot carries
+(``EntryStats.flops``...); summaries add them up the tree.
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import formulas
-from .stack import _tls
+from .stack import Followed, _tls, follow
 
-__all__ = ["set_on", "is_on", "of", "clear", "mark", "EXTENSIONS"]
+__all__ = ["set_on", "is_on", "of", "clear", "mark", "watch", "EXTENSIONS"]
 
 #: entry -> [flops, read, written, ops, {op: n}, allocated, cuda calls, cuda left, cuda peak]
 _counts: Dict[Any, List[Any]] = {}
@@ -62,17 +65,13 @@ _OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
 
 
 class _Thread(threading.local):
-    """Per thread: inside an extension op (its aten ops not counted again); its open calls."""
+    """Per thread: inside an extension op (its aten ops not counted again)."""
 
-    def __init__(self) -> None:
-        self.inside = 0
-        #: CUDA memory of the step calls open: [frame, its start, entry, base, last, peak]
-        self.calls: List[List[Any]] = []
-        with _lock:
-            _open_calls[threading.get_ident()] = self.calls
+    inside = 0
 
 
-_open_calls: Dict[int, List[List[Any]]] = {}
+#: CUDA memory of the step calls open, per thread: [frame, its start, entry, base, last, peak]
+_followed = Followed(_lock)
 _here = _Thread()
 
 
@@ -86,6 +85,18 @@ class _Counting(TorchDispatchMode):
         ns = getattr(func, "namespace", "aten")
         name = func.overloadpacket.__name__
         return _counted(func, args, kwargs, name if ns == "aten" else f"{ns}.{name}")
+
+
+class _Watching(_Counting):
+    """The dispatch mode while memory alone is on (no extension mode: the aten ops inside
+    torch-sparse's are seen as any other). It asks torch.compile (2.8+) to compile as
+    without it (Dynamo skips frames while a mode that does not is on: the counters' do,
+    whose counts are of the eager ops); the compiled code runs under it."""
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Compile as without this mode (see the class)."""
+        return True
 
 
 class _Extensions(TorchFunctionMode):
@@ -104,59 +115,57 @@ class _Extensions(TorchFunctionMode):
             out = _counted(func, args, kwargs, f"{ns}.{name}")
         finally:
             _here.inside -= 1
-        _mark_backward(out, args, f"{ns}.{name}.backward")
+        if _counting:
+            _mark_backward(out, args, f"{ns}.{name}.backward")
         return out
 
 
 def _counted(func: Any, args: Any, kwargs: Any, name: str) -> Any:
-    """Run op ``name`` and charge it (and, on CUDA, the allocator's bytes around it)."""
+    """Run op ``name`` and charge it (and, on CUDA, the allocator's bytes around it); with
+    memory on, let :mod:`.memory` see it too (its ``before`` and ``after``)."""
     global seen
     seen += 1
     stack = _tls.stack
     entry = stack[-1].entry
+    mem = memory_watch
     if entry is None:
-        if _here.calls:
-            _close_calls(_here.calls, 0)
+        calls = _followed.calls()
+        if calls:
+            _close_calls(calls, 0)
+        if mem is not None:
+            mem.outside()
         return func(*args, **kwargs)
     if _cuda:
         before = torch.cuda.memory_allocated()
-        _follow(stack, before)
+        follow(_followed.calls(), stack, before, _close_calls)
+    if mem is not None:
+        mem.before(stack)
     out = func(*args, **kwargs)
     if _cuda:
         after = torch.cuda.memory_allocated()
-        for call in _here.calls:
+        for call in _followed.calls():
             call[4] = after
             if after > call[5]:
                 call[5] = after
-    op = name if "." in name else f"aten.{name}"
-    _charge(entry, op, _cost(name, args, kwargs, out), _allocated(args, kwargs, out))
+    if mem is not None:
+        mem.after(entry, args, kwargs, out)
+    if _counting:
+        op = name if "." in name else f"aten.{name}"
+        _charge(entry, op, _cost(name, args, kwargs, out), _allocated(args, kwargs, out))
     return out
-
-
-def _storages(t: torch.Tensor) -> List[Any]:
-    """The storages holding ``t``'s data (a sparse tensor's indices and values)."""
-    if t.layout == torch.strided:
-        return [t.untyped_storage()]
-    if t.layout == torch.sparse_coo:
-        return [t._indices().untyped_storage(), t._values().untyped_storage()]
-    if t.layout == torch.sparse_csr:
-        parts = (t.crow_indices(), t.col_indices(), t.values())
-    elif t.layout == torch.sparse_csc:
-        parts = (t.ccol_indices(), t.row_indices(), t.values())
-    else:
-        return []
-    return [p.untyped_storage() for p in parts]
 
 
 def _allocated(args: Any, kwargs: Any, out: Any) -> int:
     """Bytes of the storages of ``out`` that none of the op's arguments holds."""
     try:
         held = {
-            s.data_ptr() for t in _tensors(list(args) + list(kwargs.values())) for s in _storages(t)
+            s.data_ptr()
+            for t in _tensors(list(args) + list(kwargs.values()))
+            for s in formulas.storages(t)
         }
         total = 0
         for t in _tensors(out if isinstance(out, (list, tuple)) else (out,)):
-            for s in _storages(t):
+            for s in formulas.storages(t):
                 if s.data_ptr() not in held:
                     held.add(s.data_ptr())
                     total += s.nbytes()
@@ -173,22 +182,6 @@ def _mark_backward(out: Any, args: Any, op: str) -> None:
         if node is not None and all(node is not n for n in inputs):
             node.register_hook(lambda grad_inputs, grad_outputs: mark(op))
             return
-
-
-def _follow(stack: List[Any], before: int) -> None:
-    """Close the tracked calls no longer open on this thread; track those opened since."""
-    calls = _here.calls
-    n = 0
-    while n < len(calls) and n + 1 < len(stack):
-        frame, start = stack[n + 1], stack[n + 1].start
-        same = calls[n][1] is start or (type(start) is int and calls[n][1] == start)
-        if calls[n][0] is not frame or not same:  # a CPU start: a new int per read (the C
-            break  # fast path), compared by value; a CUDA one (pooled events): by identity
-        n += 1
-    if n < len(calls):
-        _close_calls(calls, n)
-    for frame in stack[len(calls) + 1 :]:
-        calls.append([frame, frame.start, frame.entry, before, before, before])
 
 
 def _close_calls(calls: List[List[Any]], keep: int) -> None:
@@ -227,39 +220,74 @@ _mode: Optional[_Counting] = None
 _ext: Optional[_Extensions] = None
 _owner: Optional[int] = None
 _cuda = False  # whether the CUDA allocator is read around each op (set when turned on)
+_counting = False  # whether ops are counted (the modes may be on for memory alone)
+#: :mod:`.memory`'s watcher while memory is on (it sees every op in a step), else None.
+memory_watch: Optional[Any] = None
 
 
 def is_on() -> bool:
     """Whether the counters are on."""
-    return _mode is not None
+    return _counting
 
 
 def set_on(on: bool) -> None:
     """Turn the counters on (on this thread, and autograd's for its backward) or off (on the
     thread that turned them on; a mode lives on a thread's own stack)."""
-    global _mode, _ext, _owner, _cuda
-    if on and _mode is None:
+    global _counting, _cuda
+    if on and not _counting:
+        _modes("count")
         _cuda = torch.cuda.is_available()
-        mode, ext = _Counting(), _Extensions()
-        mode.__enter__()
-        ext.__enter__()
-        _mode, _ext, _owner = mode, ext, threading.get_ident()
-    elif not on and _mode is not None:
-        if threading.get_ident() != _owner:
-            raise RuntimeError("counters are turned off on the thread that turned them on")
-        (mode, ext), _mode, _ext, _owner = (_mode, _ext), None, None, None
-        ext.__exit__(None, None, None)  # type: ignore[union-attr]
-        mode.__exit__(None, None, None)
+        _counting = True
+    elif not on and _counting:
+        _check_owner("counters")
+        _counting = False
         _settle()
         _cuda = False
+        _modes("watch" if memory_watch is not None else None)
+
+
+def watch(watcher: Optional[Any]) -> None:
+    """Let ``watcher`` (:mod:`.memory`'s) see every op run in a step, through the modes the
+    counters use (one pair of modes serves both: a mode stack pops its top, whoever asks),
+    or stop (``None``)."""
+    global memory_watch
+    if watcher is not None:
+        _modes("count" if _counting else "watch")
+        memory_watch = watcher
+    elif memory_watch is not None:
+        _check_owner("memory recording")
+        memory_watch = None
+        if not _counting:
+            _modes(None)
+
+
+def _check_owner(what: str) -> None:
+    if _mode is not None and threading.get_ident() != _owner:
+        raise RuntimeError(f"{what} is turned off on the thread that turned it on")
+
+
+def _modes(kind: Optional[str]) -> None:
+    """On this thread: the counters' modes (``count``: the dispatch mode and the extension
+    mode), memory's alone (``watch``: :class:`_Watching`), or none (``None``); the modes
+    on now are left first when they are others (ours are on top of the mode stacks)."""
+    global _mode, _ext, _owner
+    want = {"count": _Counting, "watch": _Watching, None: None}[kind]
+    if _mode is not None and type(_mode) is not want:
+        (mode, ext), _mode, _ext, _owner = (_mode, _ext), None, None, None
+        if ext is not None:
+            ext.__exit__(None, None, None)
+        mode.__exit__(None, None, None)
+    if want is not None and _mode is None:
+        mode, ext = want(), _Extensions() if kind == "count" else None
+        mode.__enter__()
+        if ext is not None:
+            ext.__enter__()
+        _mode, _ext, _owner = mode, ext, threading.get_ident()
 
 
 def _settle() -> None:
     """Close every tracked call on every thread (see the module: a snapshot closes them)."""
-    with _lock:
-        for calls in _open_calls.values():
-            if calls:
-                _close_calls(calls, 0)
+    _followed.settle(_close_calls)
 
 
 def of(entry: Any) -> Optional[Dict[str, Any]]:
@@ -267,7 +295,7 @@ def of(entry: Any) -> Optional[Dict[str, Any]]:
     ``unknown``: ``"aten.foo:3;..."``, ``alloc_bytes``; on CUDA ``cuda_calls``, ``cuda_left``,
     ``cuda_peak``, its calls' own, children in), or None when nothing was charged to it."""
     with _lock:
-        if any(_open_calls.values()):
+        if _followed.any_open():
             _settle()
         rec = _counts.get(entry)
         if rec is None:
@@ -290,7 +318,7 @@ def mark(op: str, cost: Optional[Any] = None) -> None:
     """Count one call of ``op``, run outside the dispatcher (DGL's fused kernels), for the
     innermost step on this thread: its ``cost`` ``(FLOPs, bytes read, bytes written)``, or
     without one as an unknown op, listed by name, never zero silently."""
-    if _mode is None:
+    if not _counting:
         return
     entry = _tls.stack[-1].entry
     if entry is not None:
@@ -301,5 +329,4 @@ def clear() -> None:
     """Forget every count and every tracked call (``registry.reset()``)."""
     with _lock:
         _counts.clear()
-        for calls in _open_calls.values():
-            del calls[:]
+    _followed.clear()

@@ -76,6 +76,11 @@ class EntryStats(NamedTuple):
     cuda_calls: int = 0  #: calls whose CUDA memory was read (0: not on CUDA, or off)
     cuda_left: int = 0  #: CUDA allocator bytes its calls left allocated (children in)
     cuda_peak: int = 0  #: the most CUDA bytes allocated above a call's start (children in)
+    # Memory (configure(memory=True), see .memory).
+    saved_bytes: int = 0  #: bytes of the storages it made that autograd saved (own, once)
+    mem_calls: int = 0  #: calls whose peak was measured
+    peak_bytes: int = 0  #: the most bytes alive above a call's start (children in)
+    saved_aside: int = 0  #: calls begun under the user's own saved-tensor hooks (unseen)
     #: What each recorded call stands for: its stratum's iterations over those it recorded
     #: (the duty cycle, :mod:`.cycle`); 1.0: recorded in full.
     weight: float = 1.0

@@ -34,11 +34,21 @@ count it as zero silently.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-__all__ = ["cost", "dgl_cost", "nbytes", "tensors", "FREE", "FORMULAS", "EXTENSIONS", "Cost"]
+__all__ = [
+    "cost",
+    "dgl_cost",
+    "nbytes",
+    "storages",
+    "tensors",
+    "FREE",
+    "FORMULAS",
+    "EXTENSIONS",
+    "Cost",
+]
 
 Cost = Tuple[int, int, int]  # FLOPs, bytes read, bytes written
 Formula = Callable[[Any, Dict[str, Any], Any], Cost]
@@ -51,6 +61,21 @@ def tensors(values: Iterable[Any]) -> Iterable[torch.Tensor]:
             yield v
         elif isinstance(v, (list, tuple)):
             yield from (t for t in v if isinstance(t, torch.Tensor))
+
+
+def storages(t: torch.Tensor) -> List[Any]:
+    """The storages holding ``t``'s data (a sparse tensor's indices and values)."""
+    if t.layout == torch.strided:
+        return [t.untyped_storage()]
+    if t.layout == torch.sparse_coo:
+        return [t._indices().untyped_storage(), t._values().untyped_storage()]
+    if t.layout == torch.sparse_csr:
+        parts = (t.crow_indices(), t.col_indices(), t.values())
+    elif t.layout == torch.sparse_csc:
+        parts = (t.ccol_indices(), t.row_indices(), t.values())
+    else:
+        return []
+    return [p.untyped_storage() for p in parts]
 
 
 def nbytes(t: torch.Tensor) -> int:

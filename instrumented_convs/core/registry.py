@@ -34,7 +34,7 @@ import threading
 from collections import deque
 from typing import Any, Deque, List, Optional
 
-from . import counters
+from . import counters, memory
 from . import timeline as _timeline
 from .clock import PendingTimes
 from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
@@ -323,6 +323,7 @@ class Registry:
             self._skips.clear()
             _timeline.clear()
             counters.clear()
+            memory.clear()
             for stratum in self.strata:
                 old = stratum.root
                 old.retired = True
@@ -392,6 +393,9 @@ class Registry:
             counted = counters.of(e)
             if counted is not None:
                 out[i] = out[i]._replace(**counted)
+            kept = memory.of(e)
+            if kept is not None:
+                out[i] = out[i]._replace(**kept)
         return out
 
 

@@ -106,6 +106,7 @@ class Switches:
         "statements",
         "timeline",
         "counters",
+        "memory",
         "every_before_counters",
     )
 
@@ -127,6 +128,7 @@ class Switches:
         self.statements: bool = _env_flag("INSTRUMENTED_CONVS_STATEMENTS", True)
         self.timeline: int = 0  #: the most calls the timeline records (0: off)
         self.counters: bool = False  #: steps count the FLOPs and bytes of their ops
+        self.memory: bool = False  #: steps record what they keep for backward, and peaks
         #: ``backward_every`` as it was before the counters set it to 1 (put back after).
         self.every_before_counters: Optional[int] = None
 

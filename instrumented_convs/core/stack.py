@@ -20,7 +20,7 @@ attributes. This module imports nothing else from the package.
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .native import speedups
 
@@ -135,3 +135,59 @@ def pop_own(stack: List[Frame], owner: Any) -> Optional[Frame]:
         if stack[i].owner is owner:
             return stack.pop(i)
     return None
+
+
+def follow(calls: List[List[Any]], stack: List[Any], level: int, close: Any) -> None:
+    """Close (``close(calls, keep)``) the tracked ``calls`` no longer open on this thread's
+    ``stack``; track those opened since, from ``level``: ``[frame, start, entry, base, last,
+    peak]`` each (the counters' CUDA memory, and :mod:`.memory`'s peaks: what watches ops
+    follows the step calls open around them so)."""
+    n = 0
+    while n < len(calls) and n + 1 < len(stack):
+        frame, start = stack[n + 1], stack[n + 1].start
+        same = calls[n][1] is start or (type(start) is int and calls[n][1] == start)
+        if calls[n][0] is not frame or not same:  # a CPU start: a new int per read (the C
+            break  # fast path), compared by value; a CUDA one (pooled events): by identity
+        n += 1
+    if n < len(calls):
+        close(calls, n)
+    for frame in stack[len(calls) + 1 :]:
+        calls.append([frame, frame.start, frame.entry, level, level, level])
+
+
+class Followed:
+    """The step calls open around the ops a watcher sees, one list per thread (see
+    :func:`follow`): :meth:`calls` is this thread's; :meth:`settle` closes every thread's,
+    :meth:`clear` forgets them (the counters' CUDA memory, and :mod:`.memory`'s peaks)."""
+
+    def __init__(self, lock: Any) -> None:
+        """Lists guarded by ``lock`` (the watcher's own)."""
+        self._lock = lock
+        self._lists: Dict[int, List[List[Any]]] = {}
+        self._local = threading.local()
+
+    def calls(self) -> List[List[Any]]:
+        """This thread's list of tracked calls."""
+        calls = getattr(self._local, "calls", None)
+        if calls is None:
+            calls = self._local.calls = []
+            with self._lock:
+                self._lists[threading.get_ident()] = calls
+        return calls
+
+    def any_open(self) -> bool:
+        """Whether a call is tracked on any thread."""
+        return any(self._lists.values())
+
+    def settle(self, close: Callable[[List[List[Any]], int], None]) -> None:
+        """``close(calls, 0)`` every thread's tracked calls."""
+        with self._lock:
+            for calls in self._lists.values():
+                if calls:
+                    close(calls, 0)
+
+    def clear(self) -> None:
+        """Forget every thread's tracked calls."""
+        with self._lock:
+            for calls in self._lists.values():
+                del calls[:]

@@ -12,7 +12,7 @@ import functools
 import threading
 from typing import Any, Callable
 
-from ..core import counters, formulas
+from ..core import counters, formulas, memory
 from ..core.dynamo import skip_frame
 from ..core.stack import thread_stack
 from ..core.step import Step, recording
@@ -84,14 +84,16 @@ def wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
 
     def counted(args: Any, kwargs: Any) -> Any:  # a kernel the dispatcher cannot see
         out = fn(*args, **kwargs)
-        counters.mark(op, formulas.dgl_cost(name, args, out) if formula else None)
+        if counters._counting:
+            counters.mark(op, formulas.dgl_cost(name, args, out) if formula else None)
+        memory.made(out)  # its results, for memory (nothing while it is off)
         return out
 
     counts = not method or name in _DEGREES  # what runs in DGL's own library, unseen
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        count = counts and counters._mode is not None
+        count = counts and counters._mode is not None  # the counters', or memory's
         if not framework_steps.n or not recording():
             return counted(args, kwargs) if count else fn(*args, **kwargs)
         with st:

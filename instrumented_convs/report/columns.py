@@ -32,6 +32,9 @@ __all__ = [
     "unit_of",
     "choose_unit",
     "spread_text",
+    "bytes_text",
+    "recorded_memory",
+    "grid",
 ]
 
 #: Time units a table can use, largest first: (name, seconds per unit).
@@ -46,9 +49,10 @@ class Column:
     JSON, CSV and pandas; ``header``: its title; ``kind``: how its value is written
     (``count``, ``time`` in the table's unit, ``error`` a sampled row's standard error in
     that unit, ``fraction`` as a percentage, ``slowest`` a time and its rank, ``spread`` a
-    ratio, ``number``); ``value``: how to compute it from a
+    ratio, ``bytes`` in binary units, ``number``); ``value``: how to compute it from a
     row, for a column no field holds; ``merged``: shown only for a summary merged over
-    ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated.
+    ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated;
+    ``memory``: shown only for a summary that recorded memory (``configure(memory=True)``).
     """
 
     key: str
@@ -59,6 +63,7 @@ class Column:
     estimated: bool = False
     doc: str = ""
     sampled: bool = False
+    memory: bool = False
 
     def of(self, row: Row) -> Any:
         """This column's value for ``row``."""
@@ -92,6 +97,21 @@ COLUMNS: List[Column] = [
         merged=True,
         doc="slowest / fastest rank's total",
     ),
+    Column(
+        "saved_per_call",
+        "Saved/call",
+        "bytes",
+        lambda r: r.saved_bytes / r.count if r.phase == "forward" and r.count else None,
+        memory=True,
+        doc="memory: bytes of the tensors it made that autograd kept for backward, per call",
+    ),
+    Column(
+        "peak_bytes",
+        "Peak",
+        "bytes",
+        memory=True,
+        doc="memory: the most bytes alive above a call's start, the largest of its calls",
+    ),
 ]
 
 
@@ -113,13 +133,53 @@ def remove(key: str) -> Column:
     raise KeyError(key)
 
 
-def shown(merged: bool, spread: bool = True, sampled: bool = False) -> List[Column]:
+def shown(
+    merged: bool, spread: bool = True, sampled: bool = False, memory: bool = False
+) -> List[Column]:
     """The columns of a table: the merged-only ones for a summary merged over ranks (and
     ``spread``: its Slowest and Spread, unless turned off), the sampled-only ones for a
-    sampled run."""
+    sampled run, the memory ones for a run that recorded memory."""
     return [
-        c for c in COLUMNS if (not c.merged or (merged and spread)) and (not c.sampled or sampled)
+        c
+        for c in COLUMNS
+        if (not c.merged or (merged and spread))
+        and (not c.sampled or sampled)
+        and (not c.memory or memory)
     ]
+
+
+def recorded_memory(rows: Sequence[Row]) -> bool:
+    """Whether memory was recorded for any of ``rows`` (``configure(memory=True)``)."""
+    return any(r.mem_calls or r.saved_bytes or r.saved_aside for r in rows)
+
+
+def grid(
+    title: str, head: Sequence[str], labels: Sequence[str], cells: Sequence[Sequence[str]]
+) -> List[str]:
+    """A table's lines: ``title`` and a rule, the header (``Event`` and ``head``), a row per
+    label with its ``cells`` right-aligned, a closing rule (the counters' table, memory's)."""
+    event_w = max([30] + [len(x) for x in labels])
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
+    header = (
+        "  " + "Event".ljust(event_w) + "".join(" | " + h.rjust(w) for h, w in zip(head, widths))
+    )
+    top = title + " "
+    lines = [top + "-" * max(3, len(header) - len(top)), header]
+    for label, c in zip(labels, cells):
+        lines.append(
+            label.ljust(event_w + 2) + "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
+        )
+    lines.append("-" * len(header))
+    return lines
+
+
+def bytes_text(n: float) -> str:
+    """``n`` bytes in binary units: ``512 B``, ``3.2 KiB``, ``1.25 GiB``."""
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.3g} {unit}" if abs(v) < 1000 else f"{v:.0f} {unit}"
+    return f"{int(n)} B"
 
 
 def derived() -> List[Column]:
@@ -182,6 +242,10 @@ def cell(
         return "-" if value is None else f"{value / scale:.3f} {over[0]}{row.slowest_rank}"
     if column.kind == "spread":
         return spread_text(row, world_size)
+    if column.kind == "bytes":
+        if value is None or (column.key == "peak_bytes" and not row.mem_calls):
+            return "-"
+        return mark + bytes_text(value)
     if value is None:
         return "-"
     return mark + (f"{value:.4g}" if isinstance(value, float) else str(value))

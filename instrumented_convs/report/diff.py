@@ -12,6 +12,10 @@ spirit of ``torch.utils.benchmark.Compare``:
 - ``unchanged``: the change is within ``min_change`` of ``a`` even three standard errors out;
 - ``too noisy``: neither can be said (few calls, or a spread wider than the change).
 
+Where either run recorded memory (``configure(memory=True)``), the table is followed by the
+memory's: per step what it keeps for backward per call and its peak in each run, each with
+``more``, ``less`` or ``unchanged`` (:func:`.memory.verdict`).
+
 Means per call, not totals, are compared, so runs of different lengths compare, and so do
 a sampled run (the duty cycle) and a full one: a sampled row's standard error counts the
 calls it recorded, not the calls it is scaled to. This module
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..core.entry import BACKWARD_MARK
-from . import page
+from . import memory, page
 from .columns import UNITS, choose_unit
 
 __all__ = ["DiffRow", "SummaryDiff", "diff"]
@@ -154,6 +158,9 @@ class SummaryDiff:
                     f"{sampling['iterations']} iterations recorded): its means and standard "
                     "errors are of the calls it recorded."
                 )
+        kept = memory.diff_text(self.rows, self.min_change)
+        if kept:
+            lines += ["", kept]
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -5,12 +5,13 @@ inlined, and the numbers travel as JSON in a ``<script type="application/json">`
 with ``<``, ``>`` and ``&`` written as JSON escapes so that nothing in a step's name, a
 command line or a path can close the element (``</script>``) or open markup. The script
 draws an icicle of the step tree (forward steps blue, backward orange, the loop's regions
-grey; width is total time, hover for numbers, click to zoom), the summary table, the ranks'
-totals side by side for a run merged over ranks, and for a diff the two runs' icicles on one
-scale with the change per step. It sets ``data-ready="1"`` on ``<body>`` when drawn and
-``data-errors`` to the number of script errors (shown on the page too): the tests open it in
-headless Chromium and read both. This module only renders: it reads summaries (``report``)
-by their attributes and imports nothing above :mod:`.text`.
+grey; width is total time, hover for numbers, click to zoom), for a run that recorded memory
+a second icicle of the forward steps whose width is what each keeps for backward per call,
+the summary table, the ranks' totals side by side for a run merged over ranks, and for a
+diff the two runs' icicles on one scale with the change per step. It sets ``data-ready="1"``
+on ``<body>`` when drawn and ``data-errors`` to the number of script errors (shown on the
+page too): the tests open it in headless Chromium and read both. This module only renders:
+it reads summaries (``report``) by their attributes and imports nothing above :mod:`.text`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,11 @@ def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Di
     table has it (:mod:`.columns`: the same columns, cells and unit, stated in the headers;
     a sampled run's standard errors too)."""
     scale = dict(columns.UNITS)[unit]
-    shown = columns.shown(world is not None, sampled=any(r.sampled for r in rows))
+    shown = columns.shown(
+        world is not None,
+        sampled=any(r.sampled for r in rows),
+        memory=columns.recorded_memory(rows),
+    )
     timed = ("time", "slowest", "error")
     headers = [c.header + (f" ({unit})" if c.kind in timed else "") for c in shown]
     return {
@@ -73,6 +78,29 @@ def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
     for row in rows:
         d = dataclasses.asdict(row)
         out.append({k: _finite(d[k]) for k in _ROW_FIELDS})
+    return out
+
+
+def _memory(rows: Sequence[Any]) -> Optional[List[Dict[str, Any]]]:
+    """The forward rows of a run that recorded memory, for the icicle by bytes: ``total``
+    what a row keeps for backward per call (its children's included), ``self_time`` its own
+    part of it, ``peak`` its peak; None when memory was not recorded."""
+    if not columns.recorded_memory(rows):
+        return None
+    forward = [r for r in rows if r.phase == "forward"]
+    per_call = [r.saved_bytes / r.count if r.count else 0.0 for r in forward]
+    own = list(per_call)
+    last: Dict[int, int] = {}  # depth -> index of the latest row at that depth
+    for i, r in enumerate(forward):  # rows in tree order: a row's parent is the last one up
+        last[r.depth] = i
+        p = last.get(r.depth - 1)
+        if r.depth > 0 and p is not None and forward[p].name == r.parent:
+            own[p] -= r.saved_bytes / forward[p].count if forward[p].count else 0.0
+    out = []
+    for r, kept, mine in zip(forward, per_call, own):
+        d = {k: _finite(getattr(r, k)) for k in _ROW_FIELDS}
+        d.update(total=kept, mean=kept, self_time=max(mine, 0.0), peak=r.peak_bytes)
+        out.append(d)
     return out
 
 
@@ -171,6 +199,7 @@ def summary_page(
         ],
         "ranks": _ranks(summary),
         "loaders": list(loaders) if loaders else None,
+        "memory": _memory(summary.rows),
         "diff": None,
         "note": " ".join(
             filter(None, [sampling_note(summary.sampling), compiled_note(summary), note])

@@ -4,7 +4,8 @@ A renderer reads a :class:`Run` (a summary, and what is known of the run besides
 timeline, its metadata, the machine's limits for the counters' table) and returns text or
 bytes: ``text`` (the table, :mod:`.text`), ``page`` (the HTML page, :mod:`.page`), ``json``
 and ``csv`` (the rows, :class:`~.summary.Summary`), ``roofline`` (the counters' table,
-:mod:`.roofline`), ``trace`` (the timeline as a Chrome trace, :mod:`.timeline`).
+:mod:`.roofline`), ``memory`` (the memory table, :mod:`.memory`), ``trace`` (the timeline
+as a Chrome trace, :mod:`.timeline`).
 :data:`RENDERERS` holds them by name; :func:`render` picks one, and ``Summary.render``,
 ``run`` and ``view`` pick theirs by name. A renderer with a ``file`` is written into a run
 folder when the run has what it reads (:meth:`Renderer.wants`): :func:`write_folder` asks
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import page, roofline, timeline, workers
+from . import memory, page, roofline, timeline, workers
 from .summary import Summary
 
 __all__ = ["Run", "Renderer", "RENDERERS", "render", "write_folder"]
@@ -132,6 +133,20 @@ class Roofline(Renderer):
         return roofline.render(run.summary, run.peak, unit or run.summary.unit, times=run.times)
 
 
+class Memory(Renderer):
+    """The memory table: what each step keeps for backward, and its peak."""
+
+    name = "memory"
+
+    def wants(self, run: Run) -> bool:
+        """Only where memory was recorded."""
+        return run.summary is not None and bool(memory.rows_of(run.summary))
+
+    def render(self, run: Run) -> str:
+        """The memory table."""
+        return memory.render(run.summary)
+
+
 class Trace(Renderer):
     """The timeline as a Chrome trace, gzipped (Perfetto, ``chrome://tracing``)."""
 
@@ -157,7 +172,7 @@ class Trace(Renderer):
 
 #: Every renderer, by name.
 RENDERERS: Dict[str, Renderer] = {
-    r.name: r for r in (Text(), Page(), Json(), Csv(), Roofline(), Trace())
+    r.name: r for r in (Text(), Page(), Json(), Csv(), Roofline(), Memory(), Trace())
 }
 
 

@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ..core.entry import BACKWARD_MARK
-from .columns import UNITS, choose_unit
+from .columns import UNITS, choose_unit, grid
 
 __all__ = ["Peak", "render", "rows_of", "roof", "as_peak"]
 
@@ -82,18 +82,7 @@ def render(
         for r in rows
     ]
     cells = [_cells(r, peak, scale, cuda) for r in rows]
-    event_w = max([30] + [len(x) for x in labels])
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(head)]
-    header = (
-        "  " + "Event".ljust(event_w) + "".join(" | " + h.rjust(w) for h, w in zip(head, widths))
-    )
-    top = f"--- {title} (times in {u}) "
-    lines = [top + "-" * max(3, len(header) - len(top)), header]
-    for label, c in zip(labels, cells):
-        lines.append(
-            label.ljust(event_w + 2) + "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
-        )
-    lines.append("-" * len(header))
+    lines = grid(f"--- {title} (times in {u})", head, labels, cells)
     lines.append(
         "FLOP, Bytes: all calls of a step, its children's included (Bytes: read + "
         "written; k, M, G: 10^3, 10^6, 10^9); FLOP/B: their ratio; GFLOP/s, GB/s: over "

@@ -57,6 +57,14 @@ class Row:
     cuda_calls: int = 0
     cuda_left: int = 0
     cuda_peak: int = 0
+    # Memory (configure(memory=True)): the bytes of the tensors made in it (its children
+    # in) that autograd kept for backward, all calls; calls whose peak was measured, and the
+    # most bytes alive above a call's start (the largest of any call); calls begun under the
+    # user's own saved-tensor hooks, whose saved tensors it could not see.
+    saved_bytes: int = 0
+    mem_calls: int = 0
+    peak_bytes: int = 0
+    saved_aside: int = 0
     #: A sampled run (the duty cycle): the calls recorded of a row that ``count``, ``total``
     #: and ``self_time`` scale to the whole run (0: every call was recorded), and the
     #: standard error of ``total`` (0.0 when exact).

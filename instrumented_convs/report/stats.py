@@ -122,6 +122,10 @@ def summarize(
         if s.parent >= 0:
             child_total[s.parent] += t
     counted = _inclusive_counters(stats)
+    saved = [s.saved_bytes * s.weight for s in stats]  # a step's includes its children's
+    for i in range(len(stats) - 1, -1, -1):  # depth first: children come after their parent
+        if stats[i].parent >= 0:
+            saved[stats[i].parent] += saved[i]
 
     groups: Dict[_GroupKey, Dict[str, Any]] = {}
     children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
@@ -159,6 +163,10 @@ def summarize(
                 cuda_calls=0,
                 cuda_left=0,
                 cuda_peak=0,
+                saved_bytes=0.0,
+                mem_calls=0,
+                peak_bytes=0,
+                saved_aside=0,
             )
             if s.parent < 0:
                 pkey = _TOP
@@ -189,6 +197,10 @@ def summarize(
         g["cuda_calls"] += s.cuda_calls  # a call's CUDA memory is read with its children in
         g["cuda_left"] += s.cuda_left
         g["cuda_peak"] = max(g["cuda_peak"], s.cuda_peak)
+        g["saved_bytes"] += saved[i]
+        g["mem_calls"] += s.mem_calls
+        g["peak_bytes"] = max(g["peak_bytes"], s.peak_bytes)
+        g["saved_aside"] += s.saved_aside
         if counted[i] is not None:
             flops, read, written, ops, unknown, allocated = counted[i]
             g["alloc_bytes"] += round(allocated * w)
@@ -243,6 +255,10 @@ def summarize(
                 cuda_calls=g["cuda_calls"],
                 cuda_left=g["cuda_left"],
                 cuda_peak=g["cuda_peak"],
+                saved_bytes=round(g["saved_bytes"]),
+                mem_calls=g["mem_calls"],
+                peak_bytes=g["peak_bytes"],
+                saved_aside=g["saved_aside"],
                 sampled=g["recorded"] if g["scaled"] else 0,
                 se=math.sqrt(g["var"]) * 1e-9,
             )

@@ -25,6 +25,7 @@ import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from . import columns, diff, page, roofline, saved, tensorboard
+from . import memory as memory_table
 from .columns import UNITS
 from .diff import SummaryDiff
 from .row import FIELDS, Row, value_of
@@ -180,10 +181,14 @@ class Summary:
         counters: bool = False,
         peak: Any = None,
         times: Optional["Summary"] = None,
+        memory: bool = False,
     ) -> str:
         """The table (:class:`TableRenderer`; merged over ranks, Slowest and Spread unless
         ``spread=False``); ``counters=True``: the counters' table (``roofline.render``: the
-        machine's ``peak``, ``times`` of a run without counters)."""
+        machine's ``peak``, ``times`` of a run without counters); ``memory=True``: the
+        memory table (:func:`.memory.render`: kept for backward and peak per step)."""
+        if memory:
+            return memory_table.render(self)
         if counters:
             return roofline.render(self, peak, unit or self.unit, times=times)
         return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)

@@ -110,7 +110,10 @@ class TableRenderer:
         event_w = max([30] + [len(text) for text in labels])
         layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
         shown = columns.shown(
-            world is not None, self.spread, sampled=getattr(summary, "sampling", None) is not None
+            world is not None,
+            self.spread,
+            sampled=getattr(summary, "sampling", None) is not None,
+            memory=columns.recorded_memory(rows),
         )
         cols = [c.header for c in shown]
         over = getattr(summary, "over", "ranks")
@@ -149,6 +152,12 @@ class TableRenderer:
                 f"Slowest: the largest total of one {one} ({over[0]}<{one}>); Spread: slowest "
                 f"/ fastest {one}'s total, over the {over} that ran the step (k/n: only k of n "
                 f"{over} did)."
+            )
+        if columns.recorded_memory(rows):
+            lines.append(
+                "Saved/call: bytes of the tensors a step made that autograd kept for backward, "
+                "per call; Peak: the most bytes alive above a call's start (memory: "
+                "summary.table(memory=True) says more)."
             )
         compiled = compiled_note(summary)
         if compiled:

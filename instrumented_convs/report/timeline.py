@@ -53,6 +53,9 @@ class Timeline:
         #: ``(number, one in every, CPU ns at start, at end)``: the duty cycle's recorded
         #: iterations (``core.timeline.iteration``), drawn on a track of their own.
         self.iterations: List[tuple] = list(snapshot.get("iterations", ()))
+        #: ``(CPU ns, bytes)``: the bytes alive over time while memory was recorded
+        #: (``core.memory.samples``), drawn as a counter track.
+        self.memory: List[tuple] = list(snapshot.get("memory", ()))
 
     @property
     def wall_offset_ns(self) -> int:
@@ -79,6 +82,7 @@ class Timeline:
         pid = os.getpid() if pid is None else pid
         off = self._offset
         starts = [c[5] for c in self.calls] + [it[2] for it in self.iterations]
+        starts += [m[0] for m in self.memory]
         first = min(starts, default=0) + off
         base = first - first % 1_000_000_000
         tracks: Dict[int, int] = {}  # thread ident -> track id
@@ -160,6 +164,9 @@ class Timeline:
                     "ts": (self._cut + off - base) / 1e3,
                 }
             )
+        for t, level in self.memory:
+            counter = {"ph": "C", "name": "bytes alive (memory)", "pid": pid, "tid": 1}
+            events.append(dict(counter, ts=round((t + off - base) / 1e3, 3), args={"bytes": level}))
         other = {"calls": len(self.calls), "limit": self.limit, "truncated": self.truncated}
         if self.iterations:
             other["iterations"] = len(self.iterations)

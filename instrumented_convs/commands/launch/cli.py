@@ -138,6 +138,12 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     )
     add_peak_options(run)
     run.add_argument(
+        "--memory",
+        action="store_true",
+        help="record what each step keeps for backward and its peak; print the memory table "
+        "(a debugging mode: docs/memory.md)",
+    )
+    run.add_argument(
         "--tensorboard",
         metavar="DIR",
         help="also write each step's time per call to TensorBoard event files in DIR, a point "
@@ -168,7 +174,8 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         "--format",
         choices=[n for n in RENDERERS if n != "trace"],
         default="text",
-        help="print the run in this format (text, page, json, csv, roofline: see --counters)",
+        help="print the run in this format (text, page, json, csv, roofline: see --counters, "
+        "memory: see --memory)",
     )
     view.add_argument("--json", action="store_true", help="the summary as JSON (--format json)")
     view.add_argument(
@@ -176,6 +183,9 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     )
     view.add_argument("--html", metavar="FILE", help="write the run's page to FILE")
     view.add_argument("--counters", action="store_true", help="the counters' roofline table")
+    view.add_argument(
+        "--memory", action="store_true", help="the memory table (a run with run --memory)"
+    )
     view.add_argument(
         "--workers",
         action="store_true",
@@ -239,6 +249,7 @@ def run_main(args: argparse.Namespace) -> int:
         backward_every=args.backward_every,
         timeline=args.trace_limit,
         counters=True if args.counters else None,
+        memory=True if args.memory else None,
     )
     writer = _tensorboard(args.tensorboard) if args.tensorboard else None
     hooks = Hooks(_names(args.only), _names(args.exclude) or (), args.warmup)
@@ -285,6 +296,8 @@ def run_main(args: argparse.Namespace) -> int:
         hooks.recorder.close()
         if loaders["loaders"] or loaders["workers"]:
             meta["workers"] = loaders
+    if args.memory:
+        configure(memory=False)
     if args.counters:
         configure(counters=False)
         meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)
@@ -324,6 +337,8 @@ def run_main(args: argparse.Namespace) -> int:
             print(workers_text(workers, by=args.by, unit=args.unit, summary=summary))
         if args.counters:
             print(render("roofline", Run(summary, peak=Peak(**meta["peak"]))))
+        if args.memory:
+            print(render("memory", Run(summary)))
     logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
     return outcome.code
 
@@ -368,7 +383,15 @@ def view_main(args: argparse.Namespace) -> int:
         RENDERERS["page"].write(outputs, args.html)
         print(f"page written to {args.html}")
         return 0
-    name = "roofline" if args.counters else "json" if args.json else args.format
+    name = (
+        "roofline"
+        if args.counters
+        else "memory"
+        if args.memory
+        else "json"
+        if args.json
+        else args.format
+    )
     if name == "roofline":
         outputs.peak = view_peak(args, run)
         outputs.times = summary_of(load(args.times), by=args.by) if args.times else None

@@ -24,6 +24,12 @@
     const a = Math.abs(v);
     return a >= 100 ? v.toFixed(1) : a >= 1 ? v.toFixed(3) : a === 0 ? "0" : v.toPrecision(3);
   }
+  function fmtBytes(n) {
+    if (n === null || n === undefined || !isFinite(n)) return "";
+    const units = [[1099511627776, "TiB"], [1073741824, "GiB"], [1048576, "MiB"], [1024, "KiB"]];
+    for (const u of units) if (Math.abs(n) >= u[0]) return (n / u[0]).toPrecision(3) + " " + u[1];
+    return Math.round(n) + " B";
+  }
   function pct(x) { return x === null || x === undefined ? "" : (100 * x).toFixed(1) + "%"; }
   function node(tag, attrs, text) {
     const n = document.createElement(tag);
@@ -67,7 +73,12 @@
 
   const tip = node("div", { id: "tip" });
   function showTip(e, n, unit, grand) {
-    if (n.kind === "root") {
+    if (unit === "bytes") {
+      tip.textContent = n.kind === "root" ? "all steps keep " + fmtBytes(n.total) + " per call (click to zoom out)" :
+        (n.name + (n.scope ? "  (" + n.scope + ")" : "") + "\n" + n.count + " calls, keeps " +
+         fmtBytes(n.total) + " per call for backward (its own " + fmtBytes(n.self_time) + "), peak " +
+         fmtBytes(n.peak) + "\n" + pct(n.total / grand) + " of what all steps keep");
+    } else if (n.kind === "root") {
       tip.textContent = "all steps: " + fmt(n.total, unit) + " " + unit + " (click to zoom out)";
     } else {
       tip.textContent = (n.name + (n.phase === "backward" ? " [backward]" : "") +
@@ -119,7 +130,8 @@
           t.setAttribute("x", (x + 4).toFixed(2));
           t.setAttribute("y", d * H + 15);
           const room = Math.floor((w - 8) / 6.5);
-          const text = n.kind === "root" ? "all (" + fmt(n.total, unit) + " " + unit + ")" : label(n);
+          const all = unit === "bytes" ? fmtBytes(n.total) : fmt(n.total, unit) + " " + unit;
+          const text = n.kind === "root" ? "all (" + all + ")" : label(n);
           t.textContent = text.length > room ? text.slice(0, Math.max(room - 1, 1)) + "\u2026" : text;
           g.appendChild(t);
         }
@@ -253,6 +265,12 @@
       icicle(box, run.rows, run.unit, DATA.runs.length > 1 ? scale : 0);
     });
     main.appendChild(node("p", { class: "note" }, "Width: a step's total time; the gap under a step is its own code. Hover for numbers, click to zoom. " + (DATA.note || "")));
+    if (DATA.memory) {
+      main.appendChild(node("h2", {}, "Where the memory goes: what each step keeps for backward"));
+      const box = main.appendChild(node("div", { class: "chart memory" }));
+      icicle(box, DATA.memory, "bytes", 0);
+      main.appendChild(node("p", { class: "note" }, "Width: the bytes of the tensors a step made that autograd kept for backward, per call (its children's included; the gap under a step is its own); hover for its peak. The data, the parameters and what was made outside steps count nothing."));
+    }
     if (DATA.diff) {
       main.appendChild(node("h2", {}, "Change per step (mean per call)"));
       main.appendChild(diffTable(DATA.diff));
