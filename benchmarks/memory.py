@@ -1,4 +1,5 @@
-"""Memory per step against the allocator's own figures (CUDA): the counters' ``left``/``peak``.
+"""Memory per step against the allocator's own figures (CUDA): the counters' ``left``/``peak``
+and memory recording's ``peak_bytes`` (``configure(memory=True)``, on while the counters are).
 
 With ``configure(counters=True)`` on CUDA, each step call reads
 ``torch.cuda.memory_allocated()`` before and after every op it runs
@@ -17,8 +18,11 @@ post-hooks on each conv layer (and around the whole forward) call
   temporaries of a fused kernel), which no reading between ops can: ours is at most the
   allocator's, and the gap is those buffers.
 
-Both are printed in MiB with their difference; the run fails (exit 1) when a direction is
-violated by more than ``--slack`` bytes (default 0: exact). On the CPU there is no allocator
+Memory recording's peak reads the same counter after the same ops (its level on CUDA is
+``memory_allocated()``): it must equal the counters' peak, so at most the allocator's too,
+and each layer call must be measured. Both are printed in MiB with their difference; the run
+fails (exit 1) when a direction is violated by more than ``--slack`` bytes (default 0:
+exact). On the CPU there is no allocator
 to read: the steps' ``alloc_bytes`` (bytes of the tensors their ops allocated, summed) are
 printed alone, so the script's plumbing runs anywhere (``--device cpu``).
 
@@ -97,7 +101,7 @@ def measure(shape: str, device: torch.device, passes: int, hidden: int) -> Dict[
     oracle = Allocator(layers, device) if cuda else None
     ic.registry.reset()
     try:
-        with ic.configure(counters=True):
+        with ic.configure(counters=True, memory=True):
             for _ in range(passes):
                 model.zero_grad()
                 out = model(data.x, graph)
@@ -120,6 +124,9 @@ def measure(shape: str, device: torch.device, passes: int, hidden: int) -> Dict[
                 "left": r.cuda_left,
                 "peak": r.cuda_peak,
                 "alloc_bytes": r.alloc_bytes,
+                "mem_calls": r.mem_calls,
+                "mem_peak": r.peak_bytes,
+                "saved": r.saved_bytes,
             }
         )
     layers_out = []
@@ -160,6 +167,11 @@ def judge(result: Dict[str, Any], slack: int) -> List[str]:
             bad.append(f"{e['layer']}: left {ours['left']} < allocator's {alloc['left']}")
         if ours["peak"] > alloc["peak"] + slack:
             bad.append(f"{e['layer']}: peak {ours['peak']} > allocator's {alloc['peak']}")
+        if ours["mem_calls"] != alloc["calls"] or ours["mem_peak"] != ours["peak"]:
+            bad.append(
+                f"{e['layer']}: memory's peak {ours['mem_peak']} over {ours['mem_calls']} calls, "
+                f"the counters' {ours['peak']} over {alloc['calls']}"
+            )
     return bad
 
 
@@ -196,20 +208,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
     print(
         f"  {'step (forward)':42s} {'layer':8s} {'calls':>5s} {'left MiB':>9s} "
-        f"{'peak MiB':>9s} {'allocated MiB':>13s}"
+        f"{'peak MiB':>9s} {'allocated MiB':>13s} {'kept MiB':>9s} {'mem. peak':>9s}"
     )
     for r in result["rows"]:
         print(
             f"  {r['path'][:42]:42s} {str(r['layer'])[:8]:8s} {r['calls']:5d} "
             f"{r['left'] / MiB:9.2f} {r['peak'] / MiB:9.2f} "
-            f"{r['alloc_bytes'] / MiB:13.2f}"
+            f"{r['alloc_bytes'] / MiB:13.2f} {r['saved'] / max(r['calls'], 1) / MiB:9.2f} "
+            f"{r['mem_peak'] / MiB:9.2f}"
         )
     bad = judge(result, args.slack)
     result["violations"] = bad
     for line in bad:
         print("VIOLATED: " + line)
     if device.type == "cuda" and not bad:
-        print("ours' left >= the allocator's and ours' peak <= the allocator's for every layer")
+        print(
+            "ours' left >= the allocator's and ours' peak <= the allocator's for every layer; "
+            "memory's peak = the counters'"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -12,7 +12,7 @@
   the end, the run is kept in a variable (``ic_run``; ``--var NAME``) and saved where
   ``-o DIR`` says; the layers it instrumented are stock again after the cell.
   ``%%instrumented?`` lists its options (those of ``run``: ``--record-every``,
-  ``--budget``, ``--counters``...).
+  ``--budget``, ``--counters``, ``--memory``...).
 """
 
 from __future__ import annotations
@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-backward", action="store_true", help="do not time the backward")
     p.add_argument("--backward-every", type=int, help="time one layer call's backward in N")
     p.add_argument("--counters", action="store_true", help="count each step's FLOPs and bytes")
+    p.add_argument(
+        "--memory", action="store_true", help="record what each step keeps for backward, peaks"
+    )
     p.add_argument("--record-every", type=int, help="the duty cycle: one iteration in K")
     p.add_argument("--budget", type=float, help="the duty cycle under this added share")
     p.add_argument("--iteration", help="the region that is an iteration of the duty cycle")
@@ -121,7 +124,8 @@ class InstrumentedMagics(Magics):
 
         Options: ``-o DIR``, ``--var NAME``, ``--quiet``, ``--only A,B``, ``--exclude A,B``,
         ``--warmup N``, ``--by layer``, ``--no-backward``, ``--backward-every N``,
-        ``--counters``, ``--record-every K``, ``--budget B``, ``--iteration NAME``."""
+        ``--counters``, ``--memory``, ``--record-every K``, ``--budget B``,
+        ``--iteration NAME``."""
         try:
             args = _parser().parse_args(shlex.split(line))
         except SystemExit:  # argparse said why on stderr
@@ -134,6 +138,7 @@ class InstrumentedMagics(Magics):
             backward_every=args.backward_every,
             timeline=TRACE_LIMIT if folder else 0,
             counters=True if args.counters else None,
+            memory=True if args.memory else None,
         )
         started = time.time()
         try:

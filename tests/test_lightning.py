@@ -301,3 +301,18 @@ def test_the_cost_benchmark_runs_every_variant():
     lines = out.stdout.splitlines()
     for name in ("no profiler", "Simple", "ConvProfiler", "every=100", "PyTorchProfiler", "again"):
         assert any(name in line for line in lines[2:]), out.stdout
+
+
+def test_memory_as_a_switch_records_what_each_step_keeps(tmp_path):
+    """``ConvProfiler(memory=True)``: configure's switch, on the Trainer's thread, where the
+    training step and its backward run; the batch (Lightning's ``data``) is no step's."""
+    stock, _ = _fit()
+    model, _ = _fit(ConvProfiler(dirpath=tmp_path, memory=True))
+    assert model.losses == stock.losses and ic.configure().memory is False
+    run = json.loads((tmp_path / "fit" / "run.json").read_text())
+    rows = {(r["name"], r["phase"]): r for r in run["summary"]["rows"]}
+    conv = rows[("training batch/training_step/forward/GCNConv", "forward")]
+    assert conv["saved_bytes"] > 0 and conv["mem_calls"] == conv["count"] == BATCHES * EPOCHS * 2
+    assert rows[("data", "forward")]["saved_bytes"] == 0
+    assert rows[("training batch/backward/GCNConv", "backward")]["peak_bytes"] > 0
+    assert "Saved/call" in (tmp_path / "fit" / "summary.txt").read_text()

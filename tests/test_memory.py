@@ -467,3 +467,35 @@ def test_a_compiled_model_compiles_as_stock_and_its_calls_memory_is_recorded(tmp
     rows = {(r["name"], r["phase"]): r for r in run["summary"]["rows"]}
     compiled = rows[("forward/compiled GCN", "forward")]
     assert compiled["saved_bytes"] > 0 and compiled["peak_bytes"] > 0
+
+
+def test_gcnconv_backward_rows_peak_at_what_each_steps_backward_allocates():
+    """A backward row's peak: the gradients its backward makes, counted by hand."""
+    pytest.importorskip("torch_geometric")
+    from instrumented_convs.pyg import GCNConv
+
+    ei, x, _ = _graph()
+    e = E + N
+    with configure(memory=True, backward_every=1):
+        GCNConv(F, C)(x, ei).sum().backward()
+    peak = {r.name: r.peak_bytes for r in registry.summary().rows if r.phase == "backward"}
+    assert peak["GCNConv/propagate/aggregate"] == F4 * e * C  # the gradient gathered to edges
+    assert peak["GCNConv/propagate/message"] == F4 * e * C  # times the weights: x_j's
+    # summed back onto the nodes: index_select's backward adds into zeros, out of place
+    assert peak["GCNConv/propagate/collect"] == 2 * F4 * N * C
+    assert peak["GCNConv/lin"] == F4 * F * C  # the weight's (the data needs none)
+    assert all(r.saved_bytes == 0 for r in registry.summary().rows if r.phase == "backward")
+
+
+def test_on_cuda_the_peak_is_the_allocators_count(monkeypatch):
+    """Where CUDA is available the level is ``torch.cuda.memory_allocated()`` (everything on
+    the device): here a stand-in that counts twice the noted bytes, plus what was there."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda, "memory_allocated", lambda device=None: 1000 + 2 * memory._alive
+    )
+    w = torch.randn(8, requires_grad=True)
+    with configure(memory=True):
+        with step("make"):
+            (w * 2).exp()  # 8 floats, then 8 more
+    assert registry.summary()["make"].peak_bytes == 2 * 2 * F4 * 8

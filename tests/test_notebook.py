@@ -74,6 +74,23 @@ print(json.dumps({
 }))
 """
 
+MEMORY = """\
+%%instrumented --quiet --memory --var third
+for epoch in range(2):
+    opt.zero_grad()
+    F.cross_entropy(model(data.x, data.edge_index), data.y).backward()
+    opt.step()
+"""
+
+MEMORY_CHECK = """\
+import json, instrumented_convs as ic
+row = third.summary["forward/GCNConv"]
+print(json.dumps({
+    "saved": row.saved_bytes, "calls": [row.mem_calls, row.count], "off": not ic.configure().memory,
+    "columns": "Saved/call" in str(third.summary),
+}))
+"""
+
 
 def _outputs(cell):
     return cell.get("outputs", [])
@@ -91,6 +108,8 @@ def executed(tmp_path_factory):
         nbformat.v4.new_code_cell(RAISES),
         nbformat.v4.new_code_cell(CHECK),
         nbformat.v4.new_code_cell("import instrumented_convs as ic\nic.registry.summary()"),
+        nbformat.v4.new_code_cell(MEMORY),
+        nbformat.v4.new_code_cell(MEMORY_CHECK),
     ]
     client = nbclient.NotebookClient(
         nb,
@@ -176,3 +195,13 @@ def test_a_saved_run_loads_as_its_page_with_its_command(executed):
     assert in_notebook("<html><body></body></html>", "t").endswith(
         '<pre class="instrumented-convs-text">t</pre>'
     )
+
+
+def test_the_cell_magic_records_memory_when_asked_and_turns_it_off_after(executed):
+    nb, _ = executed
+    errors = [o for c in nb.cells[6:] for o in _outputs(c) if o.output_type == "error"]
+    assert not errors, errors
+    printed = "".join(o.get("text", "") for o in _outputs(nb.cells[7]) if o.output_type == "stream")
+    got = json.loads(printed.strip().splitlines()[-1])
+    assert got["saved"] > 0 and got["calls"] == [2 * 2, 2 * 2]
+    assert got["off"] and got["columns"]
