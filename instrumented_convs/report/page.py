@@ -6,7 +6,7 @@ with ``<``, ``>`` and ``&`` written as JSON escapes so that nothing in a step's 
 command line or a path can close the element (``</script>``) or open markup. The script
 draws an icicle of the step tree (forward steps blue, backward orange, the loop's regions
 grey; width is total time, hover for numbers, click to zoom), for a run that recorded memory
-a second icicle of the forward steps whose width is what each keeps for backward per call,
+a second icicle of the forward steps whose width is what each kept for backward,
 the summary table, the ranks' totals side by side for a run merged over ranks, and for a
 diff the two runs' icicles on one scale with the change per step. It sets ``data-ready="1"``
 on ``<body>`` when drawn and ``data-errors`` to the number of script errors (shown on the
@@ -83,23 +83,24 @@ def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
 
 def _memory(rows: Sequence[Any]) -> Optional[List[Dict[str, Any]]]:
     """The forward rows of a run that recorded memory, for the icicle by bytes: ``total``
-    what a row keeps for backward per call (its children's included), ``self_time`` its own
-    part of it, ``peak`` its peak; None when memory was not recorded."""
+    what a row kept for backward in all its calls (its children's included: widths add
+    up), ``self_time`` its own part of it, ``mean`` per call, ``peak`` its peak; None when
+    memory was not recorded."""
     if not columns.recorded_memory(rows):
         return None
     forward = [r for r in rows if r.phase == "forward"]
-    per_call = [r.saved_bytes / r.count if r.count else 0.0 for r in forward]
-    own = list(per_call)
+    own = [float(r.saved_bytes) for r in forward]
     last: Dict[int, int] = {}  # depth -> index of the latest row at that depth
     for i, r in enumerate(forward):  # rows in tree order: a row's parent is the last one up
         last[r.depth] = i
         p = last.get(r.depth - 1)
         if r.depth > 0 and p is not None and forward[p].name == r.parent:
-            own[p] -= r.saved_bytes / forward[p].count if forward[p].count else 0.0
+            own[p] -= r.saved_bytes
     out = []
-    for r, kept, mine in zip(forward, per_call, own):
+    for r, mine in zip(forward, own):
         d = {k: _finite(getattr(r, k)) for k in _ROW_FIELDS}
-        d.update(total=kept, mean=kept, self_time=max(mine, 0.0), peak=r.peak_bytes)
+        per_call = r.saved_bytes / r.count if r.count else 0.0
+        d.update(total=r.saved_bytes, mean=per_call, self_time=max(mine, 0.0), peak=r.peak_bytes)
         out.append(d)
     return out
 

@@ -27,7 +27,10 @@
   function fmtBytes(n) {
     if (n === null || n === undefined || !isFinite(n)) return "";
     const units = [[1099511627776, "TiB"], [1073741824, "GiB"], [1048576, "MiB"], [1024, "KiB"]];
-    for (const u of units) if (Math.abs(n) >= u[0]) return (n / u[0]).toPrecision(3) + " " + u[1];
+    for (const u of units) {
+      const v = n / u[0];
+      if (Math.abs(n) >= u[0]) return (Math.abs(v) < 1000 ? v.toPrecision(3) : v.toFixed(0)) + " " + u[1];
+    }
     return Math.round(n) + " B";
   }
   function pct(x) { return x === null || x === undefined ? "" : (100 * x).toFixed(1) + "%"; }
@@ -74,10 +77,11 @@
   const tip = node("div", { id: "tip" });
   function showTip(e, n, unit, grand) {
     if (unit === "bytes") {
-      tip.textContent = n.kind === "root" ? "all steps keep " + fmtBytes(n.total) + " per call (click to zoom out)" :
-        (n.name + (n.scope ? "  (" + n.scope + ")" : "") + "\n" + n.count + " calls, keeps " +
-         fmtBytes(n.total) + " per call for backward (its own " + fmtBytes(n.self_time) + "), peak " +
-         fmtBytes(n.peak) + "\n" + pct(n.total / grand) + " of what all steps keep");
+      tip.textContent = n.kind === "root" ? "all steps kept " + fmtBytes(n.total) + " (click to zoom out)" :
+        (n.name + (n.scope ? "  (" + n.scope + ")" : "") + "\n" + n.count + " calls, each keeps " +
+         fmtBytes(n.mean) + " for backward (" + fmtBytes(n.total) + " in all, its own " +
+         fmtBytes(n.self_time) + "), peak " + fmtBytes(n.peak) + "\n" + pct(n.total / grand) +
+         " of what all steps kept");
     } else if (n.kind === "root") {
       tip.textContent = "all steps: " + fmt(n.total, unit) + " " + unit + " (click to zoom out)";
     } else {
@@ -269,7 +273,7 @@
       main.appendChild(node("h2", {}, "Where the memory goes: what each step keeps for backward"));
       const box = main.appendChild(node("div", { class: "chart memory" }));
       icicle(box, DATA.memory, "bytes", 0);
-      main.appendChild(node("p", { class: "note" }, "Width: the bytes of the tensors a step made that autograd kept for backward, per call (its children's included; the gap under a step is its own); hover for its peak. The data, the parameters and what was made outside steps count nothing."));
+      main.appendChild(node("p", { class: "note" }, "Width: the bytes of the tensors a step made that autograd kept for backward, all its calls (its children's included; the gap under a step is its own); hover for what a call keeps, and its peak. The data, the parameters and what was made outside steps count nothing."));
     }
     if (DATA.diff) {
       main.appendChild(node("h2", {}, "Change per step (mean per call)"));
