@@ -499,3 +499,51 @@ def test_on_cuda_the_peak_is_the_allocators_count(monkeypatch):
         with step("make"):
             (w * 2).exp()  # 8 floats, then 8 more
     assert registry.summary()["make"].peak_bytes == 2 * 2 * F4 * 8
+
+
+def test_counters_and_memory_share_one_mode_turned_on_and_off_in_any_order():
+    stack = torch._C._len_torch_dispatch_stack
+    w = torch.randn(8, requires_grad=True)
+    assert stack() == 0
+    configure(memory=True)
+    configure(counters=True)  # the counting mode in place of memory's own: still one
+    assert stack() == 1
+    with step("make"):
+        (w * 2).exp()
+    configure(memory=False)
+    assert stack() == 1 and not memory.is_on()
+    configure(memory=True)
+    configure(counters=False)  # memory's own mode again
+    assert stack() == 1
+    with step("again"):
+        (w * 3).exp()
+    configure(memory=False)
+    assert stack() == 0
+    rows = registry.summary()
+    # the counters' ops as without memory: mul, exp, and the detach of what exp saves (our
+    # pack hook's, in place of autograd's own; torch 2.2 dispatches a detach twice: one more)
+    with configure(counters=True):
+        with step("counted alone"):
+            (w * 2).exp()
+    alone = registry.summary()["counted alone"]
+    assert rows["make"].ops - alone.ops == _detach_dispatches() - 1
+    assert (rows["make"].flops, rows["make"].bytes_read) == (alone.flops, alone.bytes_read)
+    assert rows["make"].peak_bytes == 2 * F4 * 8
+    assert rows["again"].ops == 0 and rows["again"].peak_bytes == 2 * F4 * 8
+
+
+def _detach_dispatches() -> int:
+    """How many times one ``detach()`` reaches a dispatch mode on this torch."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.ones(1, requires_grad=True)
+    with Seen():
+        x.detach()
+    return len(seen)
