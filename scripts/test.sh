@@ -92,7 +92,14 @@ setsid bash scripts/test_beside.sh "$@" >"$beside_log" 2>&1 &
 beside=$!
 trap 'kill -- -"$beside" 2>/dev/null || true; rm -f "$sparse_log" "$beside_log"' EXIT
 echo "== the main suite (the other checks run beside it: scripts/test_beside.sh)"; stamp
-"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@"
+main_rc=0
+"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@" || main_rc=$?
+if [ "$main_rc" != 0 ]; then  # what ran beside is stopped, and shown as far as it got
+  kill -- -"$beside" 2>/dev/null || true
+  echo "== the checks beside the main suite, as far as they got"
+  cat "$beside_log"
+  exit "$main_rc"
+fi
 
 echo "== benchmark smoke run (those that need torch-sparse run beside)"; stamp
 "$main/bin/python" -W ignore::UserWarning benchmarks/launch_bound.py --quick >/dev/null

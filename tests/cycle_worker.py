@@ -39,8 +39,8 @@ class Net(torch.nn.Module):
 
 def main(out: str, mode: str, value: str) -> None:
     """Train, record which iterations were drawn, merge, write ``OUT/rank<r>.json``."""
-    # A run of this file hung once in CI (torchrun's 240 s timeout; 6 s as a rule, not seen
-    # again in 8 reruns): should it hang again, every thread's stack is in the test's output.
+    # Should a run of this file hang before its results are written (torchrun's 240 s
+    # timeout; 6 s as a rule), every thread's stack is in the test's output.
     faulthandler.dump_traceback_later(150, exit=False)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -71,8 +71,15 @@ def main(out: str, mode: str, value: str) -> None:
     }
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    dist.destroy_process_group()
     faulthandler.cancel_dump_traceback_later()
+    # What is tested is done and written. Ending here: a worker hung twice in CI (under
+    # load, once each in 2026-11-26's and 2026-11-27's runs) after its file was written and
+    # the dump above cancelled, in torch's teardown at exit (gloo's, with the peer gone),
+    # where nothing of ours runs; both ranks pass a barrier first, so neither leaves early.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
