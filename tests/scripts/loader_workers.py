@@ -173,7 +173,10 @@ def main() -> int:
                     break
     finally:
         if args.library:
-            _quiet_child_signals()
+            try:  # the first call: a signal pending now finds the default handler
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            except RuntimeError:  # torch's handler fired before it: again
+                _quiet_child_signals()
             result = loaders_result()
             for w in result["workers"]:
                 w.pop("calls")

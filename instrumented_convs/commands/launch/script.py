@@ -88,7 +88,13 @@ def run_target(target: str, args: List[str], module: bool = False) -> Outcome:
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
-    # no call between the script's end and here: a signal handler runs only at one
+    # No call between the script's end and here (a signal's Python handler runs only at one),
+    # and this is the first: a signal pending now finds the handler put back, not torch's.
+    try:
+        if saved_child is not None:
+            signal.signal(child, saved_child)  # type: ignore[arg-type]
+    except (RuntimeError, ValueError):  # torch's handler fired before it; not the main thread
+        pass
     for _ in range(100):
         try:
             if child is not None and signal.getsignal(child) is not saved_child:
