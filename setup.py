@@ -2,7 +2,7 @@
 
 ``instrumented_convs/core/native/_speedups*.c`` need only CPython's headers (no torch). If they
 cannot be built (no compiler), the install goes on and the package runs its Python twin
-(``instrumented_convs/core/native/stepbase.py``), which behaves the same, more slowly.
+(``instrumented_convs/core/steps/stepbase.py``), which behaves the same, more slowly.
 """
 
 from setuptools import Extension, setup

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.core import anchor, sampling  # noqa: E402
+from instrumented_convs.core.backward import anchor, sampling  # noqa: E402
 
 CALLS = 3  # layer calls per epoch (the proxy's three layers)
 

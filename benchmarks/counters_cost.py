@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.core import counters as _counters  # noqa: E402
+from instrumented_convs.core.meters import counters as _counters  # noqa: E402
 
 VARIANTS = ("stock", "defaults", "counters", "memory", "stock again")
 

@@ -34,7 +34,7 @@ import torch
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.core import step  # noqa: E402
+from instrumented_convs.core.steps import step  # noqa: E402
 
 
 class _NoOp:

@@ -3,7 +3,8 @@ and memory recording's ``peak_bytes`` (``configure(memory=True)``, on while the 
 
 With ``configure(counters=True)`` on CUDA, each step call reads
 ``torch.cuda.memory_allocated()`` before and after every op it runs
-(:mod:`instrumented_convs.core.counters`): its *left* is the reading after its last op less the
+(:mod:`instrumented_convs.core.meters.counters`): its *left* is the reading after its last op less
+the
 one before its first, its *peak* the highest reading after any of its ops less that first one.
 Here the same calls are measured from outside by the allocator itself: forward pre- and
 post-hooks on each conv layer (and around the whole forward) call

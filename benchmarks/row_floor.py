@@ -47,8 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
-from instrumented_convs.core.native.stepbase import IMPLEMENTATION  # noqa: E402
-from instrumented_convs.core.step import Step  # noqa: E402
+from instrumented_convs.core.steps.step import Step  # noqa: E402
+from instrumented_convs.core.steps.stepbase import IMPLEMENTATION  # noqa: E402
 
 BLOCK = 20  # chains per timing (--block)
 

@@ -147,8 +147,8 @@ def breakdown(n: int, rounds: int) -> Dict[str, float]:
     This part reaches into the machinery on purpose: it swaps the frame lifecycle's bound
     ``registry.record`` for a no-op function.
     """
-    from instrumented_convs.core import lifecycle
-    from instrumented_convs.core import stack as _stack
+    from instrumented_convs.core.frames import lifecycle
+    from instrumented_convs.core.frames import stack as _stack
 
     s = step("bench")
     stack = _stack.thread_stack()

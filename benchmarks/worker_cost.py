@@ -42,8 +42,8 @@ import launch_bound as lb  # noqa: E402  (its interleaving of variants)
 
 from instrumented_convs import configure, registry  # noqa: E402
 from instrumented_convs.commands.study.data import scaled_shape, synthetic_graph  # noqa: E402
-from instrumented_convs.core import timeline as core_timeline  # noqa: E402
-from instrumented_convs.core.step import Step  # noqa: E402
+from instrumented_convs.core.steps.step import Step  # noqa: E402
+from instrumented_convs.core.storage import timeline as core_timeline  # noqa: E402
 from instrumented_convs.workers import Recorder, process, samplers  # noqa: E402
 
 

@@ -23,14 +23,15 @@ knows nothing of summaries, so :data:`registry` reads the core's snapshot with t
 
 import typing as _t
 
-from .core import dynamo as _dynamo
-from .core import memory as _memory
-from .core import timeline as _timeline
+from .core.compiler import dynamo as _dynamo
 from .core.configure import Settings, configure
-from .core.cycle import cycle as _cycle
-from .core.entry import EntryStats as _EntryStats
-from .core.registry import registry as _store
-from .core.step import region
+from .core.dutycycle.cycle import cycle as _cycle
+from .core.meters import memory as _memory
+from .core.meters import readings as _readings
+from .core.steps.step import region
+from .core.storage import timeline as _timeline
+from .core.storage.entry import EntryStats as _EntryStats
+from .core.storage.registry import registry as _store
 from .layers.contract import name_layers
 from .layers.instrument import instrument, uninstrument
 from .report.stats import summarize as _summarize
@@ -80,11 +81,13 @@ class _Registry:
         if all_ranks:
             from .distributed import merged_summary
 
-            stats = _store.snapshot()
+            stats = _readings.snapshot()
             return merged_summary(
                 stats, by=by, unit=unit, group=group, sampling=sampling, compiled=compiled
             )
-        return _summarize(_store.snapshot(), by=by, unit=unit, sampling=sampling, compiled=compiled)
+        return _summarize(
+            _readings.snapshot(), by=by, unit=unit, sampling=sampling, compiled=compiled
+        )
 
     def timeline(self) -> _Timeline:
         """The :class:`~instrumented_convs.report.Timeline` of the calls recorded while
@@ -99,16 +102,16 @@ class _Registry:
         and steps opened inside them later nest under them there as usual. The duty cycle
         numbers iterations from 0 again: the first ones are recorded in full again.
         """
-        _store.reset()
+        _readings.reset()
         _cycle.restart()
 
     def snapshot(self) -> _t.List[_EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times): an
-        :class:`~instrumented_convs.core.entry.EntryStats` each (raw statistics, integer ns,
+        :class:`~instrumented_convs.core.storage.entry.EntryStats` each (raw statistics, integer ns,
         its counters, the index of its parent record, -1 at the top level, and the weight
         of a sampled run's entries), all a summary is made of."""
         _cycle.describe()  # settles whether the recorded iteration under way counts yet
-        return _store.snapshot()
+        return _readings.snapshot()
 
     def __getattr__(self, name: str) -> _t.Any:
         """The storage's other attributes (``pending``, ``entries()``...: for tests and tools)."""

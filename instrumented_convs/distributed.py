@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from .core.entry import EntryStats
+from .core.storage.entry import EntryStats
 from .report import Summary
 from .report.stats import check_by, merge_ranks
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, TypeVar
 
-from .core import clock as _clock
-from .core import stack
-from .core.clock import set_cpu_clock
+from .core.clocks import events as _clock
+from .core.clocks.cpu import set_cpu_clock
+from .core.frames import stack
 
 __all__ = ["FakeClock", "cpu_clock", "set_cpu_clock", "cuda_event_factory", "open_steps", "depth"]
 

@@ -17,7 +17,7 @@ from typing import List, Optional
 import pytest
 
 import instrumented_convs as ic
-from instrumented_convs.core import dynamo
+from instrumented_convs.core.compiler import dynamo
 from instrumented_convs.testing import FakeClock, cpu_clock, depth, open_steps
 
 from .helpers import outcome, train_losses  # noqa: F401  (re-exported)

@@ -22,8 +22,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import instrumented_convs as ic
-from instrumented_convs.core import budget as budget_module
-from instrumented_convs.core import cycle as cycle_module
+from instrumented_convs.core.dutycycle import budget as budget_module
+from instrumented_convs.core.dutycycle import cycle as cycle_module
 from instrumented_convs.core.settings import switches
 from instrumented_convs.pyg import GCNConv
 

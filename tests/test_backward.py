@@ -28,8 +28,8 @@ except ImportError:
 needs_pyg = pytest.mark.skipif(StockGCN is None, reason="needs torch_geometric")
 
 import instrumented_convs as ic  # noqa: E402
-import instrumented_convs.core.backward as _bw  # noqa: E402
 from instrumented_convs import region, registry  # noqa: E402
+from instrumented_convs.core.backward import hooks as _bw  # noqa: E402
 from instrumented_convs.layers import step  # noqa: E402
 from instrumented_convs.report import Summary  # noqa: E402
 
@@ -118,7 +118,7 @@ def _live_tasks():
 
 
 def _records_alive(name):
-    """How many backward records of instrumented_convs.core.backward exist right now for steps
+    """How many backward records of instrumented_convs.core.backward.hooks exist right now for steps
     called ``name`` (other tests' graphs may live on in pytest's tracebacks)."""
     gc.collect()
     return sum(1 for o in gc.get_objects() if isinstance(o, _bw.Record) and o.name == name)
@@ -914,7 +914,7 @@ def test_serialisation_keeps_phase_and_reads_files_without_it():
 def test_closing_frames_above_a_step_not_on_this_stack_closes_nothing():
     """A step exited on a thread where it was never entered must not close that thread's
     live backward frames (close_above only closes what lies above the step's own frame)."""
-    from instrumented_convs.core.stack import Frame, thread_stack
+    from instrumented_convs.core.frames.stack import Frame, thread_stack
 
     stack = thread_stack()
     frame = Frame()

@@ -151,7 +151,7 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     import os
 
     import instrumented_convs as ic
-    from instrumented_convs.core import sampling
+    from instrumented_convs.core.backward import sampling
 
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "backward_parts.py")
     spec = importlib.util.spec_from_file_location("backward_parts", path)
@@ -163,7 +163,7 @@ def test_backward_parts_reports_each_part_and_puts_the_machinery_back():
     )
     assert seen == (1.0, 1)  # inside: every call counted, the switch set
     assert ic.configure() == before and sampling._random is draw  # after: both put back
-    from instrumented_convs.core import anchor
+    from instrumented_convs.core.backward import anchor
 
     finish = anchor.finish
     seen = mod._with({}, "ranges", lambda: (sampling._random(), anchor.finish is finish))

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import instrumented_convs as ic
-from instrumented_convs.core import dynamo, eager
+from instrumented_convs.core.compiler import dynamo, eager
 from instrumented_convs.report import Summary
 from instrumented_convs.report.compiled import compiled_note, layer_calls
 
@@ -329,7 +329,7 @@ def test_the_eager_breakdown_records_steps_and_puts_compiled_time_beside_eager(f
     assert e["eager"]["ms"] > 0 and e["compiled"]["ms"] > 0
     assert "an iteration took compiled" in s.table()
     assert ic.configure().compiled == "compiled"  # the block put it back
-    from instrumented_convs.core.eager import _stance
+    from instrumented_convs.core.compiler.eager import _stance
 
     assert _stance() == "default"  # and the stance
 

@@ -463,7 +463,7 @@ def test_open_steps_and_current_path_follow_the_nesting():
 
 
 def test_layers_module_is_the_step_machinery():
-    from instrumented_convs.core import step as _step
+    from instrumented_convs.core.steps import step as _step
 
     assert _step.Step is ic_layers.Step and _step.step is ic_layers.step
     assert _step.recording is ic_layers.recording and _step.current_path is ic_layers.current_path

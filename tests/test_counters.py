@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from instrumented_convs import configure, region, registry
-from instrumented_convs.core.entry import EntryStats
+from instrumented_convs.core.storage.entry import EntryStats
 from instrumented_convs.layers import mark_outputs, step
 from instrumented_convs.report.roofline import Peak
 from instrumented_convs.report.stats import summarize

@@ -8,8 +8,9 @@ import torch
 from instrumented_convs import registry
 from instrumented_convs.commands.check import PASS
 from instrumented_convs.commands.check import cuda as cuda_check
-from instrumented_convs.core import clock
-from instrumented_convs.core.clock import EventPool, PendingTimes
+from instrumented_convs.core.clocks import events as clock
+from instrumented_convs.core.clocks.events import EventPool
+from instrumented_convs.core.clocks.pending import PendingTimes
 from instrumented_convs.layers import step
 from instrumented_convs.testing import cuda_event_factory, depth
 

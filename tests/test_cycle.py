@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import instrumented_convs as ic
-from instrumented_convs.core import budget as budget_module
-from instrumented_convs.core.cycle import FIRST, cycle, gap, schedule
+from instrumented_convs.core.dutycycle import budget as budget_module
+from instrumented_convs.core.dutycycle.cycle import FIRST, cycle, gap, schedule
 from instrumented_convs.core.settings import switches
 from instrumented_convs.report import Summary
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs.core.registry import Registry
+from instrumented_convs.core.storage.registry import Registry
 from instrumented_convs.report import Summary
 from instrumented_convs.report.stats import merge_ranks, summarize
 

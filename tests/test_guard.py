@@ -17,7 +17,7 @@ import types
 
 import pytest
 
-from instrumented_convs.core.step import Step
+from instrumented_convs.core.steps.step import Step
 from instrumented_convs.layers.guard import fingerprint, function_tree, global_names, guard
 
 from .helpers import run_script

@@ -6,8 +6,10 @@ The parts are the subpackages (``core``, ``layers``, ``pyg``, ``dgl``, ``workers
 ``roofline``, ``testing``). The import graph is read from the source with ``ast``: every
 import, at any depth, so a lazy import inside a function counts too. The rules:
 
-- the core imports nothing above it, and its own modules form no cycle;
-- the report reads snapshots only: of the core, just ``core.entry`` (the snapshot's data);
+- the core imports nothing above it; its folders hold at most 12 modules each, and its jobs
+  (subpackages) import each other in one direction: no cycle between them;
+- the report reads snapshots only: of the core, just ``core.storage.entry`` (the snapshot's
+  data);
 - the layers know the core (and not the report, PyG's or DGL's layers, or the commands);
   ``pyg`` and ``dgl`` know the layers and the core, not each other;
 - the data loaders' recorder (``workers``) knows the core (its steps, its registry) and the
@@ -19,6 +21,7 @@ import, at any depth, so a lazy import inside a function counts too. The rules:
   API (``.commands.launch``); no other module imports them (but the face's ``%load_ext``
   hook, lazily, the notebook), and without their package they raise ImportError naming
   the extra to install;
+- no cycle of imports anywhere in the package (a function-level import counts);
 - every module imports first in a fresh interpreter.
 """
 
@@ -106,27 +109,94 @@ def inside(name: str, p: str) -> bool:
 
 def test_the_graph_is_read_and_every_part_is_there():
     assert {part(m) for m in MODULES} == {*PARTS, *PUBLIC, *INTEGRATIONS, "face", "__main__"}
-    assert f"{PKG}.core.step" in GRAPH[f"{PKG}.layers"]  # the public API of layer authors
+    assert f"{PKG}.core.steps.step" in GRAPH[f"{PKG}.layers"]  # the public API of layer authors
 
 
-def test_the_core_imports_nothing_above_it_and_has_no_cycle():
-    core = [m for m in MODULES if inside(m, "core")]
-    for m in core:
+def test_the_core_imports_nothing_above_it():
+    for m in (m for m in MODULES if inside(m, "core")):
         above = {d for d in GRAPH[m] if not inside(d, "core")}
         assert not above, f"{m} imports {sorted(above)}: the core imports nothing above it"
-    done: Set[str] = set()
-    deps = {m: GRAPH[m] - {f"{PKG}.core"} for m in core}  # the package's lazy API aside
-    while len(done) < len(deps):
-        ready = [m for m, d in deps.items() if m not in done and d <= done]
-        assert ready, f"an import cycle among {sorted(set(deps) - done)}"
-        done.update(ready)
+
+
+def cycle_in(graph: Dict[str, Set[str]]) -> List[str]:
+    """One cycle of ``graph`` (a list of its nodes, the first repeated last), or []."""
+    state: Dict[str, int] = {}
+    path: List[str] = []
+
+    def walk(n: str) -> List[str]:
+        state[n] = 1
+        path.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                return path[path.index(d) :] + [d]
+            if d not in state:
+                found = walk(d)
+                if found:
+                    return found
+        path.pop()
+        state[n] = 2
+        return []
+
+    for n in sorted(graph):
+        if n not in state:
+            found = walk(n)
+            if found:
+                return found
+    return []
+
+
+def test_no_cycle_of_imports_anywhere_in_the_package():
+    """A package's ``__init__`` that imports its own modules lazily (its API, read on first
+    use) is not a module a submodule depends on: its edges to its own submodules are left
+    out; every other import counts, at any depth of a function."""
+
+    def own(pkg: str, d: str) -> bool:
+        return MODULES[pkg].endswith("__init__.py") and d.startswith(pkg + ".")
+
+    graph = {m: {d for d in deps if not own(m, d)} for m, deps in GRAPH.items()}
+    found = cycle_in(graph)
+    assert not found, "an import cycle: " + " -> ".join(found)
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_the_cores_jobs_import_each_other_in_one_direction():
+    """The core's subpackages (its jobs) as nodes: an import between two modules is an edge
+    between their jobs; no cycle."""
+
+    def job(m: str) -> str:
+        return ".".join(m.split(".")[:3])
+
+    jobs: Dict[str, Set[str]] = {}
+    for m in (m for m in MODULES if inside(m, "core") and m != f"{PKG}.core"):
+        jobs.setdefault(job(m), set()).update(
+            job(d)
+            for d in GRAPH[m]
+            if inside(d, "core") and d != f"{PKG}.core" and job(d) != job(m)
+        )
+    found = cycle_in(jobs)
+    assert not found, "the core's jobs import each other in a circle: " + " -> ".join(found)
+
+
+def test_every_folder_of_the_core_holds_at_most_twelve_modules():
+    for folder in [PACKAGE / "core", *(p for p in (PACKAGE / "core").rglob("*") if p.is_dir())]:
+        if folder.name == "__pycache__":
+            continue
+        mods = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+        mods += [p for p in folder.iterdir() if (p / "__init__.py").exists()]
+        assert len(mods) <= 12, (
+            f"{folder} holds {len(mods)} modules: {sorted(p.name for p in mods)}"
+        )
 
 
 def test_the_report_reads_snapshots_only():
     for m in (m for m in MODULES if inside(m, "report")):
         other = {d for d in GRAPH[m] if not inside(d, "report")}
-        assert other <= {f"{PKG}.core.entry"}, (
-            f"{m} imports {sorted(other)}: the report reads snapshots (core.entry) only"
+        assert other <= {f"{PKG}.core.storage.entry"}, (
+            f"{m} imports {sorted(other)}: the report reads snapshots (core.storage.entry) only"
         )
 
 
@@ -202,15 +272,14 @@ def test_the_root_holds_at_most_twelve_entries_besides_init_and_main():
 
 def test_the_parser_sees_lazy_relative_and_absolute_imports(tmp_path, monkeypatch):
     src = (
-        "def f():\n    from .step import Step\n    from . import clock, registry\n"
+        "def f():\n    from .steps.step import Step\n    from .storage import registry\n"
         "import instrumented_convs.pyg\nfrom ..report import Summary\n"
     )
     monkeypatch.setitem(MODULES, f"{PKG}.core.probe_for_the_test", str(tmp_path / "p.py"))
     (tmp_path / "p.py").write_text(src)
     assert imports(f"{PKG}.core.probe_for_the_test") == {
-        f"{PKG}.core.step",
-        f"{PKG}.core.clock",
-        f"{PKG}.core.registry",
+        f"{PKG}.core.steps.step",
+        f"{PKG}.core.storage.registry",
         f"{PKG}.pyg",
         f"{PKG}.report",
     }

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import instrumented_convs as ic
-from instrumented_convs.core.stack import open_steps
+from instrumented_convs.core.frames.stack import open_steps
 from instrumented_convs.report import Summary
 
 from .helpers import ROOT, integration, run_script

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from instrumented_convs import configure, region, registry
-from instrumented_convs.core import memory
+from instrumented_convs.core.meters import memory
 from instrumented_convs.layers import step
 
 from .helpers import ROOT, run_script

@@ -145,7 +145,7 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
         tmp_path,
         """
         import torch
-        from instrumented_convs.core import lifecycle
+        from instrumented_convs.core.frames import lifecycle
         def broken(name):
             raise RuntimeError("profiler failure")
         lifecycle._open_rf = broken
@@ -320,9 +320,9 @@ def test_ranges_reach_a_tool_that_reports_domains_disabled(injection, tmp_path):
         from nvtx._lib import lib
         real_get_domain = nvtx.get_domain
         nvtx.get_domain = lambda name=None: lib.dummy_domain   # what nsys 2022.4 leads to
-        from instrumented_convs.core import lifecycle
+        from instrumented_convs.core.labels import nvtx as labels
         ic.configure(nvtx="nvtx")
-        assert ic.configure().nvtx == "nvtx" and lifecycle._nvtx.forced
+        assert ic.configure().nvtx == "nvtx" and labels.backend.forced
         with step("outer"):
             with step("inner"):
                 pass

@@ -1,4 +1,5 @@
-"""The tool's own time (instrumented_convs.core.stack.Frame.own): what a step's enter and exit,
+"""The tool's own time (instrumented_convs.core.frames.stack.Frame.own): what a step's enter and
+exit,
 and a backward step's hooks, spend between their clock readings is left out of the steps
 around them; regions keep the time as it passed. A clock that moves by a fixed amount at
 every reading stands for the tool's cost, ``advance`` for the work."""

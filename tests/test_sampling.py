@@ -12,7 +12,8 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs import region, registry
-from instrumented_convs.core import anchor, native, sampling
+from instrumented_convs.core import native
+from instrumented_convs.core.backward import anchor, sampling
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 

@@ -21,8 +21,9 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs import registry
-from instrumented_convs.core import entry, native
-from instrumented_convs.core.step import Step
+from instrumented_convs.core import native
+from instrumented_convs.core.steps.step import Step
+from instrumented_convs.core.storage import entry
 from instrumented_convs.layers import step
 from instrumented_convs.testing import depth
 
@@ -225,7 +226,7 @@ def test_a_step_open_while_other_threads_open_and_close_theirs_closes_on_its_own
 def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(clock):
     """The C enter keeps its clock reading as a C integer; Python reads it as ``start`` (an
     exception's exit is Python's) and a Python enter sets it back to an object."""
-    from instrumented_convs.core.stack import thread_stack
+    from instrumented_convs.core.frames.stack import thread_stack
 
     t0 = clock.now
     with pytest.raises(ValueError):

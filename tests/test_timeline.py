@@ -312,7 +312,7 @@ def test_the_fast_path_in_use_records_the_same_tuples():
 
 
 def test_noted_inputs_go_to_the_call_they_were_given_to():
-    from instrumented_convs.core import timeline as _timeline
+    from instrumented_convs.core.storage import timeline as _timeline
 
     configure(timeline=100)
     for n in (3, 5):

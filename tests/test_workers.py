@@ -449,7 +449,7 @@ def test_a_worker_sends_each_timeline_call_once(monkeypatch):
     """A frame carries the calls made since the previous frame only (reading the whole
     timeline each batch made a long-lived worker's frames grow with its age)."""
     from instrumented_convs import configure, registry
-    from instrumented_convs.core import timeline as core_timeline
+    from instrumented_convs.core.storage import timeline as core_timeline
     from instrumented_convs.layers import step
 
     with configure(timeline=1000):

@@ -67,21 +67,21 @@ def __getattr__(name: str) -> Any:
     if name == "IMPLEMENTATION":
         from .native import IMPLEMENTATION as value
     elif name == "nvtx_tool_attached":
-        from .lifecycle import tool_attached as value
+        from .labels.nvtx import tool_attached as value
     elif name == "timeline_recording":
-        from .timeline import recording as value
+        from .storage.timeline import recording as value
     elif name == "duty_cycle":
-        from .cycle import cycle
+        from .dutycycle.cycle import cycle
 
         value = cycle.describe
     elif name in _FROM_DYNAMO:
-        from . import dynamo
+        from .compiler import dynamo
 
         value = getattr(dynamo, "describe" if name == "compiled" else name)
     elif name == "watch_compiles":
-        from .breaks import watch as value
+        from .compiler.breaks import watch as value
     elif name in ("noted", "note"):
-        from . import timeline
+        from .storage import timeline
 
         value = getattr(timeline, name)
     else:

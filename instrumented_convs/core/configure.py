@@ -1,7 +1,7 @@
 """``configure()``: the one way to change the switches, and :class:`Settings`, what it returns.
 
 ``configure`` sets the switches of :data:`.settings.switches` and starts or stops what a
-switch stands for, directly: an NVTX backend (:func:`.lifecycle.use_nvtx`), the timeline
+switch stands for, directly: an NVTX backend (:func:`.labels.nvtx.use_nvtx`), the timeline
 (:func:`.timeline.set_limit`), the counters (:func:`.counters.set_on`), the duty cycle
 (:mod:`.cycle`) and the eager breakdown of compiled models (:mod:`.eager`). It returns the
 switches as they were, a :class:`Settings` that is also a context manager putting them
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Union
 
-from . import counters, lifecycle, memory, timeline
-from .cycle import cycle
-from .eager import eager
+from .compiler.eager import eager
+from .dutycycle.cycle import cycle
+from .labels.nvtx import use_nvtx
+from .meters import counters, memory
 from .settings import nvtx_choice, switches
+from .storage import timeline
 
 __all__ = ["Settings", "configure"]
 
@@ -48,7 +50,7 @@ class Settings(NamedTuple):
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
         s = switches
-        s.nvtx = lifecycle.use_nvtx(self.nvtx)
+        s.nvtx = use_nvtx(self.nvtx)
         s.wanted, s.record_function, s.statements = (
             self.enabled,
             self.record_function,
@@ -249,7 +251,7 @@ def configure(
     choice = None if nvtx is None else nvtx_choice(nvtx)
     previous = _current()
     if choice is not None:
-        s.nvtx = lifecycle.use_nvtx(choice)
+        s.nvtx = use_nvtx(choice)
     if enabled is not None:
         s.wanted = bool(enabled)
         s.apply()

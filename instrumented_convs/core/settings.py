@@ -120,7 +120,7 @@ class Switches:
         #: Whether the duty cycle records this iteration (:mod:`.cycle`; True while it is off).
         self.drawn: bool = True
         #: The NVTX backend in use: ``nvtx``, ``torch`` or ``none`` (what ``configure`` picked
-        #: for :data:`NVTX_REQUEST` at import, through :func:`.lifecycle.use_nvtx`).
+        #: for :data:`NVTX_REQUEST` at import, through :func:`.labels.nvtx.use_nvtx`).
         self.nvtx: str = "none"
         self.record_function: bool = _env_flag("INSTRUMENTED_CONVS_RECORD_FUNCTION", True)
         self.backward: bool = _env_flag("INSTRUMENTED_CONVS_BACKWARD", True)

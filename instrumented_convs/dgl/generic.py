@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Tuple
 
 import torch
 
-from ..core.step import mark_outputs
+from ..core.steps.step import mark_outputs
 from ..layers.contract import InstrumentedLayer
 from ..layers.generic import GenericLayer, framework_steps, make_class
 from ..layers.statements.routes import any_function, torch_function

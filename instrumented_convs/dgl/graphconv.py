@@ -45,8 +45,8 @@ from dgl.nn.pytorch import GraphConv as _StockGraphConv
 from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
-from ..core.dynamo import skip_frame
-from ..core.step import Step
+from ..core.compiler.dynamo import skip_frame
+from ..core.steps.step import Step
 from ..layers.generic import runs_stock
 from ..layers.guard import guard, warn_fallback
 from . import generic

@@ -12,10 +12,10 @@ import functools
 import threading
 from typing import Any, Callable
 
-from ..core import counters, formulas, memory
-from ..core.dynamo import skip_frame
-from ..core.stack import thread_stack
-from ..core.step import Step, recording
+from ..core.compiler.dynamo import skip_frame
+from ..core.frames.stack import thread_stack
+from ..core.meters import counters, formulas, memory
+from ..core.steps.step import Step, recording
 from ..layers.generic import framework_steps
 
 __all__ = ["FORMULA_KERNELS", "scopes", "wrap", "marked", "grad_in_backward"]

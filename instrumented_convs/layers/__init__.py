@@ -37,7 +37,7 @@ contract, :mod:`.contract`), to tell ours from others; not in ``__all__``.
 
 from __future__ import annotations
 
-from ..core.step import Step, current_path, mark_outputs, recording, step
+from ..core.steps.step import Step, current_path, mark_outputs, recording, step
 from .contract import InstrumentedLayer  # noqa: F401  (for tools: see the docstring)
 
 __all__ = ["step", "Step", "mark_outputs", "recording", "current_path"]

@@ -39,7 +39,7 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, Tuple, TypeVar
 import torch
 
 from ..core.native import speedups
-from ..core.step import Step, recording
+from ..core.steps.step import Step, recording
 
 __all__ = [
     "InstrumentedLayer",

@@ -35,10 +35,10 @@ from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Opt
 import torch
 from torch import Tensor
 
-from ..core.dynamo import compiling, inside_compiled, skip_frame, traced
+from ..core.compiler.dynamo import compiling, inside_compiled, skip_frame, traced
 from ..core.native import speedups
 from ..core.settings import switches
-from ..core.step import Step, mark_outputs, recording
+from ..core.steps.step import Step, mark_outputs, recording
 from .contract import Handed, InstrumentedLayer, Timed
 from .statements.forward import Own
 from .statements.routes import Routes, Vocabulary, handed, helpers, route_forward
@@ -76,9 +76,9 @@ class _Depth(threading.local):
 
 #: Where the framework's own calls are steps: the per-thread depth of running generic forwards.
 #: DGL's graph and kernel wrappers record a step only while it is positive (and
-#: :func:`~instrumented_convs.core.step.recording`), so stock layers elsewhere record nothing; the
-#: detailed DGL
-#: layers set it to 0 while they run, since their copies time those calls themselves.
+#: :func:`~instrumented_convs.core.steps.step.recording`), so stock layers elsewhere
+#: record nothing; the detailed DGL layers set it to 0 while they run, since their copies
+#: time those calls themselves.
 framework_steps = _Depth()
 
 

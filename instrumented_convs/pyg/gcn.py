@@ -52,8 +52,8 @@ from torch_geometric.utils import add_self_loops as add_self_loops_fn
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..core.dynamo import skip_frame
-from ..core.step import Step, mark_outputs, recording
+from ..core.compiler.dynamo import skip_frame
+from ..core.steps.step import Step, mark_outputs, recording
 from ..layers.generic import install, runs_stock, uninstall
 from ..layers.guard import guard, warn_fallback
 from ..layers.statements.routes import Route

@@ -42,7 +42,7 @@ from typing import Any, Dict, Tuple
 import torch
 from torch_geometric.nn.conv import MessagePassing
 
-from ..core.step import Step
+from ..core.steps.step import Step
 from ..layers.contract import InstrumentedLayer
 from ..layers.generic import GenericLayer
 from ..layers.statements.routes import any_function, torch_function

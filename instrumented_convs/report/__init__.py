@@ -1,6 +1,6 @@
 """The report: summaries of what steps recorded, and every output made of them.
 
-It reads snapshots (the registry's plain data, :class:`~instrumented_convs.core.entry.
+It reads snapshots (the registry's plain data, :class:`~instrumented_convs.core.storage.entry.
 EntryStats`) and nothing else of the core. What it holds, by module:
 
 - :mod:`.summary`: :class:`Summary`, what ``registry.summary()`` returns (rows of numbers,
@@ -21,7 +21,7 @@ EntryStats`) and nothing else of the core. What it holds, by module:
 ``view``, ``check``...) and integrations use the rest, never a module inside the report.
 """
 
-from ..core.entry import BACKWARD_MARK, EntryStats
+from ..core.storage.entry import BACKWARD_MARK, EntryStats
 from . import columns
 from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff

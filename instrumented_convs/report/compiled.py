@@ -2,7 +2,7 @@
 recompiles.
 
 Steps do not record inside compiled code. A summary carries what the core noted while
-Dynamo traced our layers (:func:`instrumented_convs.core.dynamo.describe`, the summary's
+Dynamo traced our layers (:func:`instrumented_convs.core.compiler.dynamo.describe`, the summary's
 ``compiled``): per compiled call (``run``'s ``compiled NAME`` step), the conv layers traced
 into its graphs and how many times each runs in one call; the graph breaks Dynamo recorded,
 attributed to the conv layers whose code caused them, and the recompiles, to those whose

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..core.entry import BACKWARD_MARK
+from ..core.storage.entry import BACKWARD_MARK
 from . import memory, page
 from .columns import UNITS, choose_unit
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from ..core.entry import BACKWARD_MARK
+from ..core.storage.entry import BACKWARD_MARK
 from .columns import bytes_text, grid, recorded_memory
 
 __all__ = ["render", "rows_of", "verdict", "diff_text"]

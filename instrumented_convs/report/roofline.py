@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from ..core.entry import BACKWARD_MARK
+from ..core.storage.entry import BACKWARD_MARK
 from .columns import UNITS, choose_unit, grid
 
 __all__ = ["Peak", "render", "rows_of", "roof", "as_peak"]

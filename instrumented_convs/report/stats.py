@@ -1,6 +1,7 @@
 """The arithmetic of a summary, in one place: from raw per-entry statistics to rows.
 
-The registry hands over a snapshot, a list of :class:`~instrumented_convs.core.entry.EntryStats`
+The registry hands over a snapshot, a list of
+:class:`~instrumented_convs.core.storage.entry.EntryStats`
 (plain data: integer nanoseconds and the index of each record's parent); :func:`summarize` groups it
 by step path (merging layer instances) or by layer, computes self time, mean, standard deviation and
 the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
@@ -14,7 +15,7 @@ import dataclasses
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..core.entry import EntryStats
+from ..core.storage.entry import EntryStats
 from .row import Row
 from .summary import Summary
 

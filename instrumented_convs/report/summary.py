@@ -7,7 +7,8 @@ top-level steps: the top-level rows add up to 100%, and under every step its chi
 fractions plus its own self fraction add up to its fraction, so nothing is counted twice.
 
 A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
-the forward's, marked ``[backward]`` in the table; see :mod:`instrumented_convs.core.backward`).
+the forward's, marked ``[backward]`` in the table; see
+:mod:`instrumented_convs.core.backward.hooks`).
 
 A summary merged over processes (``registry.summary(all_ranks=True)``, see
 :mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ..core.entry import BACKWARD_MARK
+from ..core.storage.entry import BACKWARD_MARK
 from . import columns
 from .compiled import compiled_note
 

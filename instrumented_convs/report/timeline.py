@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
-from ..core.entry import BACKWARD_MARK
+from ..core.storage.entry import BACKWARD_MARK
 
 __all__ = ["Timeline", "write_trace", "read_trace", "merge_traces"]
 

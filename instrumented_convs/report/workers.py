@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from ..core.entry import EntryStats
+from ..core.storage.entry import EntryStats
 from .stats import merge_ranks, summarize
 from .summary import Summary
 

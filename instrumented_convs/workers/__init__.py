@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Optional
 
-from ..core.step import Step
+from ..core.steps.step import Step
 from .recorder import LOADERS, Recorder
 
 __all__ = [

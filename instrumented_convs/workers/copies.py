@@ -14,7 +14,7 @@ import functools
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
-from ..core.step import Step, recording
+from ..core.steps.step import Step, recording
 from .imports import patch_on_import
 
 __all__ = ["COPY", "TARGETS", "install"]

@@ -22,12 +22,12 @@ from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from torch.utils.data._utils import worker as torch_worker
 
-from ..core import clock
-from ..core import timeline as core_timeline
+from ..core.clocks import cpu as clock
 from ..core.configure import configure
-from ..core.registry import registry
-from ..core.stack import thread_stack
-from ..core.step import Step
+from ..core.frames.stack import thread_stack
+from ..core.meters import readings
+from ..core.steps.step import Step
+from ..core.storage import timeline as core_timeline
 from . import frames
 
 __all__ = ["Config", "worker_loop", "TORCH_LOOP"]
@@ -130,7 +130,7 @@ class _Log:
                 made=self.made,
                 failed=self.failed,
                 passes=self.passes,
-                snapshot=[tuple(e) for e in registry.snapshot()],
+                snapshot=[tuple(e) for e in readings.snapshot()],
                 calls=new,
             )
         )
@@ -187,7 +187,7 @@ def _start(config: Config) -> None:
         timeline=config.timeline,
         nvtx=config.nvtx,
     )
-    registry.reset()
+    readings.reset()
 
 
 def worker_loop(config: Config, setup: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:

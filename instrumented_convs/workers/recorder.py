@@ -34,11 +34,11 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..core import clock
-from ..core import timeline as core_timeline
+from ..core.clocks import cpu as clock
 from ..core.configure import configure
-from ..core.entry import EntryStats
-from ..core.step import Step, recording
+from ..core.steps.step import Step, recording
+from ..core.storage import timeline as core_timeline
+from ..core.storage.entry import EntryStats
 from . import copies, frames, process, samplers
 from .imports import patch_on_import
 

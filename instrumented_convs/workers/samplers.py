@@ -39,7 +39,7 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..core.step import Step, recording
+from ..core.steps.step import Step, recording
 from .imports import patch_on_import
 
 __all__ = ["TARGETS", "install", "patched"]

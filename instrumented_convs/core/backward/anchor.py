@@ -30,9 +30,9 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+from ..frames.stack import Frame, _tls
 from . import sampling
-from .backward import Record, post_hook, pre_hook
-from .stack import Frame, _tls
+from .hooks import Record, post_hook, pre_hook
 
 __all__ = ["seq_nr", "mark_outputs", "Log", "log_exit", "finish", "chosen", "walk", "failed"]
 

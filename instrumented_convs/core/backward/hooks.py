@@ -31,13 +31,13 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 import torch
 
-from . import clock
-from .entry import BACKWARD_MARK
-from .lifecycle import abandon_frame, close_elsewhere, close_frame, open_frame
-from .native import speedups
-from .registry import backward_key, backward_parent, registry
-from .settings import switches
-from .stack import CPU, SAMPLED, Frame, _tls
+from ..clocks import cpu as clock
+from ..frames.lifecycle import abandon_frame, close_elsewhere, close_frame, open_frame
+from ..frames.stack import CPU, SAMPLED, Frame, _tls
+from ..native import speedups
+from ..settings import switches
+from ..storage.entry import BACKWARD_MARK
+from ..storage.registry import backward_key, backward_parent, registry
 
 __all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "live"]
 

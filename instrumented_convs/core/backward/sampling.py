@@ -30,10 +30,10 @@ from collections import OrderedDict
 from itertools import count as _counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from .native import speedups
-from .registry import backward_key, backward_parent, registry
-from .settings import switches
-from .stack import Frame, _tls
+from ..frames.stack import Frame, _tls
+from ..native import speedups
+from ..settings import switches
+from ..storage.registry import backward_key, backward_parent, registry
 
 __all__ = [
     "Template",

@@ -42,14 +42,15 @@ import logging
 import math
 from typing import Any, Dict, List, Optional
 
-from . import clock, timeline
-from . import stack as _stack
-from .anchor import seq_nr
+from ..backward.anchor import seq_nr
+from ..clocks import cpu as clock
+from ..compiler.dynamo import compiling, skip_frame
+from ..compiler.eager import eager
+from ..frames import stack as _stack
+from ..settings import switches
+from ..storage import timeline
+from ..storage.registry import Stratum, registry
 from .budget import Budget, agree
-from .dynamo import compiling, skip_frame
-from .eager import eager
-from .registry import Stratum, registry
-from .settings import switches
 
 __all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule", "Iteration"]
 

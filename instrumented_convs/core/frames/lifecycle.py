@@ -18,15 +18,16 @@ in sight); :func:`use_nvtx` is how :func:`~instrumented_convs.configure` switche
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
 import torch
 
-from . import clock, labels, timeline
-from .native import speedups
-from .registry import registry
-from .settings import NVTX_REQUEST, switches
+from ..clocks import cpu as clock
+from ..clocks import events
+from ..labels import nvtx, profiler
+from ..settings import switches
+from ..storage import timeline
+from ..storage.registry import registry
 from .stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
 
 __all__ = [
@@ -34,52 +35,15 @@ __all__ = [
     "close_frame",
     "close_elsewhere",
     "abandon_frame",
-    "use_nvtx",
-    "tool_attached",
 ]
 
-_open_rf = labels.open_record_function
-_prof = labels.profiler_state
+_open_rf = profiler.open_record_function
+_prof = profiler.profiler_state
 _record = registry.record  # the registry's narrow write API, bound once
 _record_sampled = registry.record_sampled
 _record_pending = registry.record_pending
 _record_untimed = registry.record_untimed
-_record_event = clock.record_event
-
-
-def tool_attached() -> bool:
-    """Whether an NVTX tool can receive ranges in this process (``NVTX_INJECTION64_PATH``)."""
-    return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
-
-
-def _pick(choice: str) -> labels.NvtxBackend:
-    if choice == "auto":
-        if not tool_attached():
-            return labels.NvtxBackend()  # nothing could see the ranges: push none
-        return labels.make_backend(None)
-    return labels.make_backend(choice)
-
-
-_nvtx: labels.NvtxBackend = labels.NvtxBackend()
-_push, _pop = _nvtx.push, _nvtx.pop
-_nvtx_live = False
-
-
-def use_nvtx(choice: str) -> str:
-    """Switch NVTX backends (``auto``, ``nvtx``, ``torch`` or ``none``: see
-    :func:`~instrumented_convs.configure`); returns the name of the backend now in use.
-    ``auto`` is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
-    attached to the process, else ``none``."""
-    global _nvtx, _push, _pop, _nvtx_live
-    _nvtx = _pick(choice)
-    _push, _pop = _nvtx.push, _nvtx.pop
-    _nvtx_live = _nvtx.name != "none"
-    if speedups is not None:
-        speedups.set_nvtx_live(_nvtx_live)
-    return _nvtx.name
-
-
-switches.nvtx = use_nvtx(NVTX_REQUEST)  # what the environment asks (INSTRUMENTED_CONVS_NVTX)
+_record_event = events.record_event
 
 
 def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None:
@@ -90,15 +54,15 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     popped again and the exception propagates (the frame is then not open).
     """
     flags = 0
-    if _nvtx_live:
-        _push(label)
+    if nvtx.live:
+        nvtx.push(label)
         flags = PUSHED
     if switches.record_function and _prof._is_profiler_enabled:
         try:
             frame.rf = _open_rf(label)
         except BaseException:
             if flags:
-                _pop()
+                nvtx.pop()
             raise
         flags |= LABELLED
     frame.flags = flags
@@ -197,4 +161,4 @@ def _close_label_and_range(frame: Frame, flags: int) -> None:
             rf.__exit__(None, None, None)
     finally:
         if flags & PUSHED:
-            _pop()
+            nvtx.pop()

@@ -13,7 +13,7 @@ Filling a frame's slots costs about what building a tuple does; a ``NamedTuple``
 
 :class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is in use
 (the fast path of steps reads their fields directly, see
-:mod:`~instrumented_convs.core.native.stepbase`), else the classes below; both have the same
+:mod:`~instrumented_convs.core.steps.stepbase`), else the classes below; both have the same
 attributes. This module imports nothing else from the package.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from .native import speedups
+from ..native import speedups
 
 #: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3

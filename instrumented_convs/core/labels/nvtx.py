@@ -25,6 +25,9 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
+from ..native import speedups
+from ..settings import NVTX_REQUEST, switches
+
 logger = logging.getLogger(__name__)
 
 #: The NVTX domain of every range this library opens.
@@ -172,41 +175,38 @@ def make_backend(prefer: Optional[str] = None) -> NvtxBackend:
     return NvtxBackend()
 
 
-class _ProfilerFlagShim:
-    """For torch versions without the module flag: the same attribute, from a C call."""
-
-    @property
-    def _is_profiler_enabled(self) -> bool:
-        return bool(torch.autograd._profiler_enabled())
+def tool_attached() -> bool:
+    """Whether an NVTX tool can receive ranges in this process (``NVTX_INJECTION64_PATH``)."""
+    return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
 
 
-def _profiler_state() -> Any:
-    """An object whose ``_is_profiler_enabled`` says whether a torch profiler is recording.
-
-    torch keeps that flag as a plain module attribute (``torch.autograd.profiler``), so the
-    hot path reads it in a few nanoseconds instead of calling into C++.
-    """
-    from torch.autograd import profiler as _prof
-
-    if hasattr(_prof, "_is_profiler_enabled"):
-        return _prof
-    return _ProfilerFlagShim()
+def _pick(choice: str) -> NvtxBackend:
+    if choice == "auto":
+        if not tool_attached():
+            return NvtxBackend()  # nothing could see the ranges: push none
+        return make_backend(None)
+    return make_backend(choice)
 
 
-def _fast_record_function() -> Optional[Callable[[str], Any]]:
-    """The C++ record-function handle (``_RecordFunctionFast``), if this torch has one."""
-    return getattr(torch._C._profiler, "_RecordFunctionFast", None)
+#: The backend in use, and its push and pop (read by every step's lifecycle).
+backend: NvtxBackend = NvtxBackend()
+push, pop = backend.push, backend.pop
+#: Whether ranges are pushed at all (the backend is not ``none``).
+live = False
 
 
-profiler_state: Any = _profiler_state()
-fast_record_function = _fast_record_function()
+def use_nvtx(choice: str) -> str:
+    """Switch NVTX backends (``auto``, ``nvtx``, ``torch`` or ``none``: see
+    :func:`~instrumented_convs.configure`); returns the name of the backend now in use.
+    ``auto`` is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
+    attached to the process, else ``none``."""
+    global backend, push, pop, live
+    backend = _pick(choice)
+    push, pop = backend.push, backend.pop
+    live = backend.name != "none"
+    if speedups is not None:
+        speedups.set_nvtx_live(live)
+    return backend.name
 
 
-def open_record_function(name: str) -> Any:
-    """Enter a record_function labelled ``name`` and return the handle to exit it with."""
-    if fast_record_function is not None:
-        handle = fast_record_function(name)
-    else:
-        handle = torch.profiler.record_function(name)
-    handle.__enter__()
-    return handle
+switches.nvtx = use_nvtx(NVTX_REQUEST)  # what the environment asks (INSTRUMENTED_CONVS_NVTX)

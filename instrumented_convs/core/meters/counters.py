@@ -47,8 +47,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..frames.stack import Followed, _tls, follow
 from . import formulas
-from .stack import Followed, _tls, follow
 
 __all__ = ["set_on", "is_on", "of", "clear", "mark", "watch", "EXTENSIONS"]
 

@@ -49,8 +49,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import clock, formulas
-from .stack import Followed, _tls, follow
+from ..clocks import cpu as clock
+from ..frames.stack import Followed, _tls, follow
+from . import formulas
 
 __all__ = [
     "set_on",

@@ -151,7 +151,7 @@ static PyGetSetDef ThreadState_getset[] = {
 static PyTypeObject ThreadStateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.ThreadState",
-    .tp_doc = "Per-thread state: ``stack``, this thread's frames (see instrumented_convs.core.stack).",
+    .tp_doc = "Per-thread state: ``stack``, this thread's frames (see instrumented_convs.core.frames.stack).",
     .tp_basicsize = sizeof(ThreadState),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -316,7 +316,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "instrumented_convs.core.native._speedups",
-    "The common case of a step in C (instrumented_convs.core.step has the same path in Python).",
+    "The common case of a step in C (instrumented_convs.core.steps.step has the same path in Python).",
     -1, module_methods,
 };
 

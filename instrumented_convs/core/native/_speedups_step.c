@@ -80,7 +80,7 @@ static PyMemberDef Frame_members[] = {
 PyTypeObject FrameType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.Frame",
-    .tp_doc = "One open step on a thread's stack (see instrumented_convs.core.stack).",
+    .tp_doc = "One open step on a thread's stack (see instrumented_convs.core.frames.stack).",
     .tp_basicsize = sizeof(Frame),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -306,7 +306,7 @@ static void StepBase_dealloc(StepBase *self) {
 PyTypeObject StepBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.StepBase",
-    .tp_doc = "The common case of Step.__enter__/__exit__ in C (see instrumented_convs.core.step).",
+    .tp_doc = "The common case of Step.__enter__/__exit__ in C (see instrumented_convs.core.steps.step).",
     .tp_basicsize = sizeof(StepBase),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_new = PyType_GenericNew,

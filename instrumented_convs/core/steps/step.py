@@ -26,16 +26,21 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from . import anchor, backward, clock, dynamo, lifecycle
-from . import stack as _stack
-from .clock import device_index as _device_index
-from .clock import device_is_cuda as _device_is_cuda
-from .cycle import Iteration
-from .cycle import cycle as _cycle
-from .native.stepbase import StepBase
-from .registry import backward_key, registry
-from .settings import switches
-from .stack import CPU, Frame, current_path, depth, open_steps, pop_own
+from ..backward import anchor
+from ..backward import hooks as backward
+from ..clocks import choice
+from ..clocks import cpu as clock
+from ..clocks.choice import device_index as _device_index
+from ..clocks.choice import device_is_cuda as _device_is_cuda
+from ..compiler import dynamo
+from ..dutycycle.cycle import Iteration
+from ..dutycycle.cycle import cycle as _cycle
+from ..frames import lifecycle
+from ..frames import stack as _stack
+from ..frames.stack import CPU, Frame, current_path, depth, open_steps, pop_own
+from ..settings import switches
+from ..storage.registry import backward_key, registry
+from .stepbase import StepBase
 
 __all__ = [
     "Step",
@@ -52,7 +57,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _open = lifecycle.open_frame
 _close = lifecycle.close_frame
-_auto_cuda = clock.auto_cuda
+_auto_cuda = choice.auto_cuda
 _seq = anchor.seq_nr
 _log_exit = anchor.log_exit
 _Log = anchor.Log
@@ -86,7 +91,7 @@ def _check_name(name: Any) -> None:
 class Step(StepBase):
     """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``.
 
-    ``__enter__``/``__exit__`` come from :class:`~instrumented_convs.core.native.stepbase.StepBase`
+    ``__enter__``/``__exit__`` come from :class:`~instrumented_convs.core.steps.stepbase.StepBase`
     (in C when the extension is built): they handle the common case and call :meth:`_enter` /
     :meth:`_exit` for every other.
     """

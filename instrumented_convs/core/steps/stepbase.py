@@ -1,21 +1,9 @@
-"""The common case of entering and leaving a step, fast: :class:`StepBase`, the base of Step.
+"""The common case of a step's enter and exit: :class:`StepBase`, the base of ``Step``.
 
-Nearly every step runs on the CPU clock (nested in a CPU step, or given a CPU device), with no NVTX
-tool attached, no profiler recording and no exception. For that case, ``__enter__`` finds the entry,
-fills a reused frame, logs the autograd counter (or starts the log of an anchor: see
-:mod:`~instrumented_convs.core.anchor`), and starts the clock; ``__exit__`` stops the clock, appends
-the duration to the entry's buffer (the registry's lock-free write, see
-:mod:`~instrumented_convs.core.entry`), and logs the node range for the anchor (an anchor's own exit
-hands over to ``_anchor.log_exit``). Every other case (a new path, CUDA, NVTX, a profiler label, an
-exception, a reset while open, a top-level step that must pick its clock, steps that do not nest)
-calls ``Step._enter`` / ``Step._exit`` (:mod:`~instrumented_convs.core.step`), the general path,
-which opens and closes frames through :mod:`~instrumented_convs.core.lifecycle`.
-
-This path costs Python about 150 bytecodes a step, more than the rest of a step's work, so
-it exists twice: in C (``instrumented_convs/core/native/_speedups*.c``, built by ``pip install`` or
-``python setup.py build_ext --inplace``; used when it imports) and here in Python, the
-fallback, with the same behaviour; ``INSTRUMENTED_CONVS_PURE_PYTHON=1`` forces the Python
-one (the tests run both). :data:`IMPLEMENTATION` says which is in use.
+A CPU-clock step with no NVTX tool, no profiler and no exception: find the entry, fill a
+reused frame, start the clock; at exit append the duration to the entry's buffer. Every
+other case goes to ``Step._enter`` / ``Step._exit``. This is the Python twin of the C
+extension's ``StepBase`` (:data:`IMPLEMENTATION` says which is in use).
 """
 
 from __future__ import annotations
@@ -26,18 +14,21 @@ from typing import Any
 
 import torch
 
-from .. import anchor, clock, labels, lifecycle, sampling, timeline
-from ..entry import FOLD_AT, Entry
-from ..registry import SKIPS_FOLD_AT, registry
+from ..backward import anchor, sampling
+from ..clocks import cpu as clock
+from ..frames.stack import CPU, Frame, _tls
+from ..labels import nvtx, profiler
+from ..native import IMPLEMENTATION, seq_counter_address, speedups
 from ..settings import switches
-from ..stack import CPU, Frame, _tls
-from . import IMPLEMENTATION, seq_counter_address, speedups
+from ..storage import timeline
+from ..storage.entry import FOLD_AT, Entry
+from ..storage.registry import SKIPS_FOLD_AT, registry
 
 __all__ = ["StepBase", "IMPLEMENTATION"]
 
 _seq = anchor.seq_nr
 _grad_enabled = torch.is_grad_enabled
-_prof = labels.profiler_state
+_prof = profiler.profiler_state
 
 
 class PyStepBase:
@@ -60,7 +51,7 @@ class PyStepBase:
             return self._enter(stack, top)  # type: ignore[attr-defined]
         if parent is None:  # top level: under the registry's root
             parent = registry.root
-        if parent.retired or lifecycle._nvtx_live or _prof._is_profiler_enabled:
+        if parent.retired or nvtx.live or _prof._is_profiler_enabled:
             return self._enter(stack, top)  # type: ignore[attr-defined]
         entry = parent.children.get(self.key)
         if entry is None:  # a new path: the registry creates its entry

@@ -14,7 +14,7 @@ from __future__ import annotations
 from operator import mul
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
-from .native import speedups
+from ..native import speedups
 
 _sums = speedups.sums if speedups is not None else None
 

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Deque, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from . import counters, memory
+from ..clocks.pending import PendingTimes
 from . import timeline as _timeline
-from .clock import PendingTimes
 from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
 #: Skipped calls queued before :meth:`Registry.record_skipped` counts them (the C count hook
@@ -89,7 +88,7 @@ class Registry:
         #: How many times the registry was reset (what holds a stratum checks it).
         self.generation = 0
         #: CUDA event pairs waiting to be read
-        #: (:class:`~instrumented_convs.core.clock.PendingTimes`):
+        #: (:class:`~instrumented_convs.core.clocks.pending.PendingTimes`):
         #: ``len(registry.pending)``, and its ``poll_at`` / ``hard_limit`` thresholds.
         self.pending = PendingTimes(self._fold_locked)
         #: Calls counted by backward sampling, not yet added (see :meth:`record_skipped`).
@@ -244,8 +243,9 @@ class Registry:
         slot: Any = None,
     ) -> None:
         """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``, folded in
-        when resolved (:class:`~.clock.PendingTimes`); ``sampled``: as :meth:`record_sampled`;
-        ``slot``: the call's GPU times on the timeline, filled then (:mod:`.timeline`)."""
+        when resolved (:class:`~..clocks.pending.PendingTimes`); ``sampled``: as
+        :meth:`record_sampled`; ``slot``: the call's GPU times on the timeline, filled then
+        (:mod:`.timeline`)."""
         with self._lock:
             if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
@@ -322,8 +322,6 @@ class Registry:
             self.pending.clear()
             self._skips.clear()
             _timeline.clear()
-            counters.clear()
-            memory.clear()
             for stratum in self.strata:
                 old = stratum.root
                 old.retired = True
@@ -374,7 +372,9 @@ class Registry:
             carry = 0
         return weights
 
-    def snapshot(self) -> List[EntryStats]:
+    def snapshot(
+        self, readers: Sequence[Callable[[Entry], Optional[Dict[str, Any]]]] = ()
+    ) -> List[EntryStats]:
         """Every entry as plain data, depth first (after resolving pending CUDA times): an
         :class:`~.entry.EntryStats` each (raw statistics, integer ns, its counters, the
         index of its parent record, -1 at the top level, and its stratum's weight), all a
@@ -389,13 +389,11 @@ class Registry:
                 w = weight[id(_root_of(e))]
                 if w != 1.0:
                     out[i] = out[i]._replace(weight=w)
-        for i, e in enumerate(entries):  # the counters' own, when they counted anything
-            counted = counters.of(e)
-            if counted is not None:
-                out[i] = out[i]._replace(**counted)
-            kept = memory.of(e)
-            if kept is not None:
-                out[i] = out[i]._replace(**kept)
+        for read in readers:  # fields others keep per entry (the meters': meters.readings)
+            for i, e in enumerate(entries):
+                fields = read(e)
+                if fields is not None:
+                    out[i] = out[i]._replace(**fields)
         return out
 
 

@@ -7,7 +7,7 @@ the thread it ran on, and ``link``, which pairs a forward call with its backward
 call's autograd sequence number at entry (-1: none), a backward call's ``(forward thread,
 sequence number)`` (see :mod:`.backward`). A call timed with CUDA events appends a sixth
 item, a list ``[reference event, start ms, end ms, reference CPU ns]`` whose times the
-registry's pending queue fills when it resolves the pair (:class:`~.clock.PendingTimes`):
+registry's pending queue fills when it resolves the pair (:class:`~..clocks.pending.PendingTimes`):
 the GPU's times relative to one reference event per device, recorded before the first
 timed pair, with the CPU clock read when it was recorded.
 
@@ -23,8 +23,9 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import clock
-from .native import speedups
+from ..clocks import cpu as clock
+from ..clocks import events as cuda_events
+from ..native import speedups
 
 __all__ = [
     "events",
@@ -117,8 +118,8 @@ def gpu_ref(key: Any) -> list:
     clock read with it."""
     ref = _refs.get(key)
     if ref is None:
-        event = clock.events._factory()  # its own event: never back to the pool
-        event.record(clock.current_stream(key))
+        event = cuda_events.events._factory()  # its own event: never back to the pool
+        event.record(cuda_events.current_stream(key))
         ref = _refs[key] = (event, clock.cpu_now())
     return [ref[0], None, None, ref[1]]
 

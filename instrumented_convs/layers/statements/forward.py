@@ -21,7 +21,8 @@ function, ``super()``, a function given the layer or its attributes); one that d
 (:mod:`.split`). A loop with no step inside is one step, named after its first line (not one per
 turn), and so is an ``if`` whose test does work; otherwise the statements of a block are, each as
 above. A function defined in the forward (not a generator, not decorated) is a step named after it,
-its own statements as the forward's. The steps are plain :class:`~instrumented_convs.core.step.Step`
+its own statements as the forward's. The steps are plain
+:class:`~instrumented_convs.core.steps.step.Step`
 objects, free variables of the new function: a statement costs one step. Line numbers are the
 file's: a traceback points into upstream's source.
 """
@@ -37,7 +38,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from ...core.step import Step
+from ...core.steps.step import Step
 from .rewrite import Wrap
 from .split import TRUTH
 from .statements import Known

@@ -37,7 +37,7 @@ import threading
 import types
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
-from ...core.step import Step
+from ...core.steps.step import Step
 
 __all__ = [
     "Route",

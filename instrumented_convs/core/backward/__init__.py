@@ -1,0 +1,2 @@
+"""A step's backward: which forward call's backward is timed (sampling), the autograd
+nodes a step created (anchor), and the hooks that open and close backward frames (hooks)."""
