@@ -2,23 +2,8 @@
 
 Change one import (``from instrumented_convs.pyg import GCNConv``), train as before, then
 ``print(registry.summary())``: every internal step of every layer, timed (CUDA events on a
-GPU, no per-step synchronize), nested, and shown as NVTX ranges and profiler labels.
-
-This module is the face, every name a user calls (``__all__``):
-
-- :func:`region`: time a block of your own code (an epoch, its forward, the loss);
-- :func:`instrument` / :func:`uninstrument`: swap a built model's conv layers for ours and
-  back; :func:`name_layers`: name each layer after its attribute path;
-- :data:`registry`: ``registry.summary()`` reads the table, ``registry.reset()`` empties it;
-- :func:`configure`: every switch (recording, NVTX, profiler labels, backward timing),
-  returning the :class:`Settings` it replaced (a context manager that puts them back).
-
-What a summary is made of (``Summary``, ``Row``, the renderers) is in
-:mod:`instrumented_convs.report`; steps for layers of your own are in
-:mod:`instrumented_convs.layers`; the drop-in layers in :mod:`instrumented_convs.pyg` and
-:mod:`instrumented_convs.dgl`. docs/architecture.rst shows the parts behind them. The face
-is where the core's storage (:mod:`instrumented_convs.core`) meets the report: the core
-knows nothing of summaries, so :data:`registry` reads the core's snapshot with the report.
+GPU, no per-step synchronize), nested, and shown as NVTX ranges and profiler labels. This
+module holds every name a user calls (``__all__``).
 """
 
 import typing as _t

@@ -1,41 +1,6 @@
-"""Lightning: ``Trainer(profiler=ConvProfiler(dirpath="runs"))``, the conv layers' steps of a
-Lightning run, nested under Lightning's own actions.
-
-:class:`ConvProfiler` is a Lightning ``Profiler`` (of ``lightning`` and of
-``pytorch_lightning``, whichever are installed: the Trainer checks the type). At each
-``fit``, ``validate``, ``test`` or ``predict`` call the Trainer sets it up with its
-LightningModule, and for that call:
-
-- the module's stock PyG and DGL conv layers are instrumented in place, as ``run`` does
-  (layers built from our drop-in classes already are); they are put back at the end;
-- ``run``'s hooks are on (:class:`~instrumented_convs.commands.launch.Hooks`): ``forward``
-  (``forward (no grad)`` in evaluation) around the outermost module call, ``backward``
-  around autograd's, ``optimizer.step`` around the update. Lightning's automatic
-  optimization runs ``training_step`` and the backward inside the closure it gives the
-  optimizer: the region opens when the closure returns, so it is the update alone;
-- Lightning's actions are regions around them: ``run_training_batch`` is
-  ``training batch``; the strategy's ``training_step``, ``validation_step``, ``test_step``
-  and ``predict_step`` keep their names; the loops' fetches (``train_dataloader_next``,
-  ``val_next``...) are ``data``. The sanity check's are marked: ``validation_step (sanity
-  check)``, ``data (sanity check)``.
-
-When the call ends (the Trainer's ``describe()``), :meth:`ConvProfiler.summary` is the table
-(Lightning logs it, or writes it to ``dirpath/filename`` when a ``filename`` is given) and the
-run folder is written: ``<dirpath>/<stage>/`` (``fit``, ``validate``...; ``fit-2`` for a second
-``fit`` of the same profiler; ``<filename>-fit`` with a ``filename``), ``dirpath`` being the
-Trainer's log directory when none is given, with ``run.json``, ``summary.txt``, the page and the
-timeline as ``run`` leaves them (``python -m instrumented_convs view DIR`` reads it). Under a
-strategy of several processes (DDP), every rank records and writes its own file and rank 0
-merges them (its table is the merged one).
-
-At the end of each training epoch, the time per call of each step since the last epoch goes to
-TensorBoard (``Summary.to_tensorboard``) through the Trainer's own ``TensorBoardLogger`` when
-it has one (``tensorboard=DIR``: a writer of ours there instead; ``False``: nowhere), at the
-Trainer's global step, beside Lightning's own curves.
-
-The switches of :func:`~instrumented_convs.configure` are arguments (``record_every=10`` or
-``budget=0.01`` for the duty cycle, ``counters=True``, ``backward_every=1``...), in force from
-set-up to the end of each call, as are ``run``'s ``only``, ``exclude`` and ``warmup``.
+"""Lightning: ``Trainer(profiler=ConvProfiler(dirpath="runs"))`` records the conv layers'
+steps of a Lightning run, nested under Lightning's own actions, and leaves the run folder
+that ``run`` leaves. Only this module imports Lightning, and nothing imports it.
 """
 
 from __future__ import annotations
@@ -58,9 +23,8 @@ from .commands.launch import (
     load,
     merge_folder,
     run_meta,
-    summary_of,
+    saved_summary,
     write_run,
-    write_timeline,
 )
 from .layers import InstrumentedLayer
 
@@ -108,7 +72,44 @@ _CYCLE = ("record_every", "budget", "iteration")  # set after the hooks (see set
 
 
 class _Profiler:
-    """What :class:`ConvProfiler` adds to Lightning's ``Profiler`` (see the module)."""
+    """What :class:`ConvProfiler` adds to Lightning's ``Profiler``.
+
+    :class:`ConvProfiler` is a Lightning ``Profiler`` (of ``lightning`` and of
+    ``pytorch_lightning``, whichever are installed: the Trainer checks the type). At each
+    ``fit``, ``validate``, ``test`` or ``predict`` call the Trainer sets it up with its
+    LightningModule, and for that call:
+
+    - the module's stock PyG and DGL conv layers are instrumented in place, as ``run`` does
+      (layers built from our drop-in classes already are); they are put back at the end;
+    - ``run``'s hooks are on (:class:`~instrumented_convs.commands.launch.Hooks`): ``forward``
+      (``forward (no grad)`` in evaluation) around the outermost module call, ``backward``
+      around autograd's, ``optimizer.step`` around the update. Lightning's automatic
+      optimization runs ``training_step`` and the backward inside the closure it gives the
+      optimizer: the region opens when the closure returns, so it is the update alone;
+    - Lightning's actions are regions around them: ``run_training_batch`` is ``training batch``;
+      the strategy's ``training_step``, ``validation_step``, ``test_step`` and ``predict_step``
+      keep their names; the loops' fetches (``train_dataloader_next``, ``val_next``...) are
+      ``data``. The sanity check's are marked: ``validation_step (sanity check)``, ``data
+      (sanity check)``.
+
+    When the call ends (the Trainer's ``describe()``), :meth:`ConvProfiler.summary` is the table
+    (Lightning logs it, or writes it to ``dirpath/filename`` when a ``filename`` is given) and
+    the run folder is written: ``<dirpath>/<stage>/`` (``fit``, ``validate``...; ``fit-2`` for a
+    second ``fit`` of the same profiler; ``<filename>-fit`` with a ``filename``), ``dirpath``
+    being the Trainer's log directory when none is given, with ``run.json``, ``summary.txt``,
+    the page and the timeline as ``run`` leaves them (``python -m instrumented_convs view DIR``
+    reads it). Under a strategy of several processes (DDP), every rank records and writes its
+    own file and rank 0 merges them (its table is the merged one).
+
+    At the end of each training epoch, the time per call of each step since the last epoch goes
+    to TensorBoard (``Summary.to_tensorboard``) through the Trainer's own ``TensorBoardLogger``
+    when it has one (``tensorboard=DIR``: a writer of ours there instead; ``False``: nowhere),
+    at the Trainer's global step, beside Lightning's own curves.
+
+    The switches of :func:`~instrumented_convs.configure` are arguments (``record_every=10`` or
+    ``budget=0.01`` for the duty cycle, ``counters=True``, ``backward_every=1``...), in force
+    from set-up to the end of each call, as are ``run``'s ``only``, ``exclude`` and ``warmup``.
+    """
 
     def __init__(
         self,
@@ -357,27 +358,31 @@ class _Profiler:
         folder = self._folder(state["stage"], state["call"])
         rank, world = job
         try:
+            timeline, name = None, None
             if self.timeline:
                 name = f"rank {rank}" if world is not None else f"{target} ({os.getpid()})"
-                meta["trace"] = write_timeline(folder, registry.timeline(), name, job=job)
-            write_run(folder, registry.snapshot(), meta, job=job)
+                timeline = registry.timeline()
+            write_run(
+                folder, registry.snapshot(), meta, job=job, timeline=timeline, trace_name=name
+            )
         finally:
             state["previous"].restore()
             for layer in state["converted"]:
                 uninstrument(layer)
         self.folders.append(folder)
         if world is None:
-            run = load(folder)
+            saved = load(folder)
         elif rank == 0:
-            run = merge_folder(folder, wait=self.merge_timeout)
-            if run["ranks_missing"]:
+            saved = merge_folder(folder, wait=self.merge_timeout)
+            if saved["ranks_missing"]:
                 logger.warning(
-                    "ConvProfiler: no file from ranks %s: merged without them", run["ranks_missing"]
+                    "ConvProfiler: no file from ranks %s: merged without them",
+                    saved["ranks_missing"],
                 )
         else:
             self._text = str(registry.summary())
             return
-        self._text = summary_of(run).table(title=f"instrumented_convs: {target}")
+        self._text = saved_summary(saved).table(title=f"instrumented_convs: {target}")
         logger.info("ConvProfiler: saved in %s", folder)
 
 
@@ -390,10 +395,10 @@ def _make() -> type:
     bases = _profiler_bases()
     doc = (
         "A Lightning profiler that times the conv layers' internal steps, nested under "
-        "Lightning's actions (see :mod:`instrumented_convs.lightning`): "
-        "``Trainer(profiler=ConvProfiler(dirpath=...))``. A subclass of "
+        "Lightning's actions: ``Trainer(profiler=ConvProfiler(dirpath=...))``. A subclass of "
         + " and ".join(f"``{b.__module__}.Profiler``" for b in bases)
-        + "."
+        + ".\n\n"
+        + inspect.cleandoc(_Profiler.__doc__ or "").split("\n", 2)[-1]
     )
     return type("ConvProfiler", (_Profiler, *bases), {"__doc__": doc, "__module__": __name__})
 

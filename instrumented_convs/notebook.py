@@ -1,18 +1,6 @@
-"""Jupyter: summaries and saved runs shown as their page, and the ``%%instrumented`` magic.
-
-- A :class:`~instrumented_convs.report.Summary` shows in a notebook as its page (the icicle
-  and the table) in a frame of its own (an iframe's ``srcdoc``: the page's script and styles
-  and the notebook's cannot touch each other), with the text table where a viewer strips
-  scripts or frames (a static notebook viewer); IPython's text view is the table.
-- :func:`load` reads a saved run (``run``'s folder, the Lightning profiler's, the magic's)
-  as a :class:`NotebookRun`, shown the same way with its command, versions and settings.
-- ``%load_ext instrumented_convs`` gives the cell magic ``%%instrumented``: the cell runs as
-  under ``run`` (its models' stock conv layers instrumented at their first call, the loop's
-  regions ``forward``, ``backward``, ``optimizer.step``, ``data``), the table is shown at
-  the end, the run is kept in a variable (``ic_run``; ``--var NAME``) and saved where
-  ``-o DIR`` says; the layers it instrumented are stock again after the cell.
-  ``%%instrumented?`` lists its options (those of ``run``: ``--record-every``,
-  ``--budget``, ``--counters``, ``--memory``...).
+"""Jupyter: saved runs shown as their page (:func:`load`), and the ``%%instrumented`` magic
+(:class:`InstrumentedMagics`), which profiles a cell as ``run`` profiles a script. Only this
+module imports IPython.
 """
 
 from __future__ import annotations
@@ -36,12 +24,11 @@ from . import configure, registry
 from .commands.launch import (
     TRACE_LIMIT,
     Hooks,
-    page_of,
     run_data,
     run_meta,
-    summary_of,
+    saved_page_html,
+    saved_summary,
     write_run,
-    write_timeline,
 )
 from .commands.launch import (
     load as load_run,
@@ -62,7 +49,7 @@ class NotebookRun:
         """``run``: a run as ``load`` reads it; ``folder``: where it lies."""
         self.run = run
         self.folder = folder
-        self.summary = summary_of(run, by=run.get("by") or "step", unit=run.get("unit"))
+        self.summary = saved_summary(run, by=run.get("by") or "step", unit=run.get("unit"))
 
     @property
     def title(self) -> str:
@@ -70,8 +57,11 @@ class NotebookRun:
         return str(self.run.get("target") or "run")
 
     def _repr_html_(self) -> str:
-        """The page (icicle, table, command, versions, settings) in a frame of its own."""
-        return in_notebook(page_of(self.run, self.summary), self.summary.table(title=self.title))
+        """The page (icicle, table, command, versions, settings) in a frame of its own (an
+        iframe's ``srcdoc``: the page's script and styles and the notebook's cannot touch each
+        other), with the text table where a viewer strips scripts or frames."""
+        page = saved_page_html(self.run, self.summary)
+        return in_notebook(page, self.summary.table(title=self.title))
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """The table, for IPython's text views."""
@@ -115,7 +105,16 @@ def _names(text: Optional[str]) -> Optional[List[str]]:
 
 @magics_class
 class InstrumentedMagics(Magics):
-    """``%%instrumented``: the cell, profiled as ``run`` profiles a script."""
+    """``%%instrumented``: the cell, profiled as ``run`` profiles a script.
+
+    ``%load_ext instrumented_convs`` gives the cell magic: the cell runs as under ``run``
+    (its models' stock conv layers instrumented at their first call, the loop's regions
+    ``forward``, ``backward``, ``optimizer.step``, ``data``), the table is shown at the end,
+    the run is kept in a variable (``ic_run``; ``--var NAME``) and saved where ``-o DIR``
+    says; the layers it instrumented are stock again after the cell. ``%%instrumented?``
+    lists its options (those of ``run``: ``--record-every``, ``--budget``, ``--counters``,
+    ``--memory``...).
+    """
 
     @cell_magic
     def instrumented(self, line: str, cell: str) -> None:
@@ -166,9 +165,15 @@ class InstrumentedMagics(Magics):
                 cell=cell,
             )
             if folder is not None:
-                name = f"%%instrumented ({os.getpid()})"
-                meta["trace"] = write_timeline(folder, registry.timeline(), name, job=(None, None))
-                write_run(folder, registry.snapshot(), meta, by=args.by, job=(None, None))
+                write_run(
+                    folder,
+                    registry.snapshot(),
+                    meta,
+                    by=args.by,
+                    job=(None, None),
+                    timeline=registry.timeline(),
+                    trace_name=f"%%instrumented ({os.getpid()})",
+                )
                 run = load_run(folder)
             else:
                 run, _ = run_data(registry.snapshot(), meta, by=args.by, job=(None, None))

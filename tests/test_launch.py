@@ -12,6 +12,7 @@ import copy
 import gzip
 import importlib
 import json
+import os
 import re
 import sys
 import time
@@ -379,12 +380,7 @@ def test_a_rank_that_never_ends_is_left_out_and_merge_merges_what_is_there(tmp_p
 
 
 def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
-    from instrumented_convs.commands.launch.runs import (
-        load,
-        merge_folder,
-        write_run,
-        write_timeline,
-    )
+    from instrumented_convs.commands.launch.runs import load, merge_folder, write_run
 
     ic.configure(timeline=100)
     with ic.region("epoch"):
@@ -392,8 +388,8 @@ def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     folder = tmp_path / "job"
-    meta = {"exit_code": 0, "trace": write_timeline(folder, ic.registry.timeline(), "rank 1")}
-    write_run(folder, ic.registry.snapshot(), meta)
+    timeline = ic.registry.timeline()
+    write_run(folder, ic.registry.snapshot(), {"exit_code": 0}, timeline=timeline, trace_name="r1")
     saved = load(folder / "rank1.json")["trace"]
     assert saved["file"] == "rank1.trace.json.gz" and (folder / saved["file"]).is_file()
     merged = merge_folder(folder)  # rank 0 never wrote: merged without it
@@ -406,6 +402,53 @@ def test_a_ranks_record_names_the_timeline_file_it_wrote(tmp_path, monkeypatch):
     }
     assert len(spans(read_trace(folder / merged["trace"]["file"]))) == 1
     assert [r["trace"] for r in merged["per_rank"]] == [saved]
+
+
+def test_a_renderer_that_reads_the_timeline_writes_its_file_in_the_run_folder(
+    tmp_path, monkeypatch
+):
+    """A run folder is written by asking every renderer with all that the run has (the
+    summary, the timeline, the peaks, the loaders' records): one registered that reads the
+    timeline finds it there and writes its file; without a timeline it writes none."""
+    from instrumented_convs.commands.launch.runs import write_run
+    from instrumented_convs.report import RENDERERS, Peak, Renderer, register
+
+    seen = []
+
+    class Calls(Renderer):
+        name, file = "calls", "calls.txt"
+
+        def wants(self, inp):
+            return inp.timeline is not None
+
+        def render(self, inp):
+            seen.append((inp.peak, inp.loaders, inp.pid, inp.name))
+            return f"{len(inp.timeline)} calls of {len(inp.summary.rows)} rows"
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ic.configure(timeline=100)
+    with ic.region("epoch"):
+        with ic.region("step"):
+            pass
+    loaders = {"loaders": [], "workers": []}
+    meta = {"exit_code": 0, "peak": Peak(10.0, 20.0)._asdict(), "workers": loaders}
+    register(Calls())
+    try:
+        for name, timeline in (("with", ic.registry.timeline()), ("without", None)):
+            write_run(
+                tmp_path / name, ic.registry.snapshot(), meta, timeline=timeline, trace_name="t"
+            )
+    finally:
+        del RENDERERS["calls"]
+    assert (tmp_path / "with" / "calls.txt").read_text() == "2 calls of 2 rows\n"
+    assert seen == [(Peak(10.0, 20.0), loaders, os.getpid(), "t")]
+    assert sorted(p.name for p in (tmp_path / "with").iterdir()) == [
+        *("calls.txt", "page.html", "run.json", "summary.txt", "trace.json.gz")
+    ]
+    assert not (tmp_path / "without" / "calls.txt").exists()
+    assert not (tmp_path / "without" / "trace.json.gz").exists()
+    assert "calls" not in RENDERERS
 
 
 def _job(monkeypatch, rank, agent):

@@ -257,12 +257,29 @@ def test_the_page_shows_times_in_the_unit_the_table_chose(clock):
 
 
 def test_every_renderer_by_name_and_a_run_folder_written_by_each(clock, tmp_path):
-    from instrumented_convs.report import RENDERERS, Run, render, write_folder
+    from instrumented_convs.report import RENDERERS, RenderInput, Run, render, write_folder
 
     _seed_like_run(clock)
     s = registry.summary()
-    assert set(RENDERERS) == {"text", "page", "json", "csv", "roofline", "memory", "trace"}
+    assert set(RENDERERS) == {
+        *("text", "page", "json", "csv", "roofline", "memory", "trace", "workers")
+    }
+    assert Run is RenderInput  # the name it had
     assert render("text", Run(s)) == str(s) == s.render()
+    # the summary's exports go through the renderers, and say what the formats say
+    from instrumented_convs.report import TableRenderer, memory, page, roofline
+
+    table = TableRenderer(unit="us", title="T", spread=False).render(s)
+    assert (
+        s.table(unit="us", title="T", spread=False)
+        == table
+        == render("text", RenderInput(s, options={"unit": "us", "title": "T", "spread": False}))
+    )
+    assert s.to_json(indent=None) == render("json", RenderInput(s, options={"indent": None}))
+    assert s.table(counters=True) == roofline.render(s, None, s.unit) == render("roofline", Run(s))
+    assert s.table(memory=True) == memory.render(s) == render("memory", RenderInput(s))
+    html = page.summary_page(s, "t", note="n")
+    assert s.to_html(title="t", note="n") == html == render("page", Run(s, title="t", note="n"))
     assert render("json", Run(s)) == s.to_json() and render("csv", Run(s)) == s.to_csv()
     assert render("page", Run(s, title="t")).startswith("<!DOCTYPE html>")
     with pytest.raises(ValueError, match="no renderer 'pdf'"):

@@ -390,9 +390,9 @@ def test_run_times_each_batchs_copy_and_the_split_counts_it(tmp_path):
     run = json.loads((out / "run.json").read_text())
     rows = {r["name"]: r for r in run["summary"]["rows"]}
     assert rows["copy"]["count"] == rows["data"]["count"] == 36  # 192 graphs in 16s, 3 epochs
-    from instrumented_convs.commands.launch import summary_of
+    from instrumented_convs.commands.launch import saved_summary
 
-    (p,) = pipeline(run["workers"], summary_of(run))
+    (p,) = pipeline(run["workers"], saved_summary(run))
     assert p["copy"] == pytest.approx(
         rows["copy"]["total"] * 1e9 / run["workers"]["loaders"][0]["span"]
     )

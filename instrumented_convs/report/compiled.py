@@ -1,13 +1,6 @@
-"""What a summary says of ``torch.compile``: the layers that ran compiled, graph breaks and
-recompiles.
-
-Steps do not record inside compiled code. A summary carries what the core noted while
-Dynamo traced our layers (:func:`instrumented_convs.core.compiler.dynamo.describe`, the summary's
-``compiled``): per compiled call (``run``'s ``compiled NAME`` step), the conv layers traced
-into its graphs and how many times each runs in one call; the graph breaks Dynamo recorded,
-attributed to the conv layers whose code caused them, and the recompiles, to those whose
-code was compiled again. :func:`compiled_note` turns that into the lines under the table
-and on the page: a layer that ran compiled is never a silent gap.
+"""What a summary says of ``torch.compile`` (:func:`compiled_note`): the layers that ran
+compiled, graph breaks and recompiles, since steps do not record inside compiled code and a
+layer that ran compiled must never be a silent gap.
 """
 
 from __future__ import annotations
@@ -72,7 +65,16 @@ def _by_layer_text(events: List[Dict[str, Any]], what: str, title: str) -> str:
 
 
 def compiled_note(summary: Any) -> str:
-    """The lines a summary adds about compiled code (empty when nothing ran compiled)."""
+    """The lines a summary adds about compiled code (empty when nothing ran compiled).
+
+    A summary carries what the core noted while Dynamo traced our layers
+    (:func:`instrumented_convs.core.compiler.dynamo.describe`, the summary's ``compiled``): per
+    compiled call (``run``'s ``compiled NAME`` step), the conv layers traced into its graphs and
+    how many times each runs in one call; the graph breaks Dynamo recorded, attributed to the
+    conv layers whose code caused them, and the recompiles, to those whose code was compiled
+    again. :func:`compiled_note` turns that into the lines under the table and on the page: a
+    layer that ran compiled is never a silent gap.
+    """
     compiled = getattr(summary, "compiled", None)
     if not compiled:
         return ""

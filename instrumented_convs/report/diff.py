@@ -1,25 +1,8 @@
 """Two summaries side by side: per step, the change in mean time and whether it is real.
 
-:func:`diff` pairs the rows of two summaries (a baseline ``a`` and a candidate ``b``) by step
-path, phase and layer, keeps the tree (rows only one side has are ``added`` or
-``missing``), and gives each pair a verdict from the numbers both runs recorded, in the
-spirit of ``torch.utils.benchmark.Compare``:
-
-- the change is the difference of mean time per call, ``b - a``, and its share of ``a``;
-- its standard error comes from each side's standard deviation and number of timed calls;
-- ``slower`` / ``faster``: the change is at least ``min_change`` of ``a`` and more than three
-  standard errors from zero;
-- ``unchanged``: the change is within ``min_change`` of ``a`` even three standard errors out;
-- ``too noisy``: neither can be said (few calls, or a spread wider than the change).
-
-Where either run recorded memory (``configure(memory=True)``), the table is followed by the
-memory's: per step what it keeps for backward per call and its peak in each run, each with
-``more``, ``less`` or ``unchanged`` (:func:`.memory.verdict`).
-
-Means per call, not totals, are compared, so runs of different lengths compare, and so do
-a sampled run (the duty cycle) and a full one: a sampled row's standard error counts the
-calls it recorded, not the calls it is scaled to. This module
-imports nothing from the package above the row and table helpers.
+A diff says whether a change is more than noise, from what both runs recorded (spread and
+calls), so that a slower step is not reported on one noisy run. It imports nothing above
+the row and table helpers.
 """
 
 from __future__ import annotations
@@ -169,7 +152,27 @@ class SummaryDiff:
 
 
 def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
-    """Pair the rows of summaries ``a`` (baseline) and ``b``; see the module docstring."""
+    """The rows of summaries ``a`` (the baseline) and ``b`` (the candidate), paired by step
+    path, phase and layer, in the tree's order (rows only one side has are ``added`` or
+    ``missing``), each pair with a verdict from the numbers both runs recorded, in the spirit
+    of ``torch.utils.benchmark.Compare``:
+
+    - the change is the difference of mean time per call, ``b - a``, and its share of ``a``;
+    - its standard error comes from each side's standard deviation and number of timed calls;
+    - ``slower`` / ``faster``: the change is at least ``min_change`` of ``a`` and more than
+      three standard errors from zero;
+    - ``unchanged``: the change is within ``min_change`` of ``a`` even three standard errors
+      out;
+    - ``too noisy``: neither can be said (few calls, or a spread wider than the change).
+
+    Where either run recorded memory (``configure(memory=True)``), the table is followed by the
+    memory's: per step what it keeps for backward per call and its peak in each run, each with
+    ``more``, ``less`` or ``unchanged`` (:func:`.memory.verdict`).
+
+    Means per call, not totals, are compared, so runs of different lengths compare, and so do a
+    sampled run (the duty cycle) and a full one: a sampled row's standard error counts the calls
+    it recorded, not the calls it is scaled to.
+    """
     if a.by != b.by:
         raise ValueError(f"one summary is by {a.by!r}, the other by {b.by!r}: summarise both alike")
     rows_a: Dict[Key, Any] = {(r.name, r.phase, r.scope): r for r in a.rows}

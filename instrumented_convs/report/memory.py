@@ -1,12 +1,6 @@
-"""The memory table: per step, what it keeps for backward and how high the bytes alive
-rise while it runs (``configure(memory=True)``; ``summary.table(memory=True)``).
-
-For each step that memory recorded (children included, as its time): its calls, the bytes
-of the tensors it made that autograd kept for backward, per call, and their share of what
-the whole forward kept (the top-level rows' sum: the model's activation memory, split by
-step), and its peak (the most bytes alive above a call's start, the largest of its calls;
-a backward step's: what its backward allocates at its peak). What memory cannot see is
-said under the table. This module only renders rows.
+"""The memory table (``configure(memory=True)``; ``summary.table(memory=True)``): per step,
+what it keeps for backward and how high the bytes alive rise while it runs, and its part of
+a diff. It only renders rows.
 """
 
 from __future__ import annotations
@@ -25,7 +19,15 @@ def rows_of(summary: Any) -> List[Any]:
 
 
 def render(summary: Any, title: str = "Memory") -> str:
-    """The memory table of ``summary``."""
+    """The memory table of ``summary``.
+
+    For each step that memory recorded (children included, as its time): its calls, the bytes of
+    the tensors it made that autograd kept for backward, per call, and their share of what the
+    whole forward kept (the top-level rows' sum: the model's activation memory, split by step),
+    and its peak (the most bytes alive above a call's start, the largest of its calls; a
+    backward step's: what its backward allocates at its peak). What memory cannot see is said
+    under the table.
+    """
     rows = rows_of(summary)
     if not rows:
         return f"--- {title}: nothing recorded (configure(memory=True) records it)"

@@ -1,17 +1,8 @@
 """A run as one self-contained HTML page: icicle, table, per-rank spread, a diff side by side.
 
-The page works offline: its style and script (``page_assets/page.css``, ``page.js``) are
-inlined, and the numbers travel as JSON in a ``<script type="application/json">`` element,
-with ``<``, ``>`` and ``&`` written as JSON escapes so that nothing in a step's name, a
-command line or a path can close the element (``</script>``) or open markup. The script
-draws an icicle of the step tree (forward steps blue, backward orange, the loop's regions
-grey; width is total time, hover for numbers, click to zoom), for a run that recorded memory
-a second icicle of the forward steps whose width is what each kept for backward,
-the summary table, the ranks' totals side by side for a run merged over ranks, and for a
-diff the two runs' icicles on one scale with the change per step. It sets ``data-ready="1"``
-on ``<body>`` when drawn and ``data-errors`` to the number of script errors (shown on the
-page too): the tests open it in headless Chromium and read both. This module only renders:
-it reads summaries (``report``) by their attributes and imports nothing above :mod:`.text`.
+One file that works offline and shows where the time went at a glance, with nothing in a
+name or a path able to break it. It only renders: it reads summaries by their attributes
+and imports nothing above :mod:`.text`.
 """
 
 from __future__ import annotations
@@ -184,7 +175,19 @@ def summary_page(
     """The page of one summary: its icicle, table and (merged over ranks) per-rank totals.
 
     ``meta``: ``(label, value)`` pairs shown under the title (command, versions, device);
-    ``loaders``: the data loaders' split (:func:`.workers.pipeline`), drawn per loader.
+    ``loaders``: the data loaders' split (:func:`.loaders.pipeline`), drawn per loader.
+
+    The page works offline: its style and script (``page_assets/page.css``, ``page.js``) are
+    inlined, and the numbers travel as JSON in a ``<script type="application/json">`` element,
+    with ``<``, ``>`` and ``&`` written as JSON escapes so that nothing in a step's name, a
+    command line or a path can close the element (``</script>``) or open markup. The script
+    draws an icicle of the step tree (forward steps blue, backward orange, the loop's regions
+    grey; width is total time, hover for numbers, click to zoom), for a run that recorded memory
+    a second icicle of the forward steps whose width is what each kept for backward, the summary
+    table, the ranks' totals side by side for a run merged over ranks, and for a diff the two
+    runs' icicles on one scale with the change per step. It sets ``data-ready="1"`` on
+    ``<body>`` when drawn and ``data-errors`` to the number of script errors (shown on the page
+    too): the tests open it in headless Chromium and read both.
     """
     data = {
         "title": title,

@@ -1,43 +1,44 @@
-"""Every output of a run behind one interface: a :class:`Renderer` per format, by name.
+"""Every output of a run, by name: :data:`RENDERERS`, one :class:`Renderer` per format.
 
-A renderer reads a :class:`Run` (a summary, and what is known of the run besides: its
-timeline, its metadata, the machine's limits for the counters' table) and returns text or
-bytes: ``text`` (the table, :mod:`.text`), ``page`` (the HTML page, :mod:`.page`), ``json``
-and ``csv`` (the rows, :class:`~.summary.Summary`), ``roofline`` (the counters' table,
-:mod:`.roofline`), ``memory`` (the memory table, :mod:`.memory`), ``trace`` (the timeline
-as a Chrome trace, :mod:`.timeline`).
-:data:`RENDERERS` holds them by name; :func:`render` picks one, and ``Summary.render``,
-``run`` and ``view`` pick theirs by name. A renderer with a ``file`` is written into a run
-folder when the run has what it reads (:meth:`Renderer.wants`): :func:`write_folder` asks
-each in turn. A new output is one class here.
+A renderer reads one :class:`RenderInput` (the summary, the timeline, the machine's peaks,
+the loaders' records, the page's title) and returns text or bytes; :func:`write_folder` asks
+each whether it has a file to write. The summary's own exports go through here, so this
+module never imports the summary.
 """
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import memory, page, roofline, timeline, workers
-from .summary import Summary
+from . import columns, memory, page, roofline, timeline
+from .loaders import pipeline
+from .row import FIELDS
+from .text import TableRenderer
+from .worker_tracks import with_workers
 
-__all__ = ["Run", "Renderer", "RENDERERS", "render", "write_folder"]
+__all__ = ["RenderInput", "Run", "Renderer", "RENDERERS", "register", "render", "write_folder"]
 
 
 @dataclass
-class Run:
-    """What a renderer reads: ``summary`` (all but ``trace``); ``title`` (the page's) and
-    ``meta`` (``(label, value)`` pairs shown under it: command, versions, device,
-    settings); ``note``, a line under the page's chart; ``timeline`` (a
-    :class:`~.timeline.Timeline`, or a trace read back) and its ``pid`` and ``name`` in a
-    trace; for the counters' table the machine's ``peak`` and ``times`` (a summary of a run
-    without the counters); ``options``, the text table's (``title``, ``unit``, ``spread``);
-    ``loaders``: the run's data loaders and their worker processes (``run.json``'s
-    ``workers``), whose split the page shows."""
+class RenderInput:
+    """Everything a renderer may read of one run; each takes what it needs.
 
-    summary: Optional[Summary] = None
+    ``summary`` (a :class:`~.summary.Summary`: every format but ``trace`` reads it);
+    ``title`` (the page's), ``meta`` (``(label, value)`` pairs shown under it: command,
+    versions, device, settings), ``note`` (a line under its chart) and ``subtitle``;
+    ``timeline`` (a :class:`~.timeline.Timeline`, or a Chrome trace already made) with its
+    ``pid`` and ``name`` in a trace; for the counters' table the machine's ``peak`` and
+    ``times`` (a summary of a run without the counters); ``loaders``: the run's data loaders
+    and their worker processes (``run.json``'s ``workers``); ``options``: the text table's
+    (``title``, ``unit``, ``spread``), the JSON's ``indent``, the loaders' ``each``."""
+
+    summary: Any = None
     title: Optional[str] = None
     meta: Sequence[Tuple[str, Any]] = ()
     note: str = ""
@@ -45,29 +46,37 @@ class Run:
     pid: Optional[int] = None
     name: Optional[str] = None
     peak: Any = None
-    times: Optional[Summary] = None
+    times: Any = None
     options: Dict[str, Any] = field(default_factory=dict)
-    loaders: Optional[Dict[str, Any]] = None
+    loaders: Any = None
+    subtitle: Optional[str] = None
+
+
+#: The name :class:`RenderInput` had; kept for code that imports it.
+Run = RenderInput
 
 
 class Renderer:
     """One output format: its ``name``, the ``file`` it has in a run folder (``None``: not
-    written there), and :meth:`render`."""
+    written there), whether it is ``binary`` (bytes: written, never printed), and
+    :meth:`render`."""
 
     name = ""
     file: Optional[str] = None
+    binary = False
 
-    def wants(self, run: Run) -> bool:
-        """Whether ``run`` has what this renderer reads (for a run folder): a summary."""
-        return run.summary is not None
+    def wants(self, inp: RenderInput) -> bool:
+        """Whether ``inp`` has what this renderer reads: a run folder gets its file only
+        then. By default, a summary."""
+        return inp.summary is not None
 
-    def render(self, run: Run) -> Union[str, bytes]:
-        """``run`` in this format."""
+    def render(self, inp: RenderInput) -> Union[str, bytes]:
+        """``inp`` in this format."""
         raise NotImplementedError
 
-    def write(self, run: Run, path: Union[str, Path]) -> Path:
-        """Write ``run`` in this format to ``path``; returns the path."""
-        out = self.render(run)
+    def write(self, inp: RenderInput, path: Union[str, Path]) -> Path:
+        """Write ``inp`` in this format to ``path``; returns the path."""
+        out = self.render(inp)
         p = Path(path)
         if isinstance(out, bytes):
             p.write_bytes(out)
@@ -81,9 +90,15 @@ class Text(Renderer):
 
     name, file = "text", "summary.txt"
 
-    def render(self, run: Run) -> str:
-        """The text table."""
-        return run.summary.table(**run.options)
+    def render(self, inp: RenderInput) -> str:
+        """The text table (:class:`~.text.TableRenderer`)."""
+        s, o = inp.summary, inp.options
+        table = TableRenderer(
+            unit=o.get("unit") or s.unit,
+            title=o.get("title", "Timer summary"),
+            spread=o.get("spread", True),
+        )
+        return table.render(s)
 
 
 class Page(Renderer):
@@ -91,31 +106,55 @@ class Page(Renderer):
 
     name, file = "page", "page.html"
 
-    def render(self, run: Run) -> str:
-        """The page."""
-        title = run.title or "instrumented_convs"
-        loaders = workers.pipeline(run.loaders, run.summary) if run.loaders else None
-        return page.summary_page(run.summary, title, meta=run.meta, note=run.note, loaders=loaders)
+    def render(self, inp: RenderInput) -> str:
+        """The page; ``inp.loaders``: the loaders' records (or their split, already made)."""
+        loaders = inp.loaders
+        if isinstance(loaders, dict):
+            loaders = pipeline(loaders, inp.summary) if loaders else None
+        return page.summary_page(
+            inp.summary,
+            inp.title or "instrumented_convs",
+            subtitle=inp.subtitle,
+            meta=inp.meta,
+            note=inp.note,
+            loaders=loaders,
+        )
 
 
 class Json(Renderer):
-    """The summary as JSON (``Summary.to_json``; ``Summary.from_json`` reads it back)."""
+    """The summary as JSON (``Summary.to_dict``; ``Summary.from_json`` reads it back);
+    option: ``indent`` (2; None: one line)."""
 
     name = "json"
 
-    def render(self, run: Run) -> str:
+    def render(self, inp: RenderInput) -> str:
         """The JSON text."""
-        return run.summary.to_json()
+        return json.dumps(inp.summary.to_dict(), indent=inp.options.get("indent", 2))
 
 
 class Csv(Renderer):
-    """The rows as CSV (``Summary.to_csv``; ``Summary.from_csv`` reads it back)."""
+    """The rows as CSV (``Summary.from_csv`` reads it back): a header line, every field, then
+    the values of the columns no field holds (:mod:`.columns`); times in seconds, repr
+    precision. Merged over ranks: the merged rows (empty ``rank``), then each rank's."""
 
     name = "csv"
 
-    def render(self, run: Run) -> str:
+    def render(self, inp: RenderInput) -> str:
         """The CSV text."""
-        return run.summary.to_csv()
+        s = inp.summary
+        out = io.StringIO()
+        names = FIELDS + [c.key for c in columns.derived()]
+        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
+        writer.writeheader()
+        parts = s.by_rank() if s.world_size is not None else []
+        for row in [*s.rows, *(r for part in parts for r in part.rows)]:
+            d = columns.as_dict(row)
+            d = {
+                k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
+                for k, v in d.items()
+            }
+            writer.writerow(d)
+        return out.getvalue()
 
 
 class Roofline(Renderer):
@@ -123,14 +162,14 @@ class Roofline(Renderer):
 
     name = "roofline"
 
-    def wants(self, run: Run) -> bool:
+    def wants(self, inp: RenderInput) -> bool:
         """Only where the counters counted anything."""
-        return run.summary is not None and any(r.ops for r in run.summary.rows)
+        return inp.summary is not None and any(r.ops for r in inp.summary.rows)
 
-    def render(self, run: Run) -> str:
-        """The counters' table (against ``run.peak``, with ``run.times``' times)."""
-        unit = run.options.get("unit")
-        return roofline.render(run.summary, run.peak, unit or run.summary.unit, times=run.times)
+    def render(self, inp: RenderInput) -> str:
+        """The counters' table (against ``inp.peak``, with ``inp.times``' times)."""
+        unit = inp.options.get("unit")
+        return roofline.render(inp.summary, inp.peak, unit or inp.summary.unit, times=inp.times)
 
 
 class Memory(Renderer):
@@ -138,56 +177,75 @@ class Memory(Renderer):
 
     name = "memory"
 
-    def wants(self, run: Run) -> bool:
+    def wants(self, inp: RenderInput) -> bool:
         """Only where memory was recorded."""
-        return run.summary is not None and bool(memory.rows_of(run.summary))
+        return inp.summary is not None and bool(memory.rows_of(inp.summary))
 
-    def render(self, run: Run) -> str:
+    def render(self, inp: RenderInput) -> str:
         """The memory table."""
-        return memory.render(run.summary)
+        return memory.render(inp.summary)
 
 
 class Trace(Renderer):
-    """The timeline as a Chrome trace, gzipped (Perfetto, ``chrome://tracing``)."""
+    """The timeline as a Chrome trace, gzipped (Perfetto, ``chrome://tracing``), with the
+    loaders' worker processes where they recorded calls."""
 
-    name, file = "trace", "trace.json.gz"
+    name, file, binary = "trace", "trace.json.gz", True
 
-    def wants(self, run: Run) -> bool:
+    def wants(self, inp: RenderInput) -> bool:
         """Only where a timeline was recorded."""
-        return run.timeline is not None
+        return inp.timeline is not None
 
-    def trace(self, run: Run) -> Dict[str, Any]:
-        """The trace as a dict (a timeline's, or one read back and passed as is)."""
-        tl = run.timeline
-        return tl if isinstance(tl, dict) else tl.to_chrome(pid=run.pid, name=run.name)
+    def trace(self, inp: RenderInput) -> Dict[str, Any]:
+        """The trace as a dict: a timeline's (its workers' processes joined), or a trace
+        already made (read back, merged) as it is."""
+        tl = inp.timeline
+        if isinstance(tl, dict):
+            return tl
+        trace = tl.to_chrome(pid=inp.pid, name=inp.name)
+        if isinstance(inp.loaders, dict) and inp.loaders:
+            trace = with_workers(trace, inp.loaders, tl.wall_offset_ns)
+        return trace
 
-    def render(self, run: Run) -> bytes:
+    def render(self, inp: RenderInput) -> bytes:
         """The gzipped JSON of the trace."""
-        return gzip.compress(json.dumps(self.trace(run)).encode())
+        return gzip.compress(json.dumps(self.trace(inp)).encode())
 
-    def write(self, run: Run, path: Union[str, Path]) -> Path:
+    def write(self, inp: RenderInput, path: Union[str, Path]) -> Path:
         """Write the trace to ``path`` (``.gz``: gzipped; else plain JSON)."""
-        return timeline.write_trace(path, self.trace(run))
+        return timeline.write_trace(path, self.trace(inp))
 
 
-#: Every renderer, by name.
-RENDERERS: Dict[str, Renderer] = {
-    r.name: r for r in (Text(), Page(), Json(), Csv(), Roofline(), Memory(), Trace())
-}
+#: Every renderer, by name (:func:`register` adds one; ``del RENDERERS[name]`` takes it out).
+RENDERERS: Dict[str, Renderer] = {}
 
 
-def render(name: str, run: Run) -> Union[str, bytes]:
-    """``run`` rendered by the renderer called ``name`` (:data:`RENDERERS`)."""
+def register(renderer: Renderer) -> Renderer:
+    """Put ``renderer`` in :data:`RENDERERS` under its name (replacing one of that name):
+    ``render``, ``Summary.render``, ``view --format``, ``run --format`` and every run folder
+    then know it. Returns it."""
+    RENDERERS[renderer.name] = renderer
+    return renderer
+
+
+for _renderer in (Text(), Page(), Json(), Csv(), Roofline(), Memory(), Trace()):
+    register(_renderer)
+
+
+def render(name: str, inp: RenderInput) -> Union[str, bytes]:
+    """``inp`` rendered by the renderer called ``name`` (:data:`RENDERERS`)."""
     if name not in RENDERERS:
         raise ValueError(f"no renderer {name!r}: one of {sorted(RENDERERS)}")
-    return RENDERERS[name].render(run)
+    return RENDERERS[name].render(inp)
 
 
-def write_folder(folder: Union[str, Path], run: Run, skip: Sequence[str] = ()) -> List[Path]:
-    """Write every renderer with a ``file`` that ``run`` has what it reads for into
-    ``folder`` (but those named in ``skip``); returns the paths written."""
+def write_folder(
+    folder: Union[str, Path], inp: RenderInput, skip: Sequence[str] = ()
+) -> List[Path]:
+    """Write into ``folder`` the file of every renderer that has one and finds what it reads
+    in ``inp`` (:meth:`Renderer.wants`), but those named in ``skip``; returns the paths."""
     out = []
-    for r in RENDERERS.values():
-        if r.file is not None and r.name not in skip and r.wants(run):
-            out.append(r.write(run, Path(folder) / r.file))
+    for r in list(RENDERERS.values()):
+        if r.file is not None and r.name not in skip and r.wants(inp):
+            out.append(r.write(inp, Path(folder) / r.file))
     return out

@@ -1,13 +1,6 @@
-"""The counters' table: FLOPs, bytes, intensity, achieved rates and the roofline per step.
-
-``summary.table(counters=True, peak=...)``. For each step (all its calls, children
-included, as its time): GFLOP, MB moved (read + written), arithmetic intensity (FLOP per
-byte), the achieved GFLOP/s and GB/s over its measured time and, given the machine's peak
-(:class:`Peak`, from :func:`instrumented_convs.roofline.probe` or the user), the roof time,
-``max(FLOP / peak FLOP/s, bytes / peak B/s)``, the time the step would take at the
-machine's limit; the bound it meets first (memory or compute); and ``x roof``, its measured
-time over its roof time (1.0: at the limit). Ops no formula knows are listed under the
-table with their counts, never folded in as zero. This module only renders rows.
+"""The counters' table (``summary.table(counters=True, peak=...)``): per step its FLOPs,
+bytes, intensity and achieved rates against the machine's roofline, so that a step can be
+read as memory- or compute-bound. It only renders rows.
 """
 
 from __future__ import annotations
@@ -58,7 +51,17 @@ def render(
     """The counters' table of ``summary`` (its rows with ``ops > 0``). ``peak``: a
     :class:`Peak` (or a ``(GB/s, GFLOP/s)`` pair) for the roof columns. ``times``: a summary
     of a run without the counters (they slow every op down) whose times and counts to use,
-    with ``summary``'s FLOPs, bytes and memory per call (see :func:`rows_of`)."""
+    with ``summary``'s FLOPs, bytes and memory per call (see :func:`rows_of`).
+
+    For each step (all its calls, children included, as its time): GFLOP, MB moved (read +
+    written), arithmetic intensity (FLOP per byte), the achieved GFLOP/s and GB/s over its
+    measured time and, given the machine's peak (:class:`Peak`, from
+    :func:`instrumented_convs.roofline.probe` or the user), the roof time, ``max(FLOP / peak
+    FLOP/s, bytes / peak B/s)``, the time the step would take at the machine's limit; the bound
+    it meets first (memory or compute); and ``x roof``, its measured time over its roof time
+    (1.0: at the limit). Ops no formula knows are listed under the table with their counts,
+    never folded in as zero.
+    """
     peak = as_peak(peak)
     rows = rows_of(summary, times)
     if not rows:

@@ -1,21 +1,8 @@
-"""The summary of a run: :class:`Summary`, its rows of numbers and what reads them.
+"""The summary of a run: :class:`Summary`, what ``registry.summary()`` returns.
 
-:class:`Summary` is what ``registry.summary()`` returns. ``str(summary)`` is the table;
-``summary.rows`` are :class:`Row` dataclasses with the numbers (seconds), so tests and
-programs read numbers, never text. Fractions are shares of the *grand total*, the sum of the
-top-level steps: the top-level rows add up to 100%, and under every step its children's
-fractions plus its own self fraction add up to its fraction, so nothing is counted twice.
-
-A row's ``phase`` is ``forward`` or ``backward`` (its forward step's name, a path mirroring
-the forward's, marked ``[backward]`` in the table; see
-:mod:`instrumented_convs.core.backward.hooks`).
-
-A summary merged over processes (``registry.summary(all_ranks=True)``, see
-:mod:`instrumented_convs.distributed`) keeps one summary per rank (:meth:`Summary.by_rank`),
-and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``, ``spread``).
-The table itself is drawn by :class:`~instrumented_convs.report.text.TableRenderer`; every
-output (the table, the page, JSON, CSV, the counters' table) is one of
-:mod:`~instrumented_convs.report.renderers`, by name (:meth:`Summary.render`).
+Its rows hold the numbers, so that programs and tests read numbers, never text; selecting
+rows, diffing two summaries and reading them back (JSON, CSV, pandas) are here, while every
+output (the table, the page, JSON, CSV...) is drawn by a renderer (:mod:`.renderers`).
 """
 
 from __future__ import annotations
@@ -25,12 +12,11 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from . import columns, diff, page, roofline, saved, tensorboard
-from . import memory as memory_table
+from . import columns, diff, page, saved, tensorboard
 from .columns import UNITS
 from .diff import SummaryDiff
+from .renderers import RenderInput, render
 from .row import FIELDS, Row, value_of
-from .text import TableRenderer
 
 __all__ = ["Summary"]
 
@@ -38,7 +24,16 @@ _FIELD_SET = frozenset(FIELDS)
 
 
 class Summary:
-    """Per-step statistics; ``str()`` renders the table, ``rows`` hold the numbers."""
+    """Per-step statistics; ``str()`` renders the table, ``rows`` hold the numbers (seconds).
+
+    Fractions are shares of the *grand total*, the sum of the top-level steps: the
+    top-level rows add up to 100%, and under every step its children's fractions plus its
+    own self fraction add up to its fraction, so nothing is counted twice. A row's
+    ``phase`` is ``forward`` or ``backward`` (a path mirroring its forward step's, marked
+    ``[backward]`` in the table). A summary merged over processes
+    (``registry.summary(all_ranks=True)``) keeps one summary per rank (:meth:`by_rank`),
+    and its rows say how the ranks differ (``slowest``, ``slowest_rank``, ``fastest``,
+    ``spread``)."""
 
     def __init__(
         self,
@@ -78,7 +73,7 @@ class Summary:
         #: (per rate: ``every``, ``iterations``, ``recorded``; 0 is the exact part) and
         #: ``why`` (the budget's reason); None for a run recorded in full.
         self.sampling: Optional[Dict[str, Any]] = sampling
-        #: What ran under ``torch.compile`` (``core.dynamo.describe``; None: nothing):
+        #: What ran under ``torch.compile`` (``core.compiler.dynamo.describe``; None: nothing):
         #: ``owners`` (per compiled call's step path, its layers and their calls per call)
         #: ``breaks`` (graph breaks, attributed to conv layers) and ``recompiles`` (the
         #: same of recompiles); see :mod:`.compiled`.
@@ -184,28 +179,29 @@ class Summary:
         times: Optional["Summary"] = None,
         memory: bool = False,
     ) -> str:
-        """The table (:class:`TableRenderer`; merged over ranks, Slowest and Spread unless
-        ``spread=False``); ``counters=True``: the counters' table (``roofline.render``: the
+        """The table (the ``text`` renderer; merged over ranks, Slowest and Spread unless
+        ``spread=False``); ``counters=True``: the counters' table (``roofline``: the
         machine's ``peak``, ``times`` of a run without counters); ``memory=True``: the
-        memory table (:func:`.memory.render`: kept for backward and peak per step)."""
+        memory table (``memory``: kept for backward and peak per step)."""
         if memory:
-            return memory_table.render(self)
+            return render("memory", RenderInput(self))
         if counters:
-            return roofline.render(self, peak, unit or self.unit, times=times)
-        return TableRenderer(unit=unit or self.unit, title=title, spread=spread).render(self)
+            return render(
+                "roofline", RenderInput(self, peak=peak, times=times, options={"unit": unit})
+            )
+        options = {"unit": unit, "title": title, "spread": spread}
+        return render("text", RenderInput(self, options=options))
 
     def __str__(self) -> str:
         """The rendered table."""
         return self.table()
 
-    def render(self, name: str = "text", **run: Any) -> Any:
+    def render(self, name: str = "text", **fields: Any) -> Any:
         """This summary in the format called ``name``: ``text``, ``page``, ``json``, ``csv``,
-        ``roofline`` or ``trace`` (:data:`~instrumented_convs.report.renderers.RENDERERS`);
-        ``run``: the other fields of a :class:`~instrumented_convs.report.renderers.Run`
-        (``title``, ``meta``, ``peak``, ``times``, ``options``...)."""
-        from .renderers import Run, render
-
-        return render(name, Run(self, **run))
+        ``roofline``, ``memory``, ``workers``... (:data:`~.renderers.RENDERERS`); ``fields``:
+        the other fields of a :class:`~.renderers.RenderInput` (``title``, ``meta``,
+        ``peak``, ``times``, ``options``...)."""
+        return render(name, RenderInput(self, **fields))
 
     def _repr_html_(self) -> str:
         """Jupyter shows a summary as its page (the icicle and the table) in a frame of its
@@ -227,10 +223,11 @@ class Summary:
         missing); ``min_change`` is the share of a change that counts (see :mod:`.diff`)."""
         return diff.diff(self, other, min_change)
 
-    def to_html(self, title: str = "instrumented_convs", **kwargs: Any) -> str:
+    def to_html(self, title: str = "instrumented_convs", **fields: Any) -> str:
         """A self-contained HTML page (offline; open it in a browser): the icicle of the step
-        tree, the table and, merged over ranks, each rank's totals (``page.summary_page``)."""
-        return page.summary_page(self, title, **kwargs)
+        tree, the table and, merged over ranks, each rank's totals (the ``page`` renderer;
+        ``fields``: ``meta``, ``note``, ``subtitle``, ``loaders``)."""
+        return render("page", RenderInput(self, title=title, **fields))
 
     def to_tensorboard(self, writer: Any, step: Optional[int] = None) -> int:
         """Write a point per row to a TensorBoard ``writer`` (a ``SummaryWriter``) at
@@ -262,8 +259,9 @@ class Summary:
         return data
 
     def to_json(self, indent: Optional[int] = 2) -> str:
-        """The summary as JSON text (``Summary.from_json`` reads it back exactly)."""
-        return json.dumps(self.to_dict(), indent=indent)
+        """The summary as JSON text (the ``json`` renderer; ``Summary.from_json`` reads it
+        back exactly)."""
+        return render("json", RenderInput(self, options={"indent": indent}))
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Summary":
@@ -306,24 +304,10 @@ class Summary:
         return cls(merged, by=by, total=total, per_rank=parts)
 
     def to_csv(self) -> str:
-        """The rows as CSV text with a header line (times in seconds, repr precision): every
-        field, then the values of the columns no field holds (:mod:`.columns`).
-
-        A summary merged over ranks writes its merged rows (empty ``rank``) and then each
-        rank's rows (``rank`` set): :meth:`from_csv` rebuilds both.
-        """
-        out = io.StringIO()
-        names = FIELDS + [c.key for c in columns.derived()]
-        writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
-        writer.writeheader()
-        for row in self._all_rows():
-            d = columns.as_dict(row)
-            d = {
-                k: ("" if v is None else (repr(v) if isinstance(v, float) else v))
-                for k, v in d.items()
-            }
-            writer.writerow(d)
-        return out.getvalue()
+        """The rows as CSV text with a header line (the ``csv`` renderer: times in seconds,
+        every field, then the columns no field holds; merged over ranks, the merged rows and
+        then each rank's, both of which :meth:`from_csv` rebuilds)."""
+        return render("csv", RenderInput(self))
 
     @classmethod
     def from_csv(cls, text: str, by: str = "step", total: Optional[float] = None) -> "Summary":

@@ -1,17 +1,6 @@
-"""A summary as TensorBoard scalars: ``summary.to_tensorboard(writer, step)``.
-
-Each call writes one point per row: the mean time per call of the calls made since the
-writer's previous point (the first point: since the start), in milliseconds, under
-``instrumented_convs ms per call/<path>``; with the counters on, the FLOP/s and bytes/s those
-calls achieved (``instrumented_convs GFLOP per s``, ``instrumented_convs GB per s``); and the
-calls themselves (``instrumented_convs calls``). A row without new calls since the last
-point gets no point (its curve does not pretend it ran). A backward row's path ends in
-``.backward``; grouped by layer, ``.<scope>`` follows the path.
-
-TensorBoard's tags take letters, digits and ``_ . / -``: a path's other characters become
-``_`` (``forward (no grad)`` is ``forward_no_grad``). The writer is anything with
-``add_scalar(tag, value, global_step)`` (``torch.utils.tensorboard.SummaryWriter``, a
-Lightning ``TensorBoardLogger``'s ``experiment``); nothing here imports TensorBoard.
+"""A summary as TensorBoard scalars (``summary.to_tensorboard(writer, step)``), so that each
+step's time per call can be followed epoch by epoch beside the training's own curves.
+Nothing here imports TensorBoard.
 """
 
 from __future__ import annotations
@@ -47,8 +36,22 @@ def tag_of(section: str, name: str, phase: str = "forward", scope: Optional[str]
 
 
 def write_scalars(summary: Any, writer: Any, step: Optional[int] = None) -> int:
-    """Write ``summary``'s rows to ``writer`` as scalars at ``step`` (see the module);
-    returns the number of scalars written."""
+    """Write ``summary``'s rows to ``writer`` as scalars at ``step``; returns the number of
+    scalars written.
+
+    Each call writes one point per row: the mean time per call of the calls made since the
+    writer's previous point (the first point: since the start), in milliseconds, under
+    ``instrumented_convs ms per call/<path>``; with the counters on, the FLOP/s and bytes/s
+    those calls achieved (``instrumented_convs GFLOP per s``, ``instrumented_convs GB per s``);
+    and the calls themselves (``instrumented_convs calls``). A row without new calls since the
+    last point gets no point (its curve does not pretend it ran). A backward row's path ends in
+    ``.backward``; grouped by layer, ``.<scope>`` follows the path.
+
+    TensorBoard's tags take letters, digits and ``_ . / -``: a path's other characters become
+    ``_`` (``forward (no grad)`` is ``forward_no_grad``). The writer is anything with
+    ``add_scalar(tag, value, global_step)`` (``torch.utils.tensorboard.SummaryWriter``, a
+    Lightning ``TensorBoardLogger``'s ``experiment``); nothing here imports TensorBoard.
+    """
     try:
         before = _previous.get(writer, {})
     except TypeError:  # a writer that takes no weak reference: every point since the start

@@ -1,18 +1,6 @@
-"""Reading the timeline: :class:`Timeline`, and writing it as a Chrome trace.
-
-The Chrome Trace Event format (JSON, gzip-compressed when the name ends in ``.gz``) is what
-Perfetto (ui.perfetto.dev) and chrome://tracing open. Each recorded call becomes a complete
-event (``"ph": "X"``) named like its NVTX range and profiler label (``<step> [backward]``
-for a backward), with its path, scope and phase in ``args`` (and ``inputs``, what the call
-was given, where the ``run`` launcher noted it: ``core.timeline.note``, made when it changed and
-standing for the calls after it); one process per rank;
-one track per thread (the main thread, autograd's backward thread on CUDA, named) in which
-events nest strictly (a call that overlaps its neighbours without nesting, which steps
-closed out of order can produce, goes to a track of its own beside it); a flow arrow from
-each forward call to its backward; and on CUDA one GPU track with the GPU's times of
-the same calls, from the events already recorded (its clock is aligned with the CPU's at
-one reference event: the offset is the GPU's queue at that moment, so read the GPU track
-for durations and order, and its distance from the CPU track as approximate).
+"""Reading the timeline: :class:`Timeline`, and writing it as a Chrome trace, the format that
+Perfetto (ui.perfetto.dev) and chrome://tracing open, so that a run's calls can be seen in
+time with no profiler of NVIDIA's.
 """
 
 from __future__ import annotations
@@ -48,13 +36,14 @@ class Timeline:
         self._cut: Optional[int] = snapshot["truncated"]
         self._main: Optional[int] = snapshot["main_thread"]
         self._offset: int = snapshot["wall_offset_ns"]
-        #: ``(thread, CPU ns, scope, inputs)``: what calls were given (``core.timeline.note``).
+        #: ``(thread, CPU ns, scope, inputs)``: what calls were given
+        #: (``core.storage.timeline.note``).
         self.notes: List[tuple] = list(snapshot.get("notes", ()))
         #: ``(number, one in every, CPU ns at start, at end)``: the duty cycle's recorded
-        #: iterations (``core.timeline.iteration``), drawn on a track of their own.
+        #: iterations (``core.storage.timeline.iteration``), drawn on a track of their own.
         self.iterations: List[tuple] = list(snapshot.get("iterations", ()))
         #: ``(CPU ns, bytes)``: the bytes alive over time while memory was recorded
-        #: (``core.memory.samples``), drawn as a counter track.
+        #: (``core.meters.memory.samples``), drawn as a counter track.
         self.memory: List[tuple] = list(snapshot.get("memory", ()))
 
     @property
@@ -78,6 +67,20 @@ class Timeline:
         tell ranks apart when traces are merged (:func:`merge_traces`). Times are
         microseconds after ``otherData["base_ns"]`` (nanoseconds since the epoch, the first
         call's wall-clock time, whole seconds), so they keep their nanoseconds.
+
+        The Chrome Trace Event format (JSON, gzip-compressed when the name ends in ``.gz``) is
+        what Perfetto (ui.perfetto.dev) and chrome://tracing open. Each recorded call becomes a
+        complete event (``"ph": "X"``) named like its NVTX range and profiler label (``<step>
+        [backward]`` for a backward), with its path, scope and phase in ``args`` (and
+        ``inputs``, what the call was given, where the ``run`` launcher noted it: made when it
+        changed and standing for the calls after it); one process per rank; one track per thread
+        (the main thread, autograd's backward thread on CUDA, named) in which events nest
+        strictly (a call that overlaps its neighbours without nesting, which steps closed out of
+        order can produce, goes to a track of its own beside it); a flow arrow from each forward
+        call to its backward; and on CUDA one GPU track with the GPU's times of the same calls,
+        from the events already recorded (its clock is aligned with the CPU's at one reference
+        event: the offset is the GPU's queue at that moment, so read the GPU track for durations
+        and order, and its distance from the CPU track as approximate).
         """
         pid = os.getpid() if pid is None else pid
         off = self._offset
@@ -195,7 +198,8 @@ def _attach_inputs(notes: List[tuple], calls: List[tuple], events: List[Dict[str
     first forward call starting at or after it of its layer (``scope``, a string) or of the
     region it names (``("region", name)``), and the later calls of that step until the next
     note for the same key: a call is noted only when what it is given changed
-    (``core.timeline.note``), so a call without a note of its own was given the last one's."""
+    (``core.storage.timeline.note``), so a call without a note of its own was given the last
+    one's."""
     if not notes:
         return
     starts: Dict[Tuple[Any, Any], List[Tuple[int, int]]] = {}

@@ -1,14 +1,6 @@
-"""The loaders' worker processes on the timeline: a process each, and arrows to the wait
-that took each batch.
-
-A worker process records its own calls (the region ``batch``, the sampler's steps inside)
-on the CPU clock, which on Linux is one clock for every process of the machine
-(``CLOCK_MONOTONIC``), so its calls share the training process's time base. Each worker is
-a process of the trace of its own, named for its rank, loader and worker number; a flow
-arrow goes from the end of each batch a worker made to the training process's ``data``
-wait during which the loop took it (the batch of the same task index that the worker
-finished last before that moment, so a persistent worker's passes pair right); it leaves
-from the middle of the batch's slice, which viewers bind it to.
+"""The loaders' worker processes on the timeline (:func:`with_workers`): a process each, and
+arrows to the wait that took each batch, so that a trace shows which batch the loop waited
+for and who made it.
 """
 
 from __future__ import annotations
@@ -41,7 +33,17 @@ def with_workers(
 ) -> Dict[str, Any]:
     """``trace`` (the training process's Chrome trace) with its loaders' worker processes
     (``section``: ``run.json``'s ``workers``) and an arrow from each batch to the wait that
-    took it. ``wall_offset_ns``: the training process's (:attr:`Timeline.wall_offset_ns`)."""
+    took it. ``wall_offset_ns``: the training process's (:attr:`Timeline.wall_offset_ns`).
+
+    A worker process records its own calls (the region ``batch``, the sampler's steps inside) on
+    the CPU clock, which on Linux is one clock for every process of the machine
+    (``CLOCK_MONOTONIC``), so its calls share the training process's time base. Each worker is a
+    process of the trace of its own, named for its rank, loader and worker number; a flow arrow
+    goes from the end of each batch a worker made to the training process's ``data`` wait during
+    which the loop took it (the batch of the same task index that the worker finished last
+    before that moment, so a persistent worker's passes pair right); it leaves from the middle
+    of the batch's slice, which viewers bind it to.
+    """
     workers = [w for w in section.get("workers", ()) if w.get("calls")]
     if not workers:
         return trace

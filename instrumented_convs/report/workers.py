@@ -1,26 +1,9 @@
-"""Data loaders and their worker processes in a run: the split of an iteration, a verdict,
-and the workers' own tables (``run.json``'s ``workers`` section, plain data in, text out).
+"""The data loaders' worker processes as tables, and the ``workers`` renderer that prints
+them with each loader's split and verdict (:mod:`.loaders`).
 
-Per loader the training process iterated (``loaders``), over its passes (each from its
-first ``__next__`` to the call that ended it): how much of that time the trainer waited
-for the next batch (``wait``), copied it to the device (``copy``: the ``copy`` regions of
-its summary, PyG's and DGL's batches' ``.to``) and the rest (the model's forward and
-backward, the optimizer, the script's own work); per worker process (``workers``, from its
-frames) the batches it made and the time it was busy making them, as a share of the same
-passes. The verdict:
-
-- **data-bound** when the trainer waits :data:`DATA_BOUND` of the time or more: the
-  workers do not keep up (more workers, a cheaper sampler, features sliced in the
-  workers), or, with the workers mostly idle (busy under :data:`IDLE` of the time), the
-  training process's own part of the loading (collating, PyG's
-  ``filter_per_worker=False``, DGL's feature slicing: named when it is most of the wait)
-  or each batch's hand-over from its worker is what it waits for;
-- **compute-bound** under :data:`COMPUTE_BOUND`: the loading is hidden behind the compute;
-- **balanced** between.
-
-Each worker's table is a summary of its own registry (``batch``, with the sampler's steps
-inside); :func:`workers_summary` merges them as ranks are merged (the Slowest and Spread
-columns are over workers).
+Each worker's table is a summary of its own registry; the workers of one loader are merged
+as ranks are. It summarises snapshots, so it sits above the summary and registers its
+renderer in :data:`~.renderers.RENDERERS` itself.
 """
 
 from __future__ import annotations
@@ -28,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from ..core.storage.entry import EntryStats
+from .loaders import COMPUTE_BOUND, DATA_BOUND, IDLE, pipeline, verdict
+from .renderers import Renderer, RenderInput, register
 from .stats import merge_ranks, summarize
 from .summary import Summary
 
@@ -40,13 +25,8 @@ __all__ = [
     "workers_summary",
     "worker_summaries",
     "workers_text",
+    "Workers",
 ]
-
-COPY = "copy"  #: the training process's region of a batch's copy to its device
-DATA = "data"  #: the training process's region of the wait for a batch
-DATA_BOUND = 0.20  #: the trainer waits this share of its time or more: data-bound
-COMPUTE_BOUND = 0.05  #: under this share: compute-bound
-IDLE = 0.5  #: workers busy less than this share of the time keep up with the loop
 
 
 def _stats(snapshot: Dict[str, Any]) -> List[EntryStats]:
@@ -57,118 +37,6 @@ def _stats(snapshot: Dict[str, Any]) -> List[EntryStats]:
     return [
         EntryStats(**{k: v for k, v in zip(fields, e) if k in known}) for e in snapshot["entries"]
     ]
-
-
-def _of(section: Dict[str, Any], loader: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The worker processes of ``loader`` (the same rank's, the same label)."""
-    return [
-        w
-        for w in section.get("workers", ())
-        if w["loader"] == loader["label"] and w.get("rank") == loader.get("rank")
-    ]
-
-
-def verdict(wait_share: float, busy: List[float], own: Optional[Dict[str, float]] = None) -> str:
-    """``data-bound``, ``compute-bound`` or ``balanced``, with the figures that say so;
-    ``own``: the loader's steps run in the training process while it waited (step name ->
-    share of the time), named when they are most of the wait of a loop that is not
-    compute-bound; failing that, workers busy under :data:`IDLE` are said to keep up."""
-    kind = (
-        "data-bound"
-        if wait_share >= DATA_BOUND
-        else "compute-bound"
-        if wait_share < COMPUTE_BOUND
-        else "balanced"
-    )
-    text = f"{kind}: the trainer waits {wait_share:.0%} of each iteration"
-    if busy:
-        mean = sum(busy) / len(busy)
-        text += f"; {len(busy)} worker{'s' if len(busy) > 1 else ''} busy {mean:.0%}"
-    elif kind != "compute-bound":
-        text += " (no worker processes: the batches are made in the training process)"
-    here = sum((own or {}).values())
-    if kind == "compute-bound" or not busy:
-        return text
-    if here >= wait_share / 2:
-        parts = ", ".join(
-            f"{k} {v:.0%}" for k, v in sorted((own or {}).items(), key=lambda x: -x[1])
-        )
-        text += f": most of the wait is the loader's work in this process ({parts})"
-    elif sum(busy) / len(busy) < IDLE:
-        text += (
-            ": the workers keep up; the wait is each batch's hand-over (its transfer from "
-            "the worker) or this process's share of the loading"
-        )
-    return text
-
-
-def _own(summary: Any, span: int) -> Dict[str, float]:
-    """The loader's steps in the training process, inside its waits: name -> share of
-    ``span`` ns (the steps directly inside a ``data`` region)."""
-    out: Dict[str, float] = {}
-    if summary is None or not span:
-        return out
-    for r in summary.rows:
-        parts = r.name.split("/")
-        if len(parts) >= 2 and parts[-2] == DATA:
-            out[parts[-1]] = out.get(parts[-1], 0.0) + r.total * 1e9 / span
-    return out
-
-
-def _copied(summary: Any) -> float:
-    """Seconds in the training process's ``copy`` regions (a batch's copy to its device),
-    but those inside the wait for a batch (DGL's prefetching copies the batch to the
-    loader's device within ``__next__``: waiting already)."""
-    if summary is None:
-        return 0.0
-    return sum(
-        r.total
-        for r in summary.rows
-        if r.name.rsplit("/", 1)[-1] == COPY and DATA not in r.name.split("/")[:-1]
-    )
-
-
-def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any]]:
-    """Per loader: ``label``, ``rank``, ``workers``, ``consumed`` (batches the training
-    process took), ``made`` (batches its workers made; None without workers), ``wait``,
-    ``copy`` and ``compute`` (shares of the loader's passes: waiting for a batch, copying
-    it to the device, the rest), ``own`` (the loader's steps that ran in the training
-    process while it waited: name -> share), ``busy`` (each worker's share, in worker
-    order), ``iteration_ms`` (a pass's time per batch taken) and ``verdict``. ``summary``: the
-    training process's (its ``copy`` rows are the copies, counted for the loader that
-    handed out the most batches)."""
-    loaders = [x for x in section.get("loaders", ()) if x.get("span") and x.get("consumed")]
-    main = max(loaders, key=lambda x: x["consumed"], default=None)
-    out = []
-    for loader in loaders:
-        span = loader["span"]
-        workers = sorted(_of(section, loader), key=lambda w: (w["worker"], w["pid"]))
-        wait = min(1.0, loader["wait"] / span)
-        copy = min(1.0 - wait, _copied(summary) * 1e9 / span) if loader is main else 0.0
-        own = _own(summary, span) if loader is main else {}
-        first = loader.get("first") or 0  # batches made before the first timed pass aside
-        busy = [
-            min(1.0, sum(t1 - t0 for _, _, t0, t1, _ in w["spans"] if t1 >= first) / span)
-            for w in workers
-        ]
-        out.append(
-            {
-                "label": loader["label"],
-                "rank": loader.get("rank"),
-                "workers": loader["workers"],
-                "processes": len(workers),
-                "consumed": loader["consumed"],
-                "made": sum(w["batches"] for w in workers) if workers else None,
-                "wait": wait,
-                "copy": copy,
-                "compute": 1.0 - wait - copy,
-                "busy": busy,
-                "own": own,
-                "iteration_ms": span / max(loader["consumed"], 1) / 1e6,
-                "verdict": verdict(wait, busy, own),
-            }
-        )
-    return out
 
 
 def worker_summaries(
@@ -243,3 +111,25 @@ def workers_text(
             head = f"{_who(w)}: {w['batches']} batches, {w['failed']} failed, {w['passes']} passes"
             lines += ["", s.table(title=head, spread=False)]
     return "\n".join(lines)
+
+
+class Workers(Renderer):
+    """The data loaders: per loader the split of an iteration, its verdict and its workers'
+    table (``options["each"]``: each worker's own table too), under the summary's grouping
+    and unit. Printed by ``run`` under the table and by ``view --workers``."""
+
+    name = "workers"
+
+    def wants(self, inp: RenderInput) -> bool:
+        """Only where the run recorded a data loader."""
+        return bool(inp.loaders)
+
+    def render(self, inp: RenderInput) -> str:
+        """The loaders' text."""
+        s = inp.summary
+        by, unit = (s.by, s.unit) if s is not None else ("step", None)
+        each = inp.options.get("each", False)
+        return workers_text(inp.loaders, by=by, unit=unit, each=each, summary=s)
+
+
+register(Workers())

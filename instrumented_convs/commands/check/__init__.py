@@ -1,18 +1,8 @@
 """``python -m instrumented_convs check``: the library checks its claims on this machine.
 
-Five sections, each a table of lines, PASS, FAIL or SKIPPED (with the reason):
-
-1. :mod:`~.equivalence`: our layers give the stock layers' outputs, gradients and
-   ``state_dict`` on this device;
-2. :mod:`~.accuracy`: each step's time by our clock agrees with the profiler's measure of
-   the same range (the label on the CPU, the kernels CUPTI saw on CUDA);
-3. :mod:`~.cuda`: on CUDA, the tool adds no synchronisation and its event timing holds;
-4. :mod:`~.cost`: what the instrumentation costs here, against what the docs promise;
-5. :mod:`~.environment`: versions, device, the guard's verdicts, NVTX, ``torch.compile``.
-
-The exit status is 0 only when no line failed; ``--json FILE`` writes every line with its
-figures, for a bug report. On a GPU, run it first (docs/check.md says what each line means
-and what to send when one fails).
+Five sections (:data:`SECTIONS`: equivalence, accuracy, CUDA, cost, environment), each a
+table of lines, PASS, FAIL or SKIPPED, so that a user can trust the tool on a machine before
+reading its numbers (:func:`run`; docs/check.md).
 """
 
 from __future__ import annotations
@@ -67,7 +57,21 @@ def run(
 ) -> Report:
     """Run the check (every section, or those named) on ``device``; the :class:`Report`.
     It builds layers and trains small models in this process: the registry is emptied
-    (``registry.reset()``) as it goes, and the switches it changes are put back."""
+    (``registry.reset()``) as it goes, and the switches it changes are put back.
+
+    Five sections, each a table of lines, PASS, FAIL or SKIPPED (with the reason):
+
+    1. :mod:`~.equivalence`: our layers give the stock layers' outputs, gradients and
+    ``state_dict`` on this device; 2. :mod:`~.accuracy`: each step's time by our clock agrees
+    with the profiler's measure of the same range (the label on the CPU, the kernels CUPTI saw
+    on CUDA); 3. :mod:`~.cuda`: on CUDA, the tool adds no synchronisation and its event timing
+    holds; 4. :mod:`~.cost`: what the instrumentation costs here, against what the docs promise;
+    5. :mod:`~.environment`: versions, device, the guard's verdicts, NVTX, ``torch.compile``.
+
+    The exit status is 0 only when no line failed; ``--json FILE`` writes every line with its
+    figures, for a bug report. On a GPU, run it first (docs/check.md says what each line means
+    and what to send when one fails).
+    """
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)

@@ -1,32 +1,7 @@
-"""Section 2: are the times right? The study's 3-layer GCN runs a few training epochs under
-``torch.profiler`` once; each step's time by our clock is set against the profiler's own
-measure of the same labelled range (our steps carry ``record_function`` labels of their
-names): on the CPU, the label's duration; on CUDA, the interval the label bounds on the
-device's timeline, from CUPTI's kernel times: from the later of the label's start and the
-moment the work launched before it is done, to the later of its end and the moment the work
-launched before that is done. That is what a pair of CUDA events measures: where the device
-waits for the CPU (a launch-bound epoch at Cora's size), the time the CPU took to issue the
-step; where it is busy, its kernels' span. The span of the kernels launched inside the
-label, and their count and sum, are reported beside (on an H100, 2026-11-26, at Cora's
-shape: ``lin``'s kernels spanned 15 us of its 175 us; docs/performance.md). Forward and
-backward rows.
-
-Our side is the raw clock interval of each call (the timeline's): a row of the table leaves
-out the tool's own time inside the step (docs/guide.rst), which the profiler's label holds,
-so the raw interval is what both clocks saw. Calls are paired in the order they started,
-each judged against its own tolerance, and a step passes when its median call does: a
-preemption that lands in one call's label, outside our readings, fails that call alone, and
-a step whose calls differ in length (a graph's first passes; the profiler's clock running a
-little fast against ours, ~1.6% on this project's VM) is judged call by call, not by its
-median difference against its median call. A call's tolerance: within :data:`TOLERANCE` for
-calls of :data:`LONG_US` or more; any call, long or short, within what the label adds
-around our clock readings (opening and closing it; on a busy machine that grows, and it is
-no error of ours): on CPU three times what it added to an empty step in the same run (the
-90th percentile of :data:`EMPTY` steps, forward and backward apart: a backward label is
-closed in the hook that read the clock, after the labels of the steps inside it that end
-there: a backward step's is that times one plus its inner steps' calls per call), at least
-:data:`SHORT_US`; on CUDA :data:`SHORT_US` (the start event, which waits
-for no kernel, and the first launch).
+"""Section 2: are the times right? Each step's time by our clock is set against the
+profiler's own measure of the same labelled range (``torch.profiler``: the label on the CPU,
+the device's timeline on CUDA), since an instrument whose clock disagrees with the
+profiler's cannot be trusted to say where the time goes (:func:`measure`, :func:`compare`).
 """
 
 from __future__ import annotations
@@ -86,7 +61,17 @@ def _ours(calls: List[tuple], cuda: bool) -> Ours:
 def measure(
     platform: str, shape: str, device: torch.device, epochs: int
 ) -> Tuple[Ours, Dict[Tuple[str, str], Dict[str, Any]]]:
-    """Train the study's model ``epochs`` times under the profiler: ours and the profiler's."""
+    """Train the study's model ``epochs`` times under the profiler: ours and the profiler's.
+
+    Our steps carry ``record_function`` labels of their names. The profiler's measure of a
+    label: on the CPU, its duration; on CUDA, the interval it bounds on the device's
+    timeline, from CUPTI's kernel times: from the later of the label's start and the moment
+    the work launched before it is done, to the later of its end and the moment the work
+    launched before that is done. That is what a pair of CUDA events measures: where the
+    device waits for the CPU (a launch-bound epoch at Cora's size), the time the CPU took to
+    issue the step; where it is busy, its kernels' span. The span of the kernels launched
+    inside the label, and their count and sum, are reported beside (docs/check.md).
+    """
     from ..study.bench import training_epoch
     from ..study.data import SHAPES, synthetic_graph
     from ..study.models import build_model
@@ -157,7 +142,27 @@ def compare(
     section: Section,
     prefix: str = "",
 ) -> None:
-    """A line per step and direction: our time against the profiler's."""
+    """A line per step and direction, forward and backward: our time against the profiler's.
+
+    Our side is the raw clock interval of each call (the timeline's): a row of the table
+    leaves out the tool's own time inside the step (docs/guide.rst), which the profiler's
+    label holds, so the raw interval is what both clocks saw. Calls are paired in the order
+    they started, each judged against its own tolerance, and a step passes when its median
+    call does: a preemption that lands in one call's label, outside our readings, fails that
+    call alone, and a step whose calls differ in length (a graph's first passes; the
+    profiler's clock running a little fast against ours: docs/performance.md) is judged call
+    by call, not by its median difference against its median call.
+
+    A call's tolerance: within :data:`TOLERANCE` for calls of :data:`LONG_US` or more; any
+    call, long or short, within what the label adds around our clock readings (opening and
+    closing it; on a busy machine that grows, and it is no error of ours): on CPU three
+    times what it added to an empty step in the same run (the 90th percentile of
+    :data:`EMPTY` steps, forward and backward apart: a backward label is closed in the hook
+    that read the clock, after the labels of the steps inside it that end there: a backward
+    step's is that times one plus its inner steps' calls per call), at least
+    :data:`SHORT_US`; on CUDA :data:`SHORT_US` (the start event, which waits for no kernel,
+    and the first launch).
+    """
     for (path, phase), row in sorted(ours.items(), key=lambda kv: (kv[0][1] != "forward", kv[0])):
         short = SHORT_US["cuda" if cuda else "cpu"]
         if not cuda:  # three times what a label added to an empty step, at least SHORT_US

@@ -1,16 +1,6 @@
-"""Section 3 on a CUDA device: the tool adds no synchronisation, and its CUDA timing holds.
-
-- A training epoch of the study's GCN, stock and ours, under
-  ``torch.cuda.set_sync_debug_mode("warn")`` (which warns at every synchronising CUDA call:
-  a copy to the host, ``.item()``, ``nonzero``...) with ``torch.cuda.synchronize`` counted
-  too: ours must make exactly as many as stock (:func:`count_syncs`).
-- A step around a matmul times it with CUDA events, no ``synchronize``, resolved lazily
-  (:func:`events_without_sync`); a step inside a CUDA graph capture is counted, not timed
-  (:func:`graph_capture`); backward rows, whose nodes autograd runs on its device thread,
-  nest under the caller's region, timed with events, no ``synchronize``
-  (:func:`backward_thread`). These are the GPU tests of tests/ (they call these functions).
-
-Each returns ``(status, detail, figures)``; on a machine without CUDA the section is skipped.
+"""Section 3 on a CUDA device: the tool adds no synchronisation, and its CUDA timing holds,
+since a profiler that synchronises changes the times it reads. Each check returns
+``(status, detail, figures)``; the GPU tests of tests/ call them too.
 """
 
 from __future__ import annotations
@@ -179,7 +169,21 @@ def epochs(platform: str, shape: str, device: torch.device) -> Tuple[Callable, C
 
 def section(device: torch.device, quick: bool, progress: Any = None) -> Any:
     """Section 3: skipped without CUDA; else the epochs' synchronisations and the checks
-    above, a line each."""
+    above, a line each.
+
+    - A training epoch of the study's GCN, stock and ours, under
+      ``torch.cuda.set_sync_debug_mode("warn")`` (which warns at every synchronising CUDA call:
+      a copy to the host, ``.item()``, ``nonzero``...) with ``torch.cuda.synchronize`` counted
+      too: ours must make exactly as many as stock (:func:`count_syncs`).
+    - A step around a matmul times it with CUDA events, no ``synchronize``, resolved lazily
+      (:func:`events_without_sync`); a step inside a CUDA graph capture is counted, not timed
+      (:func:`graph_capture`); backward rows, whose nodes autograd runs on its device thread,
+      nest under the caller's region, timed with events, no ``synchronize``
+      (:func:`backward_thread`). These are the GPU tests of tests/ (they call these functions).
+
+    Each returns ``(status, detail, figures)``; on a machine without CUDA the section is
+    skipped.
+    """
     from ._report import SKIPPED, Section
 
     s = Section("3. No added synchronisation (CUDA)", ABOUT)

@@ -1,8 +1,6 @@
-"""Section 5: what this machine is. The versions against the ranges this release is tested
-with (setup.cfg: outside them a line fails, since nothing here was checked there), the
-device, the guard's verdict on each copied upstream function (a copy not used is SKIPPED:
-the layer then runs upstream's forward, with coarser steps, the same numbers), the C fast
-path, the NVTX backend and whether a tool is attached, and ``torch.compile``.
+"""Section 5: what this machine is, so that a report says where its figures come from: the
+versions against the ranges this release is tested with, the device, the guard's verdicts,
+the C fast path, the NVTX backend and ``torch.compile`` (:func:`section`).
 """
 
 from __future__ import annotations
@@ -59,7 +57,11 @@ def _version_line(s: Section, dist: str, low: str, high: Optional[str]) -> None:
 
 
 def section(device: torch.device, quick: bool = False, progress: object = None) -> Section:
-    """The environment section."""
+    """The environment section: the versions against setup.cfg's ranges (outside them a line
+    fails, since nothing here was checked there), the device, the guard's verdict on each
+    copied upstream function (a copy not used is SKIPPED: the layer then runs upstream's
+    forward, with coarser steps, the same numbers), the C fast path, the NVTX backend and
+    whether a tool is attached, and ``torch.compile``."""
     s = Section("5. Environment", ABOUT)
     s.add(
         "python",

@@ -1,15 +1,6 @@
-"""Section 1: our layers against the stock ones on this device: outputs, gradients (of the
-inputs and of every parameter) and ``state_dict``, for the detailed layers over their input
-kinds and a sample of generic layers (:mod:`._cases`).
-
-Equal means bit for bit. Where the stock layer itself differs from one run to the next on
-this device (atomic scatters on a GPU), ours passes when each tensor is within :data:`SPREAD`
-times the stock layer's own run-to-run difference of that tensor (the largest of
-:data:`RERUNS` runs), or within :data:`ULPS` units in the last place of the tensor's largest
-value, whichever is larger, and the line says so. (Three reruns can all land closer than the
-next one: on an H100, ours differed from stock by one unit, 1.5e-5 in a bias gradient of
-about 200, after three stock reruns within 5.7e-6 of the first.) Ours must also have
-recorded its rows, with CUDA events on a CUDA device.
+"""Section 1: our layers against the stock ones on this device (outputs, gradients,
+``state_dict``), for the detailed layers over their input kinds and a sample of generic
+layers (:mod:`._cases`): a drop-in must change nothing the model computes.
 """
 
 from __future__ import annotations
@@ -195,7 +186,17 @@ def run_case(
 
 
 def section(device: torch.device, quick: bool, progress: Any = None) -> Section:
-    """The equivalence section: one line per case."""
+    """The equivalence section: one line per case (gradients of the inputs and of every
+    parameter).
+
+    Equal means bit for bit. Where the stock layer itself differs from one run to the next on
+    this device (atomic scatters on a GPU), ours passes when each tensor is within
+    :data:`SPREAD` times the stock layer's own run-to-run difference of that tensor (the largest
+    of :data:`RERUNS` runs), or within :data:`ULPS` units in the last place of the tensor's
+    largest value, whichever is larger, and the line says so. (Three reruns can all land closer
+    than the next one: docs/check.md.) Ours must also have recorded its rows, with CUDA events
+    on a CUDA device.
+    """
     s = Section("1. Equivalence on this device", ABOUT)
     nodes = 40 if quick else 300
     for case in cases(quick):

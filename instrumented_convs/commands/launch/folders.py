@@ -1,18 +1,6 @@
 """Which torchrun rank this is, and the default run folder, claimed so that no run overwrites
-another's.
-
-A run without ``-o`` saves in ``ic-runs/<script>-<YYYYmmdd-HHMMSS>`` (its start), or with a
-suffix ``-2``, ``-3``... when that name is taken: the folder is claimed by creating it
-(``mkdir`` fails when it exists, atomically), so runs that start in the same second, and end
-at the same moment too, get folders of their own.
-
-The ranks of a torchrun job share one folder without talking to each other (they have no
-process group at the end, or no longer one): its name comes from the start time of their
-parent, the torchrun agent (Linux; elsewhere pass ``-o``). The rank that creates it writes a
-``.job`` file there first, naming the job (the agent's pid and start time); a rank takes the
-first folder of that name and its suffixes that it creates or whose ``.job`` names its job.
-Another job started in the same second finds another job there and moves on, every rank of
-it in the same order; a run outside torchrun leaves no ``.job``, so no job takes its folder.
+another's, not even one started in the same second or a torchrun job's (whose ranks share
+one folder without talking to each other): :func:`default_folder`.
 """
 
 from __future__ import annotations
@@ -113,7 +101,21 @@ def _claim_for(base: Path, job: str, patience: float = 0.5) -> Path:
 def default_folder(target: str, started: float, root: str = "ic-runs") -> Path:
     """``ic-runs/<script>-<YYYYmmdd-HHMMSS>`` (or ``-2``, ``-3``...), created: a folder no
     other run has. The ranks of one torchrun job name it after the agent's start and share
-    it (see the module docstring)."""
+    it.
+
+    A run without ``-o`` saves in ``ic-runs/<script>-<YYYYmmdd-HHMMSS>`` (its start), or with a
+    suffix ``-2``, ``-3``... when that name is taken: the folder is claimed by creating it
+    (``mkdir`` fails when it exists, atomically), so runs that start in the same second, and end
+    at the same moment too, get folders of their own.
+
+    The ranks of a torchrun job share one folder without talking to each other (they have no
+    process group at the end, or no longer one): its name comes from the start time of their
+    parent, the torchrun agent (Linux; elsewhere pass ``-o``). The rank that creates it writes a
+    ``.job`` file there first, naming the job (the agent's pid and start time); a rank takes the
+    first folder of that name and its suffixes that it creates or whose ``.job`` names its job.
+    Another job started in the same second finds another job there and moves on, every rank of
+    it in the same order; a run outside torchrun leaves no ``.job``, so no job takes its folder.
+    """
     stem = Path(target).stem if target.endswith(".py") else target.rsplit(".", 1)[-1]
     _, world = job_rank()
     agent = _agent() if world is not None else None

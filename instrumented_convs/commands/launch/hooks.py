@@ -1,26 +1,6 @@
-"""What ``run`` hooks into while a script runs: its conv layers, and its loop's phases.
-
-Every hook is process-wide, installed by :meth:`Hooks.install` before the script starts and
-taken off by :meth:`Hooks.remove`:
-
-- ``torch.nn.Module.__call__`` is wrapped. The outermost module call on a thread (a model's
-  forward; nested module calls pass through after one thread-local read; a torchmetrics
-  metric's update is no model's forward and opens no region) first instruments its model,
-  once (:func:`~instrumented_convs.instrument` in place: the same module objects
-  and parameters, so an optimizer built before keeps working; each layer named after its
-  attribute path unless it was named already), then runs inside the region ``forward``
-  with grad enabled, or ``forward (no grad)`` without: evaluation apart from training.
-- ``torch.autograd.backward`` (which ``Tensor.backward`` calls) runs inside ``backward``.
-- torch's global optimizer step hooks open and close ``optimizer.step``; a step given a
-  closure (Lightning's, LBFGS's) opens it when the closure returns: the closure's forward and
-  backward are its siblings, as in a plain loop, and the region is the update.
-- A data loader's ``__next__`` runs inside ``data``, and its worker processes are recorded
-  (:class:`instrumented_convs.workers.Recorder`: the waits, the batches, the workers' steps).
-- ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
-- While the timeline records, what each model call and conv layer call is given (shapes,
-  graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
-
-Regions nest like the user's own: a ``region("epoch")`` in the script contains them.
+"""What ``run`` hooks into while a script runs: its conv layers, and its loop's phases, so
+that a script nobody changed is profiled. Every hook is process-wide and comes off again
+(:class:`Hooks`).
 """
 
 from __future__ import annotations
@@ -98,7 +78,31 @@ def _models_of(fn: Any) -> List[torch.nn.Module]:
 
 
 class Hooks:
-    """The hooks of one ``run``; :meth:`install` them, run the script, :meth:`remove` them."""
+    """The hooks of one ``run``; :meth:`install` them, run the script, :meth:`remove` them.
+
+    Every hook is process-wide, installed by :meth:`Hooks.install` before the script starts and
+    taken off by :meth:`Hooks.remove`:
+
+    - ``torch.nn.Module.__call__`` is wrapped. The outermost module call on a thread (a model's
+      forward; nested module calls pass through after one thread-local read; a torchmetrics
+      metric's update is no model's forward and opens no region) first instruments its model,
+      once (:func:`~instrumented_convs.instrument` in place: the same module objects and
+      parameters, so an optimizer built before keeps working; each layer named after its
+      attribute path unless it was named already), then runs inside the region ``forward`` with
+      grad enabled, or ``forward (no grad)`` without: evaluation apart from training.
+    - ``torch.autograd.backward`` (which ``Tensor.backward`` calls) runs inside ``backward``.
+    - torch's global optimizer step hooks open and close ``optimizer.step``; a step given a
+      closure (Lightning's, LBFGS's) opens it when the closure returns: the closure's forward
+      and backward are its siblings, as in a plain loop, and the region is the update.
+    - A data loader's ``__next__`` runs inside ``data``, and its worker processes are recorded
+      (:class:`instrumented_convs.workers.Recorder`: the waits, the batches, the workers'
+      steps).
+    - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
+    - While the timeline records, what each model call and conv layer call is given (shapes,
+      graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
+
+    Regions nest like the user's own: a ``region("epoch")`` in the script contains them.
+    """
 
     def __init__(
         self,
@@ -146,7 +150,7 @@ class Hooks:
 
     # -- install and remove ------------------------------------------------------------------
     def install(self) -> "Hooks":
-        """Put every hook in place (see the module docstring); returns ``self``."""
+        """Put every hook in place (see :class:`Hooks`); returns ``self``."""
         self._wrap_module_call()
         self._wrap_compile()
         core.watch_compiles()  # (graph breaks attributed as Dynamo compiles: not a hook)

@@ -1,19 +1,6 @@
 """What a model or conv layer call was given, for the timeline's ``args``: described, and noted
-only when it changed.
-
-Describing a call's inputs (``float32[2708, 1433]``, a graph's size) costs microseconds: a
-string per tensor, and two or three calls into DGL for a graph. So :func:`note_inputs` first
-makes the call's :func:`signature`, a tuple of cheap parts (a tensor's dtype and shape, a
-number, a graph's identity), and describes and notes the inputs only when the signature
-differs from the last one noted on this thread for the same layer or region
-(``core.noted``). A training loop calls a model with the same shapes again and again:
-most calls then cost the signature and one comparison. Nothing is lost on the trace: a call
-without a note of its own was given what the last note says (``_trace`` puts it in its args).
-
-A graph's part is its identity, not its size: a DGL graph's structure object (which an edit
-such as ``add_edges`` replaces), a ``SparseTensor`` itself. The note keeps those objects until
-the next note for the same key replaces it, so that no other graph can take their ids
-meanwhile; at most one set of them per layer and thread.
+only when it changed, since describing inputs costs far more than comparing a cheap
+signature of them (:func:`note_inputs`).
 """
 
 from __future__ import annotations
@@ -85,7 +72,13 @@ def _part(value: Any, keep: List[Any], nested: bool = False) -> Any:
 
 def signature(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, List[Any]]:
     """``(signature, objects)``: a cheap key of what a call was given (equal keys: the same
-    :func:`inputs`), and the objects whose ids it holds (keep them while it is compared)."""
+    :func:`inputs`), and the objects whose ids it holds (keep them while it is compared).
+
+    Its parts are a tensor's dtype and shape, a number, a graph's identity: a graph's part
+    is not its size but a DGL graph's structure object (which an edit such as ``add_edges``
+    replaces), a ``SparseTensor`` itself. The note keeps those objects until the next note
+    for the same key replaces it, so that no other graph can take their ids meanwhile; at
+    most one set of them per layer and thread."""
     keep: List[Any] = []
     sig = tuple([_part(a, keep) for a in args[:8]])
     if kwargs:
@@ -95,7 +88,14 @@ def signature(args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, List[Any]]:
 
 def note_inputs(keys: Tuple[Any, ...], args: tuple, kwargs: Dict[str, Any]) -> None:
     """Note what the call about to start was given, for each of ``keys`` (a layer's scope, or
-    ``("region", name)``), where it differs from the last note for that key on this thread."""
+    ``("region", name)``), where it differs from the last note for that key on this thread.
+
+    Describing a call's inputs (``float32[2708, 1433]``, a graph's size) takes a string per
+    tensor and calls into DGL for a graph, so the call's :func:`signature` is compared first
+    (``core.noted``): a training loop calls a model with the same shapes again and again,
+    and most calls then cost the signature and one comparison. Nothing is lost on the trace:
+    a call without a note of its own was given what the last note says, and the trace says
+    so in its args."""
     sig, keep = signature(args, kwargs)
     given = None
     for key in keys:

@@ -1,10 +1,6 @@
-"""The machine's limits for ``run --counters`` and ``view --counters``: probed or given.
-
-``run --counters`` saves in the run the peak it read its roofline against: the probe
-(:func:`instrumented_convs.roofline.probe`) of the device the script used (a GPU run is read
-against its GPU, never against the CPU), with ``--peak-gbs``/``--peak-tflops`` in place of
-the probe's figures where given (with both given, nothing is probed). ``view --counters``
-reads a saved run against its saved peak, or against the figures given to it.
+"""The machine's limits for ``run --counters`` and ``view --counters``: probed on the device
+the script used, or given (``--peak-gbs``, ``--peak-tflops``), and saved with the run so
+that ``view`` reads it against the same roof.
 """
 
 from __future__ import annotations
@@ -43,7 +39,10 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run_peak(args: argparse.Namespace) -> Peak:
-    """The peak a ``run --counters`` reads its roofline against (see the module)."""
+    """The peak a ``run --counters`` reads its roofline against, saved in the run: the probe
+    (:func:`instrumented_convs.roofline.probe`) of the device the script used (a GPU run is
+    read against its GPU, never against the CPU), with ``--peak-gbs``/``--peak-tflops`` in
+    place of the probe's figures where given (with both given, nothing is probed)."""
     _check(args)
     both = args.peak_gbs is not None and args.peak_tflops is not None
     peak = None if both else probe(device=device_of_run())

@@ -1,17 +1,10 @@
-"""The folder a run leaves behind, and reading it back.
+"""The folder a run leaves behind, and reading it back: what ``run``, ``view``, ``merge``
+and the integrations share.
 
-A run folder holds ``run.json``: the summary (``Summary.to_dict()``) and the raw statistics
-it was made from (one registry snapshot per rank, so ``view --by layer`` and ``merge`` can
-summarise again), with what is needed to trust it later: the command line, the exit code,
-versions, the device and the settings used. It is versioned (``format``/``version``);
-readers refuse a newer version with a message. ``summary.txt`` is the printed table.
-
-Under torchrun every rank writes ``rank<N>.json`` (the same fields, its own snapshot),
-atomically; rank 0 then waits for the others' files (``merge_timeout`` seconds) and writes
-the merged ``run.json``. A rank that never reached the end leaves no file; its rank files
-are still there and ``python -m instrumented_convs merge DIR`` merges whatever ranks wrote.
-The ranks of one job agree on the default folder without talking to each other (see
-:mod:`.folders`: a default folder is never another run's).
+``run.json`` keeps the raw statistics with the summary, so that a run can be summarised
+again (by layer, one rank) and trusted later (command, versions, device, settings); every
+other file of the folder is a renderer's. Under torchrun each rank saves its own file and
+rank 0 merges them.
 """
 
 from __future__ import annotations
@@ -33,7 +26,8 @@ from ...report import (
     RUN_FORMAT,
     RUN_VERSION,
     EntryStats,
-    Run,
+    Peak,
+    RenderInput,
     Summary,
     Timeline,
     merge_ranks,
@@ -42,7 +36,6 @@ from ...report import (
     read_trace,
     render,
     summarize,
-    with_workers,
     write_folder,
 )
 from .folders import default_folder, job_rank
@@ -56,19 +49,23 @@ __all__ = [
     "job_rank",
     "load",
     "merge_folder",
+    "saved_summary",
     "summary_of",
     "run_data",
     "run_meta",
     "write_run",
-    "write_timeline",
-    "trace_of",
-    "page_of",
-    "outputs_of",
+    "saved_chrome_trace",
+    "saved_page_html",
+    "saved_render_input",
+    "SavedRun",
 ]
 
 FORMAT, VERSION = RUN_FORMAT, RUN_VERSION
-#: The calls a run keeps on its timeline by default (about 190 bytes each in memory).
+#: The calls a run keeps on its timeline by default (its memory: docs/performance.md).
 TRACE_LIMIT = 200_000
+#: A saved run as :func:`load` reads it (``run.json``'s contents), or as :func:`run_data`
+#: and :func:`merge_folder` make it.
+SavedRun = Dict[str, Any]
 TRACE_FILE = RENDERERS["trace"].file  #: the timeline, a Chrome trace (all ranks under torchrun)
 
 
@@ -188,50 +185,44 @@ def write_run(
     by: str = "step",
     unit: Optional[str] = None,
     job: Optional[Tuple[Optional[int], Optional[int]]] = None,
+    timeline: Optional[Timeline] = None,
+    trace_name: Optional[str] = None,
 ) -> Path:
-    """Write this process's run (``run.json``, or ``rank<N>.json`` in a job of several
-    ranks). ``job``: ``(rank, world_size)`` where the caller knows them (a Lightning
-    strategy), else torchrun's environment tells (:func:`job_rank`)."""
+    """Write this process's run: ``run.json`` and every renderer's file
+    (:func:`~instrumented_convs.report.write_folder`), or in a job of several ranks
+    ``rank<N>.json`` and its timeline, ``rank<N>.trace.json.gz`` (rank 0 merges them);
+    returns the run's JSON file. ``job``: ``(rank, world_size)`` where the caller knows them
+    (a Lightning strategy), else torchrun's environment tells (:func:`job_rank`);
+    ``timeline``: this process's, a process named ``trace_name`` in the trace (the loaders'
+    worker processes beside it), which the run's ``trace`` describes."""
     folder.mkdir(parents=True, exist_ok=True)
-    data, summary = run_data(snapshot, meta, by, unit, job)
-    rank, world = data["rank"], data["world_size"]
+    rank, world = job or job_rank()
+    trace_file = TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}"
+    if timeline is not None:
+        meta = dict(meta, trace=_trace_record(timeline, trace_file))
+    data, summary = run_data(snapshot, meta, by, unit, (rank, world))
+    pid = os.getpid() if rank is None else rank
+    inp = saved_render_input(data, summary, timeline=timeline, pid=pid, name=trace_name)
+    if world is not None and timeline is not None:  # first: merging reads it once the run is
+        RENDERERS["trace"].write(inp, folder / trace_file)
     path = folder / (RUN_FILE if world is None else f"rank{rank}.json")
     _write(path, data)
     if world is None:
-        write_folder(folder, outputs_of(data, summary))
+        write_folder(folder, inp)
     return path
 
 
-def write_timeline(
-    folder: Path,
-    timeline: Timeline,
-    name: str,
-    job: Optional[Tuple[Optional[int], Optional[int]]] = None,
-    workers: Optional[Dict[str, Any]] = None,
-) -> Dict[str, Any]:
-    """Write this process's timeline (``trace.json.gz``, or ``rank<N>.trace.json.gz`` in a
-    job of several ranks, one process per rank in the viewer); returns what ``run.json``
-    says of it. ``job``: as :func:`write_run`'s; ``workers``: the loaders' section of the
-    run, whose worker processes join the trace (a process each, arrows to the loop)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rank, world = job or job_rank()
-    path = folder / (TRACE_FILE if world is None else f"rank{rank}.{TRACE_FILE}")
-    pid = os.getpid() if rank is None else rank
-    trace: Any = timeline
-    if workers:
-        trace = with_workers(
-            timeline.to_chrome(pid=pid, name=name), workers, timeline.wall_offset_ns
-        )
-    RENDERERS["trace"].write(Run(timeline=trace, pid=pid, name=name), path)
+def _trace_record(timeline: Timeline, file: str) -> Dict[str, Any]:
+    """What a run says of its timeline: its file, its calls, the limit, whether it was cut."""
     return {
-        "file": path.name,
+        "file": file,
         "calls": len(timeline),
         "limit": timeline.limit,
         "truncated": timeline.truncated,
     }
 
 
-def trace_of(path: "str | os.PathLike[str]") -> Dict[str, Any]:
+def saved_chrome_trace(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     """The Chrome trace of a saved run (its folder, or a file in it)."""
     p = Path(path)
     folder = p if p.is_dir() else p.parent
@@ -242,24 +233,30 @@ def trace_of(path: "str | os.PathLike[str]") -> Dict[str, Any]:
     return read_trace(folder / TRACE_FILE)
 
 
-def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> Run:
-    """What the renderers read of a loaded run (``summary``: how it is summarised): its
-    command, ending, time, versions, device and settings under the page's title."""
-    target = run.get("target") or "run"
+def saved_render_input(
+    saved: SavedRun, summary: Summary, title: Optional[str] = None, **fields: Any
+) -> RenderInput:
+    """What the renderers read of a saved run (``summary``: how it is summarised): its
+    command, ending, time, versions, device and settings under the page's title, its data
+    loaders' records and the machine's peaks where it has them; ``fields``: the other fields
+    of the :class:`~instrumented_convs.report.RenderInput` (``timeline``...)."""
+    target = saved.get("target") or "run"
     meta = []
-    if run.get("command"):
-        meta.append(("command", " ".join(map(str, run["command"]))))
-    if "exit_code" in run:
-        meta.append(("ended", f"{run.get('ended_by', '?')}, exit code {run['exit_code']}"))
-    if run.get("started"):
-        meta.append(("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run["started"]))))
-    versions = run.get("versions") or {}
+    if saved.get("command"):
+        meta.append(("command", " ".join(map(str, saved["command"]))))
+    if "exit_code" in saved:
+        meta.append(("ended", f"{saved.get('ended_by', '?')}, exit code {saved['exit_code']}"))
+    if saved.get("started"):
+        meta.append(
+            ("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved["started"])))
+        )
+    versions = saved.get("versions") or {}
     meta.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
-    device = run.get("device") or {}
-    meta.append(("device", f"{device.get('cuda') or device.get('cpu')} on {run.get('host')}"))
-    settings = run.get("settings") or {}
+    device = saved.get("device") or {}
+    meta.append(("device", f"{device.get('cuda') or device.get('cpu')} on {saved.get('host')}"))
+    settings = saved.get("settings") or {}
     meta.append(("settings", ", ".join(f"{k}={v}" for k, v in settings.items())))
-    sampling = run.get("sampling")
+    sampling = saved.get("sampling")
     if sampling:
         meta.append(
             (
@@ -272,9 +269,11 @@ def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = Non
                 ),
             )
         )
-    if run.get("world_size"):
-        missing = run.get("ranks_missing") or []
-        meta.append(("ranks", f"{run['world_size']}" + (f", missing {missing}" if missing else "")))
+    if saved.get("world_size"):
+        missing = saved.get("ranks_missing") or []
+        meta.append(
+            ("ranks", f"{saved['world_size']}" + (f", missing {missing}" if missing else ""))
+        )
     note = ""
     if settings.get("backward") and settings.get("backward_every", 1) > 1:
         every = settings["backward_every"]
@@ -282,29 +281,35 @@ def outputs_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = Non
             "Cells marked ~ include backward calls whose time is estimated "
             f"(one layer call in {every} is timed step by step)."
         )
-    return Run(
-        summary, title=title or str(target), meta=meta, note=note, loaders=run.get("workers")
+    fields.setdefault("peak", Peak(**saved["peak"]) if saved.get("peak") else None)
+    return RenderInput(
+        summary,
+        title=title or str(target),
+        meta=meta,
+        note=note,
+        loaders=saved.get("workers"),
+        **fields,
     )
 
 
-def page_of(run: Dict[str, Any], summary: Summary, title: Optional[str] = None) -> str:
-    """The HTML page of a loaded run (``summary``: how it is summarised)."""
-    return render("page", outputs_of(run, summary, title))
+def saved_page_html(saved: SavedRun, summary: Summary, title: Optional[str] = None) -> str:
+    """The HTML page of a saved run (``summary``: how it is summarised)."""
+    return render("page", saved_render_input(saved, summary, title))
 
 
-def load(path: "str | os.PathLike[str]") -> Dict[str, Any]:
+def load(path: "str | os.PathLike[str]") -> SavedRun:
     """A saved run as a dict: a run folder, its ``run.json``, or a rank file (``.gz`` too)."""
     return read_run(path)
 
 
-def summary_of(
-    run: Dict[str, Any], by: str = "step", unit: Optional[str] = None, rank: Optional[int] = None
+def saved_summary(
+    saved: SavedRun, by: str = "step", unit: Optional[str] = None, rank: Optional[int] = None
 ) -> Summary:
-    """The summary of a loaded run, summarised again from its statistics: ``by``, ``unit``,
-    and ``rank`` (one rank's own part of a merged run)."""
-    snapshots = [_stats(s) for s in run["snapshots"]]
+    """The summary of a saved run, summarised again from its statistics: ``by``, ``unit``,
+    and ``rank`` (one rank's own part of a merged saved)."""
+    snapshots = [_stats(s) for s in saved["snapshots"]]
     if rank is not None:
-        missing = run.get("ranks_missing", [])
+        missing = saved.get("ranks_missing", [])
         if not 0 <= rank < len(snapshots) or rank in missing:
             have = [r for r in range(len(snapshots)) if r not in missing]
             raise ValueError(f"this run has the ranks {have}, not {rank}")
@@ -312,24 +317,29 @@ def summary_of(
             snapshots[rank],
             by=by,
             unit=unit,
-            sampling=run.get("sampling"),
-            compiled=run.get("compiled"),
+            sampling=saved.get("sampling"),
+            compiled=saved.get("compiled"),
         )
-    if run.get("kind") != "merged":
+    if saved.get("kind") != "merged":
         return summarize(
             snapshots[0],
             by=by,
             unit=unit,
-            sampling=run.get("sampling"),
-            compiled=run.get("compiled"),
+            sampling=saved.get("sampling"),
+            compiled=saved.get("compiled"),
         )
     return merge_ranks(
-        snapshots, by=by, unit=unit, sampling=run.get("sampling"), compiled=run.get("compiled")
+        snapshots, by=by, unit=unit, sampling=saved.get("sampling"), compiled=saved.get("compiled")
     )
 
 
-def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[str, Any]:
-    """Merge the rank files in ``folder`` into its ``run.json`` (and ``summary.txt``).
+#: The name :func:`saved_summary` had (documented); kept for code that calls it.
+summary_of = saved_summary
+
+
+def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> SavedRun:
+    """Merge the rank files in ``folder`` into its ``run.json`` (and every renderer's file:
+    the ranks' timelines as one trace, one process each).
 
     ``wait``: seconds to wait for every rank of the job to write its file; ranks missing
     after that are left out and named in ``ranks_missing``.
@@ -360,13 +370,13 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
     merged.pop("workers", None)
     if sections:  # each rank's loaders and worker processes (each says its rank)
         merged["workers"] = {k: [x for s in sections for x in s.get(k, ())] for k in sections[0]}
-    summary = summary_of(merged, by=first.get("by", "step"), unit=first.get("unit"))
+    summary = saved_summary(merged, by=first.get("by", "step"), unit=first.get("unit"))
     merged["summary"] = summary.to_dict()
     merged.pop("trace", None)  # rank 0's own: the merged run's is the merged timeline
     traces = sorted(folder.glob(f"rank*.{TRACE_FILE}"))
+    merged_trace = None
     if traces:  # the ranks' timelines, one process each, on one time base
         merged_trace = merge_traces(read_trace(t) for t in traces)
-        RENDERERS["trace"].write(Run(timeline=merged_trace), folder / TRACE_FILE)
         told = [runs[r]["trace"] for r in sorted(runs) if runs[r].get("trace")]
         merged["trace"] = {
             "file": TRACE_FILE,
@@ -375,5 +385,5 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> Dict[st
             "truncated": any(t["truncated"] for t in told),
         }
     _write(folder / RUN_FILE, merged)
-    write_folder(folder, outputs_of(merged, summary))
+    write_folder(folder, saved_render_input(merged, summary, timeline=merged_trace))
     return merged

@@ -1,11 +1,6 @@
-"""Run a script or a module as ``python script.py args`` / ``python -m module args`` would.
-
-``sys.argv`` is the script's own, ``__name__`` is ``"__main__"`` (and ``sys.modules["__main__"]``
-the script's module while it runs), ``sys.path[0]`` is the script's folder (the current
-folder for ``-m``), and the outcome is the exit code ``python`` would give: 0, the code of a
-``SystemExit``, 1 after printing the traceback of an exception, 130 on Ctrl-C. Whatever the
-outcome, the caller gets it back as a :class:`Outcome`, so that it can write its report
-first.
+"""Run a script or a module as ``python script.py args`` / ``python -m module args`` would
+(:func:`run_target`), so that a script behaves under ``run`` as it does without it, and its
+outcome comes back as an :class:`Outcome` for the report to be written first.
 """
 
 from __future__ import annotations
@@ -65,6 +60,12 @@ def run_target(target: str, args: List[str], module: bool = False) -> Outcome:
 
     Exceptions are printed as the interpreter prints them and turned into an exit code;
     ``sys.argv``, ``sys.path`` and the SIGCHLD handler are put back afterwards.
+
+    ``sys.argv`` is the script's own, ``__name__`` is ``"__main__"`` (and
+    ``sys.modules["__main__"]`` the script's module while it runs), ``sys.path[0]`` is the
+    script's folder (the current folder for ``-m``), and the outcome is the exit code
+    ``python`` would give: 0, the code of a ``SystemExit``, 1 after printing the traceback of
+    an exception, 130 on Ctrl-C.
     """
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     child = getattr(signal, "SIGCHLD", None)

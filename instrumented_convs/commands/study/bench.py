@@ -1,25 +1,8 @@
 """What instrumentation costs a training epoch: stock layers vs instrumented, side by side.
 
-For each graph shape (generated, of ogbn-arxiv's or Cora's shape) and each input kind (PyG
-edge_index, PyG SparseTensor, DGL graph), four copies of the study's 3-layer GCN with the
-same weights:
-
-- ``stock``: torch_geometric.nn.GCNConv / dgl.nn.GraphConv;
-- ``enabled``: instrumented_convs' layers, recording forward and backward, NVTX on (the
-  nvtx package if installed);
-- ``no backward``: the same with backward timing off (``configure(backward=False)``): the
-  difference to ``enabled`` is what timing the backward costs;
-- ``disabled``: instrumented_convs' layers inside ``configure(enabled=False)``;
-- ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the
-  noise floor of the measurement (an A/A comparison).
-
-After warm-up, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of
-each is timed in turn, A B C D E E D C B A ..., so drifts of the machine hit all alike. The
-table gives each variant's median epoch time and interquartile range, and the ratios to
-stock as the median of the per-round ratios. On CUDA the epoch is timed with CUDA events
-around it (a synchronize per epoch, outside the measured code).
-
-Used by ``python -m instrumented_convs bench`` and ``benchmarks/overhead.py``.
+The same model in several variants (:data:`VARIANTS`), timed in interleaved rounds so that
+the machine's drifts hit all alike, with a second stock copy as the noise floor. Used by
+``python -m instrumented_convs bench`` and ``benchmarks/overhead.py``.
 """
 
 from __future__ import annotations
@@ -51,7 +34,12 @@ __all__ = [
     "write_json",
 ]
 
-#: The variants timed in each round, in order (the order alternates between rounds).
+#: The variants timed in each round, in order (the order alternates between rounds), each a
+#: copy of the study's 3-layer GCN with the same weights: ``stock`` (torch_geometric.nn.GCNConv
+#: / dgl.nn.GraphConv); ``enabled`` (our layers, recording forward and backward, NVTX on);
+#: ``no backward`` (backward timing off: its difference to ``enabled`` is what timing the
+#: backward costs); ``disabled`` (our layers inside ``configure(enabled=False)``); ``stock
+#: again`` (a second stock copy: its ratio to ``stock`` is the noise floor, an A/A comparison).
 VARIANTS = ("stock", "enabled", "no backward", "disabled", "stock again")
 #: (platform, SparseTensor input, label) of each case.
 CASES = (("pyg", False, "PyG edge_index"), ("pyg", True, "PyG SparseTensor"), ("dgl", False, "DGL"))
@@ -113,7 +101,15 @@ def measure_case(
     hidden: int,
     device: torch.device,
 ) -> Dict[str, Any]:
-    """Interleaved epochs of the variants; medians, IQRs and medians of per-round ratios."""
+    """Interleaved epochs of the variants; medians, IQRs and medians of per-round ratios.
+
+    For one graph shape and input kind (PyG edge_index, PyG SparseTensor, DGL graph): after
+    ``warmup``, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of each
+    variant is timed in turn, A B C D E E D C B A ..., so drifts of the machine hit all alike;
+    each variant's median epoch time and interquartile range, and the ratios to stock as the
+    median of the per-round ratios. On CUDA the epoch is timed with CUDA events around it (a
+    synchronize per epoch, outside the measured code).
+    """
     torch.manual_seed(0)
     ours, graph = build_model(platform_, data, hidden=hidden, sparse=sparse)
     stock, _ = build_model(platform_, data, hidden=hidden, sparse=sparse, stock=True)

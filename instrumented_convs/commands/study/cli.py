@@ -1,18 +1,6 @@
-"""The study's command lines: ``python -m instrumented_convs demo|compare|bench`` and the examples'.
-
-The study is a published profiling of a 3-layer GCN on ogbn-arxiv and Cora with PyG and DGL,
-which timed the layers' internal steps by copying the layers' source and inserting timers;
-here the same model and loop run with the instrumented layers instead.
-
-- ``demo``: the first thing to run. The 3-layer GCN on a generated graph of ogbn-arxiv's
-  shape for PyG and DGL, a few epochs each; prints each framework's tables and both side by
-  side. Needs PyG and DGL, not torch-sparse.
-- ``compare``: the same with every flag of the study (dataset, epochs, width, device, plot...).
-- ``bench``: what the instrumentation costs on this machine (stock vs instrumented layers).
-
-:func:`study_main` is the whole command line of ``examples/arxiv.py`` and
-``examples/cora.py``; :func:`run_study` is one run of the study from such a command line
-(the arguments, the run, its report), once per framework in ``demo`` and ``compare``.
+"""The study's command lines: ``python -m instrumented_convs demo|compare|bench`` and the
+examples', which run the published study's model and loop with the instrumented layers in
+place of its copied, timer-laden source (:func:`add_commands`, :func:`study_main`).
 """
 
 from __future__ import annotations
@@ -62,6 +50,29 @@ COMPARE_HELP = (
     "GraphConv (--model sage: SAGEConv, mean aggregation) on the same data, prints each\n"
     "framework's accuracy and tables, then one table of both frameworks' time per epoch aligned\n"
     "by role, and with --plot FILE.png a stacked bar chart."
+)
+#: ``bench --help``'s description (before its defaults).
+BENCH_HELP = (
+    "What instrumentation costs a training epoch: stock layers vs instrumented, side by side.\n"
+    "\n"
+    "For each graph shape (generated, of ogbn-arxiv's or Cora's shape) and each input kind (PyG\n"
+    "edge_index, PyG SparseTensor, DGL graph), four copies of the study's 3-layer GCN with the\n"
+    "same weights:\n"
+    "\n"
+    "- ``stock``: torch_geometric.nn.GCNConv / dgl.nn.GraphConv;\n"
+    "- ``enabled``: instrumented_convs' layers, recording forward and backward, NVTX on (the\n"
+    "  nvtx package if installed);\n"
+    "- ``no backward``: the same with backward timing off (``configure(backward=False)``): the\n"
+    "  difference to ``enabled`` is what timing the backward costs;\n"
+    "- ``disabled``: instrumented_convs' layers inside ``configure(enabled=False)``;\n"
+    "- ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the\n"
+    "  noise floor of the measurement (an A/A comparison).\n"
+    "\n"
+    "After warm-up, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of\n"
+    "each is timed in turn, A B C D E E D C B A ..., so drifts of the machine hit all alike. The\n"
+    "table gives each variant's median epoch time and interquartile range, and the ratios to\n"
+    "stock as the median of the per-round ratios. On CUDA the epoch is timed with CUDA events\n"
+    "around it (a synchronize per epoch, outside the measured code)."
 )
 BENCH_DEFAULTS = (
     "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv "
@@ -386,8 +397,19 @@ DESCRIPTION = (
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``demo``, ``compare`` and ``bench`` to the subparsers ``sub``; returns what runs
-    each (the package's command line, ``instrumented_convs.commands.cli``, adds its others)."""
-    from .bench import __doc__ as bench_doc
+    each (the package's command line, ``instrumented_convs.commands.cli``, adds its others).
+
+    - ``demo``: the first thing to run. The 3-layer GCN on a generated graph of ogbn-arxiv's
+      shape for PyG and DGL, a few epochs each; prints each framework's tables and both side by
+      side. Needs PyG and DGL, not torch-sparse.
+    - ``compare``: the same with every flag of the study (dataset, epochs, width, device,
+      plot...).
+    - ``bench``: what the instrumentation costs on this machine (stock vs instrumented layers).
+
+    :func:`study_main` is the whole command line of ``examples/arxiv.py`` and
+    ``examples/cora.py``; :func:`run_study` is one run of the study from such a command line
+    (the arguments, the run, its report), once per framework in ``demo`` and ``compare``.
+    """
     from .bench import add_bench_arguments
 
     raw = argparse.RawDescriptionHelpFormatter
@@ -441,7 +463,7 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         "bench",
         formatter_class=raw,
         help="what the instrumentation costs on this machine: stock vs instrumented epochs",
-        description=(bench_doc or "").split("\nUsed by")[0].strip() + BENCH_DEFAULTS,
+        description=BENCH_HELP + BENCH_DEFAULTS,
     )
     add_bench_arguments(bench, default_shapes=("synthetic-cora",))
     return {"demo": _demo, "compare": _compare, "bench": _bench}

@@ -1,15 +1,6 @@
-"""PyG and DGL side by side: the per-step time of each framework, aligned by role.
-
-The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``, ``lin``
-vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's steps to a
-common role (:data:`MODEL_ROLES` does the same for each model: the GCN's table, and GraphSAGE's,
-whose ``SAGEConv`` has no normalisation or bias step of its own), and :func:`breakdown` turns a
-run's summary into milliseconds per epoch for each role; the rows add up to the epoch time. The
-backward is split the same way when the run timed it (the layers' ``[backward]`` rows under
-``epoch/backward``): each role has a backward counterpart (:func:`backward_role`), and autograd's
-work outside the layers is ``rest of backward``; without backward rows the backward is one role,
-``backward``. :func:`side_by_side` (text) and :func:`instrumented_convs.commands.study.plot.plot` (a
-chart) read only those numbers.
+"""PyG and DGL side by side: the per-step time of each framework, aligned by role, since
+the two name their steps differently (:data:`ROLES`, :func:`breakdown`); :func:`side_by_side`
+and :func:`.plot.plot` read only those numbers.
 """
 
 from __future__ import annotations
@@ -147,6 +138,17 @@ def breakdown(
 
     ``model`` is the study's model (``"gcn"`` or ``"sage"``): it picks the layer and the role
     table (:data:`MODEL_ROLES`, :data:`MODEL_LAYER`).
+
+    The two frameworks name their steps differently (``gcn_norm`` vs ``norm_src``/``norm_dst``,
+    ``lin`` vs ``matmul``, ``propagate`` vs ``update_all``). :data:`ROLES` maps each framework's
+    steps to a common role (:data:`MODEL_ROLES` does the same for each model: the GCN's table,
+    and GraphSAGE's, whose ``SAGEConv`` has no normalisation or bias step of its own), and
+    :func:`breakdown` turns a run's summary into milliseconds per epoch for each role; the rows
+    add up to the epoch time. The backward is split the same way when the run timed it (the
+    layers' ``[backward]`` rows under ``epoch/backward``): each role has a backward counterpart
+    (:func:`backward_role`), and autograd's work outside the layers is ``rest of backward``;
+    without backward rows the backward is one role, ``backward``. :func:`side_by_side` (text)
+    and :func:`.plot.plot` (a chart) read only those numbers.
 
     With backward rows under ``epoch/backward/<layer>`` (backward timing on, the default),
     the backward is split by role too (:data:`BACKWARD_OF`); without them it is one role,

@@ -1,13 +1,6 @@
-"""The study's data: generated graphs of the real datasets' shapes, and the real loaders.
-
-- :func:`synthetic_graph` generates a graph of a given shape whose labels are learnable from
-  the features and the neighbourhood (deterministic given the seed); :data:`SHAPES` holds
-  ogbn-arxiv's, ogbn-products' and Cora's shapes (and a tiny one for smoke runs), and
-  :func:`scaled_shape` shrinks one for small machines (``synthetic-products`` at ``0.01``).
-- :func:`load_graph` returns the real dataset (ogb / PyG / DGL loaders) when it is on disk
-  under ``root``, and raises :class:`DatasetNotFound`, explaining how to get it, when it is
-  not; ``synthetic-*`` names generate. :class:`MissingDependency` is the other error the
-  command line explains rather than shows as a traceback (an optional package is missing).
+"""The study's data: generated graphs of the real datasets' shapes (:func:`synthetic_graph`,
+:data:`SHAPES`), so that the study runs anywhere, and the real datasets from disk where they
+are (:func:`load_graph`).
 """
 
 from __future__ import annotations
@@ -236,7 +229,10 @@ _HOW_TO_GET = {
 
 
 def load_graph(name: str, root: str = "data", platform: str = "pyg", seed: int = 0) -> GraphData:
-    """The dataset ``name``: ``ogbn-arxiv``/``cora`` from disk, or a ``synthetic-*`` shape."""
+    """The dataset ``name``: ``ogbn-arxiv``/``cora`` from disk (ogb / PyG / DGL loaders, under
+    ``root``; :class:`DatasetNotFound`, saying how to get it, where it is not there), or a
+    ``synthetic-*`` shape, generated. :class:`MissingDependency` is the other error the
+    command line explains rather than shows as a traceback."""
     if name in SHAPES:
         return synthetic_graph(name, seed=seed, **SHAPES[name])
     if name == "ogbn-arxiv":

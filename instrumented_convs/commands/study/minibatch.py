@@ -1,28 +1,8 @@
 """Mini-batch training on neighbour-sampled subgraphs, PyG and DGL, with the loader timed too.
 
-The study's full-graph loop (:mod:`.loop`) does not fit a graph of ogbn-products' size;
-mini-batch training samples a few neighbours per hop around a batch of training nodes and
-trains on that subgraph. Where the time goes then includes the loader, so each timed epoch
-is ``region("epoch")`` with, per mini-batch:
-
-- ``sample``: the next batch from the loader (neighbour sampling, and gathering the batch's
-  features and labels on the host: PyG's ``NeighborLoader`` collates them, DGL's
-  ``NeighborSampler`` prefetches them);
-- ``to_device``: the host-to-device copy of the batch (PyG ``Data``, DGL blocks with their
-  features and labels);
-- ``forward`` (the layers' steps inside), ``loss``, ``backward``, ``optimizer.step``.
-
-PyG runs the 3-layer model on the whole sampled subgraph and keeps the seed nodes' rows
-(``out[:batch.batch_size]``); DGL runs one layer per block (``conv(blocks[i], x)``), each
-smaller than the last. Fanouts go from the seed nodes outward (PyG's ``num_neighbors``
-order); DGL's ``NeighborSampler`` counts from the input layer, so it gets them reversed and
-both frameworks sample the same neighbourhoods.
-
-Under ``torch.distributed`` (see ``examples/ddp.py``) the model is wrapped in
-``DistributedDataParallel`` and each rank trains on its own share of the training nodes,
-all shares the same size (:func:`.sharding.shard`; DGL: ``use_ddp=True``), so every rank runs the
-same number of batches: DDP's gradient all-reduce would otherwise wait forever in the
-backward of a rank that has one batch more.
+The study's full-graph loop (:mod:`.loop`) does not fit a graph of ogbn-products' size, and
+where the time goes then includes the loader: each timed epoch's batches are sampled,
+copied and trained on under regions of their own (:func:`train_minibatch`).
 """
 
 from __future__ import annotations
@@ -155,7 +135,11 @@ def make_loader(s: MiniBatchSetup, nodes: Tensor, train: bool = True) -> Any:
     """A neighbour-sampling loader over ``nodes`` (host-side; batches of ``s.batch_size``).
 
     ``train``: shuffled, and under ``torch.distributed`` this rank's equal share only (PyG:
-    :func:`shard`; DGL: ``use_ddp=True``). Otherwise in order, over ``nodes`` as given.
+    :func:`shard`; DGL: ``use_ddp=True``): every rank runs the same number of batches, or
+    DDP's gradient all-reduce would wait forever in the backward of a rank that has one batch
+    more. Otherwise in order, over ``nodes`` as given. Fanouts go from the seed nodes outward
+    (PyG's ``num_neighbors`` order); DGL's ``NeighborSampler`` counts from the input layer, so
+    it gets them reversed and both frameworks sample the same neighbourhoods.
     """
     workers = dict(num_workers=s.num_workers, persistent_workers=s.num_workers > 0)
     if s.platform == "pyg":
@@ -210,8 +194,13 @@ def train_minibatch(
     """``warmup`` untimed batches, then ``epochs`` timed epochs of mini-batches, then the
     test accuracy.
 
-    Each epoch is ``region("epoch")`` with ``sample``, ``to_device``, ``forward``, ``loss``,
-    ``backward`` and ``optimizer.step`` per batch (see the module's docstring). Warm-up
+    Each epoch is ``region("epoch")`` with, per batch: ``sample``, the next batch from the
+    loader (neighbour sampling, and gathering the batch's features and labels on the host:
+    PyG's ``NeighborLoader`` collates them, DGL's ``NeighborSampler`` prefetches them);
+    ``to_device``, the batch's copy to the device (PyG ``Data``, DGL blocks with their
+    features and labels); ``forward`` (the layers' steps inside: PyG runs the 3-layer model
+    on the whole sampled subgraph and keeps the seed nodes' rows, DGL one layer per block,
+    each smaller than the last), ``loss``, ``backward`` and ``optimizer.step``. Warm-up
     batches run with instrumentation off, so the first, slower calls (allocations, lazy
     initialisation, DDP's first backward) do not skew the table. ``on_batch()`` is called
     after each timed batch, ``on_epoch(epoch, mean loss)`` after each epoch; ``eval_nodes``
