@@ -1,23 +1,8 @@
-"""Summaries merged over processes, with torch.distributed's own collectives.
-
-Under DistributedDataParallel (``torchrun --nproc-per-node N train.py``) every process has
-its own registry. ``registry.summary(all_ranks=True)`` joins them: every rank of the
-process group calls it (it is a collective, like ``all_reduce``), each rank's statistics
-travel to every other rank in one ``torch.distributed.all_gather_object``, and every rank
-gets the same merged :class:`~instrumented_convs.report.Summary`:
-
-- counts, totals and self times summed over ranks, min and max over every rank's calls,
-  the standard deviation of all the calls together; steps that only some ranks ran
-  still appear;
-- per step, how the ranks differ: ``row.slowest`` (the slowest rank's total),
-  ``row.slowest_rank``, ``row.fastest``, ``row.spread`` (slowest / fastest), ``row.ranks``
-  (how many ranks ran the step); the table shows them as its Slowest and Spread columns;
-- ``summary.by_rank()``: one summary per rank, in rank order.
-
-Any backend works: gloo on CPU; with NCCL, ``all_gather_object`` stages the data on
-``torch.cuda.current_device()``, so each rank must have called ``torch.cuda.set_device``
-first (as every NCCL program does). Pending CUDA event timings are resolved on each rank
-before the exchange. Nothing here opens sockets or files: the process group is the user's.
+"""Summaries merged over the processes of a torch.distributed job (``registry.summary(
+all_ranks=True)``): a collective in which every rank sends its snapshot to every other in one
+``all_gather_object`` and gets the same merged summary, each statistic merged as
+:data:`~instrumented_convs.report.stats.STATISTICS` says. The process group is the user's
+(NCCL: each rank calls ``torch.cuda.set_device`` first).
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""The columns of a summary, in one list: what each reads from a row, its header, its format.
-
-Every reader of a summary goes through :data:`COLUMNS`: the text table (:mod:`.text`) and
-the page (:mod:`.page`, whose script draws the headers and cells it is given) show them in
-this order; JSON, CSV and pandas (:class:`~instrumented_convs.report.Summary`) write every
-field of :class:`~.row.Row` and, beside them, the value of each column a row does not hold
-(a column computed from the others). So a new column is one :class:`Column` here (with
-:func:`add`) plus, if it is a new measurement, its field in :class:`~.row.Row`.
-
-Times are shown in one unit per table, :func:`unit_of`: the one in which the largest mean
-reads between 1 and 1000 (or the summary's own), the same in the table and on the page.
-This module imports nothing from the package but :mod:`.row`.
+"""The columns of a summary, in one list (:data:`COLUMNS`): what each reads from a row, its
+header, its format, and its doc, which the table's footnotes say. The table, the page, JSON,
+CSV and pandas all read the list, so a new column is one :class:`Column` here. Times are in
+one unit per table (:func:`unit_of`). Imports nothing from the package but :mod:`.row`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import string
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -32,6 +25,7 @@ __all__ = [
     "unit_of",
     "choose_unit",
     "spread_text",
+    "footnotes",
     "bytes_text",
     "recorded_memory",
     "grid",
@@ -52,7 +46,9 @@ class Column:
     ratio, ``bytes`` in binary units, ``number``); ``value``: how to compute it from a
     row, for a column no field holds; ``merged``: shown only for a summary merged over
     ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated;
-    ``memory``: shown only for a summary that recorded memory (``configure(memory=True)``).
+    ``sampled``: shown only for a sampled run (the duty cycle); ``memory``: shown only for
+    a summary that recorded memory (``configure(memory=True)``). ``doc``: what it holds;
+    with ``note``, also the table's footnote on it (:func:`footnotes`).
     """
 
     key: str
@@ -64,6 +60,7 @@ class Column:
     doc: str = ""
     sampled: bool = False
     memory: bool = False
+    note: bool = False
 
     def of(self, row: Row) -> Any:
         """This column's value for ``row``."""
@@ -80,7 +77,16 @@ COLUMNS: List[Column] = [
     Column("min", "Min", "time", doc="the shortest timed call"),
     Column("max", "Max", "time", doc="the longest timed call"),
     Column("std", "Std", "time", doc="the timed calls' standard deviation"),
-    Column("fraction", "Frac.", "fraction", estimated=True, doc="total / grand total"),
+    Column(
+        "fraction",
+        "Frac.",
+        "fraction",
+        estimated=True,
+        doc="share of the total of top-level steps ({total}); a step's Frac. = its Self share "
+        "+ its children's Frac.\nCount, times and Frac. are over all {world} {over}: counts and "
+        "totals summed, Min and Max over every {one}'s calls.",
+        note=True,
+    ),
     Column(
         "se",
         "±SE",
@@ -88,14 +94,23 @@ COLUMNS: List[Column] = [
         sampled=True,
         doc="a sampled run: the standard error of the scaled total",
     ),
-    Column("slowest", "Slowest", "slowest", merged=True, doc="the largest total of one rank"),
+    Column(
+        "slowest",
+        "Slowest",
+        "slowest",
+        merged=True,
+        doc="the largest total of one {one} ({over[0]}<{one}>)",
+        note=True,
+    ),
     Column(
         "spread",
         "Spread",
         "spread",
         lambda r: r.spread,
         merged=True,
-        doc="slowest / fastest rank's total",
+        doc="slowest / fastest {one}'s total, over the {over} that ran the step (k/n: only k "
+        "of n {over} did).",
+        note=True,
     ),
     Column(
         "saved_per_call",
@@ -103,14 +118,17 @@ COLUMNS: List[Column] = [
         "bytes",
         lambda r: r.saved_bytes / r.count if r.phase == "forward" and r.count else None,
         memory=True,
-        doc="memory: bytes of the tensors it made that autograd kept for backward, per call",
+        doc="bytes of the tensors a step made that autograd kept for backward, per call",
+        note=True,
     ),
     Column(
         "peak_bytes",
         "Peak",
         "bytes",
         memory=True,
-        doc="memory: the most bytes alive above a call's start, the largest of its calls",
+        doc="the most bytes alive above a call's start (memory: summary.table(memory=True) "
+        "says more).",
+        note=True,
     ),
 ]
 
@@ -221,6 +239,30 @@ def spread_text(row: Row, world_size: Optional[int]) -> str:
     return text
 
 
+def footnotes(shown: Sequence[Column], **table: Any) -> List[str]:
+    """The footnotes of the columns ``shown`` whose ``note`` is set, in their order: each
+    its header and its doc, ``Header: doc``, formatted with ``table`` (the table's
+    ``total``, ``unit``, ``world``, ``over``, ``one``). A doc that ends without a full stop
+    runs on into the next footnote, after ``; ``; each further line of a doc is a footnote
+    line of its own, left out where it names what the table has not (a value None: the
+    ``world`` of a summary of one process)."""
+    lines: List[str] = []
+    for column in shown:
+        if not column.note:
+            continue
+        first, *more = column.doc.split("\n")
+        text = f"{column.header}: {first.format(**table)}"
+        if lines and not lines[-1].endswith("."):
+            lines[-1] += "; " + text
+        else:
+            lines.append(text)
+        for line in more:
+            names = [name for _, name, _, _ in string.Formatter().parse(line) if name]
+            if all(table.get(name.split("[")[0]) is not None for name in names):
+                lines.append(line.format(**table))
+    return lines
+
+
 def cell(
     column: Column, row: Row, scale: float, world_size: Optional[int] = None, over: str = "ranks"
 ) -> str:
@@ -254,5 +296,6 @@ def cell(
 def as_dict(row: Row) -> Dict[str, Any]:
     """``row``'s fields and its :func:`derived` values: what JSON, CSV and pandas write."""
     out = dataclasses.asdict(row)
+    del out["extra"]  # a statistic kept there is written by its column, if shown
     out.update(derived_values(row))
     return out

@@ -1,8 +1,8 @@
 """One row of a summary: the numbers of one step path (in one layer instance), in seconds.
 
-:class:`Row` is what :class:`~instrumented_convs.report.Summary` holds and its exports
-write; :func:`value_of` turns a CSV or DataFrame cell back into a field, by the field's own
-annotation. This module imports nothing from the package.
+Summaries hold :class:`Row` objects and their exports write the fields; :func:`value_of`
+reads a CSV or DataFrame cell back by the field's annotation. A statistic added without a
+field of its own is kept in ``Row.extra``. Imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -70,6 +70,17 @@ class Row:
     #: standard error of ``total`` (0.0 when exact).
     sampled: int = 0
     se: float = 0.0
+    #: The statistics of :data:`~.stats.STATISTICS` that no field above holds (a statistic
+    #: added at run time), by name; read as attributes too (``row.name``). Not in
+    #: :data:`FIELDS`: written only by a column that shows one (:mod:`.columns`).
+    extra: Dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, hash=False)
+
+    def __getattr__(self, name: str) -> Any:
+        """A statistic of ``extra`` by name (only names that are no attribute reach here)."""
+        extra = self.__dict__.get("extra")
+        if extra and name in extra and not name.startswith("__"):
+            return extra[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def parent(self) -> Optional[str]:
@@ -86,11 +97,13 @@ class Row:
         return self.slowest / self.fastest
 
 
-#: Every field of :class:`Row`, in order: what JSON, CSV and pandas write for a row.
-FIELDS: List[str] = [f.name for f in dataclasses.fields(Row)]
+#: Every field of :class:`Row` but ``extra``, in order: what JSON, CSV and pandas write.
+FIELDS: List[str] = [f.name for f in dataclasses.fields(Row) if f.name != "extra"]
 #: Each field's type, read from its annotation: (``int``, ``float`` or ``str``, optional).
 TYPES: Dict[str, Tuple[type, bool]] = {}
 for _f in dataclasses.fields(Row):
+    if _f.name == "extra":
+        continue
     _t = str(_f.type)
     _optional = _t.startswith("Optional[")
     _base = _t[len("Optional[") : -1] if _optional else _t

@@ -1,22 +1,20 @@
-"""The arithmetic of a summary, in one place: from raw per-entry statistics to rows.
-
-The registry hands over a snapshot, a list of
-:class:`~instrumented_convs.core.storage.entry.EntryStats`
-(plain data: integer nanoseconds and the index of each record's parent); :func:`summarize` groups it
-by step path (merging layer instances) or by layer, computes self time, mean, standard deviation and
-the fractions of the grand total, and returns a :class:`~instrumented_convs.report.Summary`.
-:func:`merge_ranks` does the same for the snapshots of several processes, merged. Nothing here knows
-how the numbers were measured, stored or gathered.
+"""The arithmetic of a summary: from a registry snapshot (:class:`EntryStats`, integer ns)
+to rows. Each statistic of a row is one :class:`Statistic` in :data:`STATISTICS`: what it
+takes of an entry and of its children, how entries merge (layer instances, ranks, strata),
+what the row gets. :func:`summarize` applies them; :func:`merge_ranks` merges ranks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import operator
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.storage.entry import EntryStats
-from .row import Row
+from .row import FIELDS, Row
 from .summary import Summary
 
 _GroupKey = Tuple[Optional[str], str, str]
@@ -52,43 +50,258 @@ def estimated_total(s: EntryStats) -> float:
     return s.total + (s.skipped * s.total / s.count if s.count else 0)
 
 
-def _inclusive_counters(stats: Sequence[EntryStats]) -> List[Optional[tuple]]:
-    """Per record, its counters with its descendants' added (as a total includes its
-    children's): ``(flops, bytes read, bytes written, ops, {unknown op: n}, allocated)``, or
-    None where nothing in its subtree was counted."""
-    out: List[Optional[tuple]] = [None] * len(stats)
-    for i in range(len(stats) - 1, -1, -1):  # depth first: children come after their parent
-        s = stats[i]
-        if not s.ops and out[i] is None:
-            continue
-        own = out[i] or (0, 0, 0, 0, {}, 0)
-        unknown = dict(own[4])
-        for item in filter(None, s.unknown.split(";")):
-            op, n = item.rsplit(":", 1)
-            unknown[op] = unknown.get(op, 0) + int(n)
-        mine = (
-            own[0] + s.flops,
-            own[1] + s.bytes_read,
-            own[2] + s.bytes_written,
-            own[3] + s.ops,
-            unknown,
-            own[5] + s.alloc_bytes,
-        )
-        out[i] = mine
-        if s.parent >= 0:
-            up = out[s.parent] or (0, 0, 0, 0, {}, 0)
-            merged = dict(up[4])
-            for op, n in unknown.items():
-                merged[op] = merged.get(op, 0) + n
-            out[s.parent] = (
-                up[0] + mine[0],
-                up[1] + mine[1],
-                up[2] + mine[2],
-                up[3] + mine[3],
-                merged,
-                up[5] + mine[5],
-            )
+@dataclass(frozen=True)
+class Statistic:
+    """One statistic of a summary's rows, all of it in one place.
+
+    ``name``: its name in a row (a :class:`Row` field, else a key of ``Row.extra``) and
+    among the merged values that ``row`` functions read. ``of``: an entry's own share
+    (None: a value of the row alone, made by ``row`` from the others'). ``children``: how
+    an entry takes its children's shares: ``""`` not at all, ``"add"`` its share merges
+    theirs (a step's counters include its children's), ``"less"`` its own less theirs
+    (self time). ``weigh``: a share and its entry's weight (the duty cycle's strata) to
+    the share merged, once its children's are in. ``merge``: how the shares of the entries
+    of one row (layer instances, ranks, strata) combine, from ``start``. ``row``: the
+    row's value, from the merged values and the grand total in ns (None: the merged value
+    itself); ``field``: whether the row has it (False: a value that others read).
+    """
+
+    name: str
+    of: Optional[Callable[[EntryStats], Any]] = None
+    children: str = ""
+    weigh: Optional[Callable[[Any, float], Any]] = None
+    merge: Callable[[Any, Any], Any] = operator.add
+    start: Any = 0
+    row: Optional[Callable[[Dict[str, Any], float], Any]] = None
+    field: bool = True
+
+    def __post_init__(self) -> None:
+        """Refuse what :func:`summarize` could not apply."""
+        if self.children not in ("", "add", "less"):
+            raise ValueError(f"{self.name}: children is '', 'add' or 'less'")
+        if self.of is None and self.row is None:
+            raise ValueError(f"{self.name}: a statistic has a share (of), a row, or both")
+
+
+def _least(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    """The smaller of two values, either None when no call was timed."""
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _op_counts(s: EntryStats) -> Dict[str, int]:
+    """``{op: calls}`` of the ops no formula knows, from ``s.unknown`` (``"aten.foo:3;..."``)."""
+    out: Dict[str, int] = {}
+    for item in filter(None, s.unknown.split(";")):
+        op, n = item.rsplit(":", 1)
+        out[op] = out.get(op, 0) + int(n)
     return out
+
+
+def _add_counts(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, int]:
+    """Two ``{op: calls}`` added up (a new dict)."""
+    out = dict(a)
+    for op, n in b.items():
+        out[op] = out.get(op, 0) + n
+    return out
+
+
+def _weighed(value: int, weight: float) -> int:
+    """A count of a sampled stratum's entry scaled to the whole run."""
+    return round(value * weight)
+
+
+def _scaled_variance(s: EntryStats) -> float:
+    """What a sampled entry adds to the variance of its scaled total: w²(1 - 1/w) calls s²."""
+    w, calls = s.weight, s.count + s.skipped
+    if w == 1.0 or not calls:
+        return 0.0
+    return w * w * (1 - 1 / w) * calls * _variance(s.count, s.total, s.sumsq)
+
+
+def _weighted_total(s: EntryStats) -> float:
+    """The entry's total in ns (:func:`estimated_total`), scaled to the whole run."""
+    return estimated_total(s) * s.weight
+
+
+#: The statistics of a summary's rows (see :class:`Statistic`); add one with :func:`add`.
+#: Times merge in ns; a row's are in seconds. :func:`summarize` reads ``total`` (the grand
+#: total) and ``timed_calls``, ``estimated``, ``untimed``, ``errors`` (whether a row recorded
+#: anything).
+STATISTICS: List[Statistic] = [
+    Statistic("timed_calls", attrgetter("count"), field=False),
+    Statistic("calls", lambda s: (s.count + s.skipped) * s.weight, start=0.0, field=False),
+    Statistic("count", row=lambda g, _: round(g["calls"])),
+    Statistic("estimated", attrgetter("skipped")),
+    Statistic("errors", attrgetter("errors")),
+    Statistic("untimed", attrgetter("untimed")),
+    Statistic("total", _weighted_total, row=lambda g, _: g["total"] * 1e-9),
+    Statistic("self_time", _weighted_total, "less", row=lambda g, _: g["self_time"] * 1e-9),
+    Statistic("mean", row=lambda g, _: g["total"] / g["calls"] * 1e-9 if g["calls"] else 0.0),
+    Statistic(
+        "min",
+        lambda s: s.min if s.count else None,
+        merge=_least,
+        start=None,
+        row=lambda g, _: (g["min"] or 0) * 1e-9,
+    ),
+    Statistic(
+        "max", lambda s: s.max if s.count else 0, merge=max, row=lambda g, _: g["max"] * 1e-9
+    ),
+    Statistic("timed", attrgetter("total"), field=False),
+    Statistic("sumsq", attrgetter("sumsq"), field=False),
+    Statistic("std", row=lambda g, _: _std_seconds(g["timed_calls"], g["timed"], g["sumsq"])),
+    Statistic("fraction", row=lambda g, grand: g["total"] / grand if grand else 0.0),
+    Statistic("self_fraction", row=lambda g, grand: g["self_time"] / grand if grand else 0.0),
+    # the duty cycle: the calls recorded, whether scaled, the variance of the scaled total
+    Statistic("recorded", lambda s: s.count + s.skipped, field=False),
+    Statistic(
+        "scaled",
+        lambda s: s.weight != 1.0 and s.count + s.skipped > 0,
+        merge=operator.or_,
+        start=False,
+        field=False,
+    ),
+    Statistic("var", _scaled_variance, start=0.0, field=False),
+    Statistic("sampled", row=lambda g, _: g["recorded"] if g["scaled"] else 0),
+    Statistic("se", row=lambda g, _: math.sqrt(g["var"]) * 1e-9),
+    # the counters: a step's include its children's
+    *(
+        Statistic(name, attrgetter(name), "add", _weighed)
+        for name in ("flops", "bytes_read", "bytes_written", "ops", "alloc_bytes")
+    ),
+    Statistic(
+        "unknown",
+        _op_counts,
+        "add",
+        lambda ops, w: {op: round(n * w) for op, n in ops.items()},
+        merge=_add_counts,
+        start={},
+        row=lambda g, _: ";".join(f"{k}:{n}" for k, n in sorted(g["unknown"].items())),
+    ),
+    # CUDA memory, read with a call's children in
+    Statistic("cuda_calls", attrgetter("cuda_calls")),
+    Statistic("cuda_left", attrgetter("cuda_left")),
+    Statistic("cuda_peak", attrgetter("cuda_peak"), merge=max),
+    # memory: what autograd saved (a step's includes its children's), peaks
+    Statistic(
+        "saved_bytes",
+        lambda s: s.saved_bytes * s.weight,
+        "add",
+        start=0.0,
+        row=lambda g, _: round(g["saved_bytes"]),
+    ),
+    Statistic("mem_calls", attrgetter("mem_calls")),
+    Statistic("peak_bytes", attrgetter("peak_bytes"), merge=max),
+    Statistic("saved_aside", attrgetter("saved_aside")),
+]
+_ROW_FIELDS = frozenset(FIELDS)
+
+
+def add(statistic: Statistic) -> Statistic:
+    """Add ``statistic`` to :data:`STATISTICS` (its name must be new); returns it. Rows
+    then have it: as their field of that name, else in ``Row.extra``."""
+    if any(s.name == statistic.name for s in STATISTICS):
+        raise ValueError(f"a statistic named {statistic.name!r} exists already")
+    STATISTICS.append(statistic)
+    return statistic
+
+
+def remove(name: str) -> Statistic:
+    """Take the statistic named ``name`` out of :data:`STATISTICS`; returns it."""
+    for i, s in enumerate(STATISTICS):
+        if s.name == name:
+            return STATISTICS.pop(i)
+    raise KeyError(name)
+
+
+def _shares(statistic: Statistic, stats: Sequence[EntryStats]) -> List[Any]:
+    """Each entry's share of ``statistic``: its own, with its children's as the statistic
+    takes them (the snapshot is depth first: children come after their parent), weighed."""
+    share = [statistic.of(s) for s in stats]  # type: ignore[misc]
+    if statistic.children == "add":
+        for i in range(len(stats) - 1, -1, -1):
+            if stats[i].parent >= 0:
+                share[stats[i].parent] = statistic.merge(share[stats[i].parent], share[i])
+    elif statistic.children == "less":
+        below: List[Any] = [0] * len(stats)
+        for s, x in zip(stats, share):
+            if s.parent >= 0:
+                below[s.parent] += x
+        share = [x - b for x, b in zip(share, below)]
+    if statistic.weigh is not None:
+        share = [statistic.weigh(x, s.weight) for x, s in zip(share, stats)]
+    return share
+
+
+def _groups(
+    stats: Sequence[EntryStats], layer: bool
+) -> Tuple[Dict[_GroupKey, List[int]], Dict[_GroupKey, List[_GroupKey]]]:
+    """The entries of each row (by step path and phase, and by layer with ``layer``), and
+    each row's children: rows in order of first use."""
+    members: Dict[_GroupKey, List[int]] = {}
+    children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
+    for i, s in enumerate(stats):
+        key = (s.scope if layer else None, s.path, s.phase)
+        if key not in members:
+            members[key] = []
+            if s.parent < 0:
+                pkey = _TOP
+            else:
+                p = stats[s.parent]
+                pkey = (p.scope if layer else None, p.path, p.phase)
+            children_of.setdefault(pkey, []).append(key)
+            children_of[key] = []
+        members[key].append(i)
+    return members, children_of
+
+
+def _merged(
+    stats: Sequence[EntryStats], members: Dict[_GroupKey, List[int]]
+) -> Dict[_GroupKey, Dict[str, Any]]:
+    """Per row, each statistic's shares of its entries merged, in the entries' order."""
+    out: Dict[_GroupKey, Dict[str, Any]] = {key: {} for key in members}
+    for statistic in STATISTICS:
+        if statistic.of is None:
+            continue
+        share, merge = _shares(statistic, stats), statistic.merge
+        for key, entries in members.items():
+            value = statistic.start
+            for i in entries:
+                value = merge(value, share[i])
+            out[key][statistic.name] = value
+    return out
+
+
+def _tree_order(children_of: Dict[_GroupKey, List[_GroupKey]]) -> List[_GroupKey]:
+    """The rows depth first, siblings in order of first use."""
+    order: List[_GroupKey] = []
+    todo = list(reversed(children_of[_TOP]))
+    while todo:
+        key = todo.pop()
+        order.append(key)
+        todo.extend(reversed(children_of.get(key, ())))
+    return order
+
+
+def _row(first: EntryStats, scope: Optional[str], g: Dict[str, Any], grand: float) -> Row:
+    """The row of the merged values ``g`` (``first``: its first entry; ``grand``: ns)."""
+    fields: Dict[str, Any] = {}
+    extra: Dict[str, Any] = {}
+    for statistic in STATISTICS:
+        if statistic.field:
+            value = g[statistic.name] if statistic.row is None else statistic.row(g, grand)
+            (fields if statistic.name in _ROW_FIELDS else extra)[statistic.name] = value
+    if extra:
+        fields["extra"] = extra
+    return Row(
+        name=first.path,
+        step=first.name,
+        depth=first.depth,
+        scope=scope,
+        kind=first.kind,
+        phase=first.phase,
+        **fields,
+    )
 
 
 def summarize(
@@ -113,157 +326,21 @@ def summarize(
     calls were recorded so, and ``Row.se`` is the standard error of the scaled total (a
     sample of 1/w of the iterations, without replacement, its calls taken as independent:
     w²(1 - 1/w) calls s², s the calls' standard deviation). ``compiled``: what ran under
-    ``torch.compile`` (:attr:`Summary.compiled`), kept with the summary.
+    ``torch.compile`` (:attr:`Summary.compiled`), kept with the summary. Each statistic is
+    one of :data:`STATISTICS`.
     """
     check_by(by)
-    layer = by == "layer"
-    totals = [estimated_total(s) * s.weight for s in stats]
-    child_total: List[float] = [0] * len(stats)
-    for s, t in zip(stats, totals):
-        if s.parent >= 0:
-            child_total[s.parent] += t
-    counted = _inclusive_counters(stats)
-    saved = [s.saved_bytes * s.weight for s in stats]  # a step's includes its children's
-    for i in range(len(stats) - 1, -1, -1):  # depth first: children come after their parent
-        if stats[i].parent >= 0:
-            saved[stats[i].parent] += saved[i]
-
-    groups: Dict[_GroupKey, Dict[str, Any]] = {}
-    children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
-    for i, s in enumerate(stats):
-        key = (s.scope if layer else None, s.path, s.phase)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = dict(
-                name=s.path,
-                step=s.name,
-                depth=s.depth,
-                kind=s.kind,
-                scope=key[0],
-                phase=s.phase,
-                count=0,
-                calls=0.0,
-                recorded=0,
-                scaled=False,
-                var=0.0,
-                total=0,
-                timed=0,
-                sumsq=0,
-                min=None,
-                max=0,
-                self=0,
-                errors=0,
-                untimed=0,
-                skipped=0,
-                flops=0,
-                bytes_read=0,
-                bytes_written=0,
-                ops=0,
-                unknown={},
-                alloc_bytes=0,
-                cuda_calls=0,
-                cuda_left=0,
-                cuda_peak=0,
-                saved_bytes=0.0,
-                mem_calls=0,
-                peak_bytes=0,
-                saved_aside=0,
-            )
-            if s.parent < 0:
-                pkey = _TOP
-            else:
-                p = stats[s.parent]
-                pkey = (p.scope if layer else None, p.path, p.phase)
-            children_of.setdefault(pkey, []).append(key)
-            children_of[key] = []
-        if s.count:
-            g["min"] = s.min if g["min"] is None else min(g["min"], s.min)
-            g["max"] = max(g["max"], s.max)
-        w = s.weight
-        g["count"] += s.count
-        g["calls"] += (s.count + s.skipped) * w
-        g["recorded"] += s.count + s.skipped
-        if w != 1.0 and s.count + s.skipped:
-            g["scaled"] = True
-            g["var"] += (
-                w * w * (1 - 1 / w) * (s.count + s.skipped) * _variance(s.count, s.total, s.sumsq)
-            )
-        g["total"] += totals[i]
-        g["timed"] += s.total
-        g["sumsq"] += s.sumsq
-        g["self"] += totals[i] - child_total[i]
-        g["errors"] += s.errors
-        g["untimed"] += s.untimed
-        g["skipped"] += s.skipped
-        g["cuda_calls"] += s.cuda_calls  # a call's CUDA memory is read with its children in
-        g["cuda_left"] += s.cuda_left
-        g["cuda_peak"] = max(g["cuda_peak"], s.cuda_peak)
-        g["saved_bytes"] += saved[i]
-        g["mem_calls"] += s.mem_calls
-        g["peak_bytes"] = max(g["peak_bytes"], s.peak_bytes)
-        g["saved_aside"] += s.saved_aside
-        if counted[i] is not None:
-            flops, read, written, ops, unknown, allocated = counted[i]
-            g["alloc_bytes"] += round(allocated * w)
-            g["flops"] += round(flops * w)
-            g["bytes_read"] += round(read * w)
-            g["bytes_written"] += round(written * w)
-            g["ops"] += round(ops * w)
-            for op, n in unknown.items():
-                g["unknown"][op] = g["unknown"].get(op, 0) + round(n * w)
-
-    order: List[_GroupKey] = []
-    todo = list(reversed(children_of[_TOP]))
-    while todo:  # depth first, siblings in order of first use
-        key = todo.pop()
-        order.append(key)
-        todo.extend(reversed(children_of.get(key, ())))
-
-    grand = sum(groups[k]["total"] for k in order if groups[k]["depth"] == 0)
-    rows = []
-    for k in order:
-        g = groups[k]
-        n = g["count"]  # timed calls
-        calls = round(g["calls"])  # and those estimated, scaled to the whole run if sampled
-        if n + g["skipped"] == 0 and g["untimed"] == 0 and g["errors"] == 0:
-            continue
-        rows.append(
-            Row(
-                name=g["name"],
-                step=g["step"],
-                depth=g["depth"],
-                scope=g["scope"],
-                kind=g["kind"],
-                count=calls,
-                total=g["total"] * 1e-9,
-                self_time=g["self"] * 1e-9,
-                mean=(g["total"] / g["calls"] * 1e-9) if g["calls"] else 0.0,
-                min=(g["min"] or 0) * 1e-9,
-                max=g["max"] * 1e-9,
-                std=_std_seconds(n, g["timed"], g["sumsq"]),
-                fraction=(g["total"] / grand) if grand else 0.0,
-                self_fraction=(g["self"] / grand) if grand else 0.0,
-                errors=g["errors"],
-                untimed=g["untimed"],
-                phase=g["phase"],
-                estimated=g["skipped"],
-                flops=g["flops"],
-                bytes_read=g["bytes_read"],
-                bytes_written=g["bytes_written"],
-                ops=g["ops"],
-                unknown=";".join(f"{k}:{n}" for k, n in sorted(g["unknown"].items())),
-                alloc_bytes=g["alloc_bytes"],
-                cuda_calls=g["cuda_calls"],
-                cuda_left=g["cuda_left"],
-                cuda_peak=g["cuda_peak"],
-                saved_bytes=round(g["saved_bytes"]),
-                mem_calls=g["mem_calls"],
-                peak_bytes=g["peak_bytes"],
-                saved_aside=g["saved_aside"],
-                sampled=g["recorded"] if g["scaled"] else 0,
-                se=math.sqrt(g["var"]) * 1e-9,
-            )
-        )
+    members, children_of = _groups(stats, by == "layer")
+    merged = _merged(stats, members)
+    order = _tree_order(children_of)
+    grand = sum(merged[k]["total"] for k in order if stats[members[k][0]].depth == 0)
+    rows = [
+        _row(stats[members[k][0]], k[0], merged[k], grand)
+        for k in order
+        if merged[k]["timed_calls"] + merged[k]["estimated"]
+        or merged[k]["untimed"]
+        or merged[k]["errors"]
+    ]
     return Summary(rows, unit=unit, by=by, total=grand * 1e-9, sampling=sampling, compiled=compiled)
 
 

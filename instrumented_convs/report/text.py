@@ -1,17 +1,12 @@
-"""The text table of a summary: the study's table, extended, drawn from the column spec.
-
-:class:`TableRenderer` takes one summary object (anything with ``rows``, ``by`` and
-``total``, and ``world_size`` when merged over ranks; in practice
-:class:`~instrumented_convs.report.Summary`) and returns the table of the original study,
-extended with self time, spread and nesting: a step's label (:func:`label`), its layer when
-grouped by layer, then the columns of :mod:`.columns` (their headers and cells; for a
-summary merged over ranks also the slowest rank's total and the spread, so a straggler
-shows at a glance), and the notes the rows call for.
+"""The text table of a summary: the study's table, extended with self time, nesting and,
+merged over ranks, the spread. :class:`TableRenderer` draws each row's label (:func:`label`)
+and the cells of :mod:`.columns`; below the table, the shown columns' footnotes (their docs)
+and the notes its rows or run call for (:data:`NOTES`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..core.storage.entry import BACKWARD_MARK
 from . import columns
@@ -103,20 +98,38 @@ class TableRenderer:
         """The table as a string (no trailing newline)."""
         rows = summary.rows
         unit, scale = columns.unit_of(rows, self.unit)
-        by_layer = summary.by == "layer"
         world = getattr(summary, "world_size", None)
-        spread = self.spread and world is not None
-        labels = [label(r) for r in rows]
-        event_w = max([30] + [len(text) for text in labels])
-        layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
+        over = getattr(summary, "over", "ranks")
         shown = columns.shown(
             world is not None,
             self.spread,
             sampled=getattr(summary, "sampling", None) is not None,
             memory=columns.recorded_memory(rows),
         )
-        cols = [c.header for c in shown]
+        lines = self._grid(summary, shown, unit, scale)
+        lines += columns.footnotes(
+            shown,
+            total=f"{summary.total / scale:.3f} {unit}",
+            unit=unit,
+            world=world,
+            over=over,
+            one=over[:-1],
+        )
+        lines += [text for note in NOTES for text in note(summary)]
+        return "\n".join(lines)
+
+    def _grid(
+        self, summary: Any, shown: List[columns.Column], unit: str, scale: float
+    ) -> List[str]:
+        """The title line, the header, a line per row and the closing rule."""
+        rows = summary.rows
+        by_layer = summary.by == "layer"
+        world = getattr(summary, "world_size", None)
         over = getattr(summary, "over", "ranks")
+        labels = [label(r) for r in rows]
+        event_w = max([30] + [len(text) for text in labels])
+        layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
+        cols = [c.header for c in shown]
         cells: List[List[str]] = [
             [columns.cell(c, r, scale, world, over) for c in shown] for r in rows
         ]
@@ -125,74 +138,74 @@ class TableRenderer:
         if by_layer:
             header += " | " + "Layer".ljust(layer_w)
         header += "".join(" | " + col.rjust(w) for col, w in zip(cols, widths))
-        width = len(header)
         merged = f", {world} {over} merged" if world is not None else ""
-        one = over[:-1]
         head = f"--- {self.title}{merged} (times in {unit}) "
-        lines = [head + "-" * max(3, width - len(head)), header]
+        lines = [head + "-" * max(3, len(header) - len(head)), header]
         for r, text, c in zip(rows, labels, cells):
             line = text.ljust(event_w + 2)
             if by_layer:
                 line += " | " + (r.scope or "").ljust(layer_w)
             line += "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
             lines.append(line)
-        lines.append("-" * width)
-        total = summary.total
-        lines.append(
-            f"Frac.: share of the total of top-level steps ({total / scale:.3f} {unit}); "
-            "a step's Frac. = its Self share + its children's Frac."
-        )
-        if world is not None:
-            lines.append(
-                f"Count, times and Frac. are over all {world} {over}: counts and totals summed, "
-                f"Min and Max over every {one}'s calls."
-            )
-        if spread:
-            lines.append(
-                f"Slowest: the largest total of one {one} ({over[0]}<{one}>); Spread: slowest "
-                f"/ fastest {one}'s total, over the {over} that ran the step (k/n: only k of n "
-                f"{over} did)."
-            )
-        if columns.recorded_memory(rows):
-            lines.append(
-                "Saved/call: bytes of the tensors a step made that autograd kept for backward, "
-                "per call; Peak: the most bytes alive above a call's start (memory: "
-                "summary.table(memory=True) says more)."
-            )
-        compiled = compiled_note(summary)
-        if compiled:
-            lines.append(compiled)
-        note = sampling_note(getattr(summary, "sampling", None))
-        if note:
-            lines.append(note)
-        sampled = [r for r in rows if r.estimated]
-        if sampled and note:
-            lines.append(
-                "~ also marks backward rows timed in part: in the recorded iterations the "
-                "first calls of each layer, then one in N at random "
-                "(configure(backward_every=N)); the others' time is the mean of those timed "
-                "at random."
-            )
-        elif sampled:
-            calls = sum(r.count for r in sampled)
-            timed = calls - sum(r.estimated for r in sampled)
-            lines.append(
-                f"~: estimated. Of the {calls} calls in the rows marked ~, {timed} were timed "
-                "(the first calls of each layer, then one in N at random; "
-                "configure(backward_every=N)); Count is exact, the time of the others is the "
-                "mean of those timed at random. Min, Max, Std: timed calls."
-            )
-        if any(r.kind == "upstream" for r in rows):
-            lines.append(
-                f"{UPSTREAM_MARK.strip()}: the installed release differs from our copy of the "
-                "layer's forward, so its own code runs, its parts timed from outside; what "
-                "they leave out (GCNConv: the bias) is in the row's Self."
-            )
-        notes = [f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors] + [
-            f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
-            "that ran part of the step)"
-            for r in rows
-            if r.untimed
+        lines.append("-" * len(header))
+        return lines
+
+
+def _run_notes(summary: Any) -> List[str]:
+    """What ran compiled, and a sampled run's duty cycle."""
+    notes = [compiled_note(summary), sampling_note(getattr(summary, "sampling", None))]
+    return [text for text in notes if text]
+
+
+def _estimated_note(summary: Any) -> List[str]:
+    """What ``~`` says of rows whose time is partly estimated (backward sampling)."""
+    sampled = [r for r in summary.rows if r.estimated]
+    if not sampled:
+        return []
+    if getattr(summary, "sampling", None):
+        return [
+            "~ also marks backward rows timed in part: in the recorded iterations the "
+            "first calls of each layer, then one in N at random "
+            "(configure(backward_every=N)); the others' time is the mean of those timed "
+            "at random."
         ]
-        lines.extend(notes)
-        return "\n".join(lines)
+    calls = sum(r.count for r in sampled)
+    timed = calls - sum(r.estimated for r in sampled)
+    return [
+        f"~: estimated. Of the {calls} calls in the rows marked ~, {timed} were timed "
+        "(the first calls of each layer, then one in N at random; "
+        "configure(backward_every=N)); Count is exact, the time of the others is the "
+        "mean of those timed at random. Min, Max, Std: timed calls."
+    ]
+
+
+def _upstream_note(summary: Any) -> List[str]:
+    """What the mark of a layer running upstream's own forward says."""
+    if not any(r.kind == "upstream" for r in summary.rows):
+        return []
+    return [
+        f"{UPSTREAM_MARK.strip()}: the installed release differs from our copy of the "
+        "layer's forward, so its own code runs, its parts timed from outside; what "
+        "they leave out (GCNConv: the bias) is in the row's Self."
+    ]
+
+
+def _call_notes(summary: Any) -> List[str]:
+    """The rows whose calls raised, or were not timed."""
+    rows = summary.rows
+    return [f"{r.name}: {r.errors} call(s) raised" for r in rows if r.errors] + [
+        f"{r.name}: {r.untimed} call(s) not timed (CUDA graph capture, or a backward "
+        "that ran part of the step)"
+        for r in rows
+        if r.untimed
+    ]
+
+
+#: The notes below a table that are not the footnotes of its columns, in order: each gives
+#: the lines a summary calls for (none, mostly).
+NOTES: List[Callable[[Any], List[str]]] = [
+    _run_notes,
+    _estimated_note,
+    _upstream_note,
+    _call_notes,
+]

@@ -1,18 +1,15 @@
 """An entry of the registry: the statistics of one step path in one scope and phase.
 
-An entry is a node of the registry's tree (:mod:`.registry`). Durations arrive in its
-buffer, appended without a lock by the hot path (a list append is atomic), and
-:func:`fold_buffer` folds them into count, total, sum of squares, min and max, integer
-nanoseconds, with C-speed builtins (``sum``, ``min``, ``max``), under the registry's lock.
-A fold removes exactly the durations it read from the front of the buffer, so a duration
-appended by another thread meanwhile is never lost. This module imports nothing from the
-package but the optional C arithmetic (:mod:`.native`).
+The hot path appends durations to an entry's buffer without a lock (a list append is
+atomic); :func:`fold_buffer` folds them into its statistics under the registry's lock, as
+:data:`FOLDS` says, with the C arithmetic where it is built. Summaries read an entry as
+:class:`EntryStats`.
 """
 
 from __future__ import annotations
 
-from operator import mul
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+from operator import add, mul
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from ..native import speedups
 
@@ -22,6 +19,8 @@ __all__ = [
     "Entry",
     "EntryStats",
     "FOLD_AT",
+    "FOLDS",
+    "REDUCTIONS",
     "BACKWARD_MARK",
     "ASIDE",
     "backward_key",
@@ -39,6 +38,36 @@ BACKWARD_MARK = " [backward]"
 #: (the duty cycle's strata: :meth:`~.registry.Registry.use`): a step opened in it continues
 #: in the current tree, its own calls close into it. ``True``: retired by a reset for good.
 ASIDE = "aside"
+
+#: Each reduction a fold can make of a chunk of durations, in Python. The C ``sums`` makes
+#: those it knows (``sum``, ``sumsq``, ``min``, ``max``) and leaves the others to these.
+REDUCTIONS: Dict[str, Callable[[List[int]], int]] = {
+    "sum": sum,
+    "sumsq": lambda chunk: sum(map(mul, chunk, chunk)),
+    "min": min,
+    "max": max,
+}
+#: How a fold merges a chunk into an entry: (its slot, the chunk's reduction in
+#: :data:`REDUCTIONS`, how the two join). A new statistic of durations is a line here, its
+#: slot in :class:`Entry` and its field in :class:`EntryStats`; no C.
+FOLDS: Tuple[Tuple[str, str, Callable[[int, int], int]], ...] = (
+    ("total", "sum", add),
+    ("sumsq", "sumsq", add),
+    ("min", "min", min),
+    ("max", "max", max),
+)
+#: The four folds every entry makes, written out in :func:`fold_buffer` (the hot end of a
+#: fold); any further line of :data:`FOLDS` is joined by its function.
+_FIRST = ("total", "sumsq", "min", "max")
+assert tuple(slot for slot, _, _ in FOLDS[:4]) == _FIRST
+
+
+def _kinds(folds: Tuple[Tuple[str, str, Callable[[int, int], int]], ...]) -> Tuple[str, ...]:
+    """The reductions ``folds`` asks of a chunk, in order."""
+    return tuple(kind for _, kind, _ in folds)
+
+
+_kinds_of: Tuple[Any, Tuple[str, ...]] = (FOLDS, _kinds(FOLDS))  # (FOLDS, its kinds), cached
 
 
 def backward_key(key: Any) -> Tuple[Any, str]:
@@ -192,20 +221,34 @@ class Entry:
 
 
 def fold_buffer(entry: Entry) -> None:
-    """Fold the durations buffered in ``entry`` into its statistics (the caller holds the
-    lock): exactly those read, from the front, so concurrent appends are kept."""
+    """Fold the durations buffered in ``entry`` into its statistics, as :data:`FOLDS` says
+    (the caller holds the lock): exactly those read, from the front, so concurrent appends
+    are kept."""
+    global _kinds_of
     buf = entry.buf
     n = len(buf)
     if not n:
         return
-    got = _sums(buf, n) if _sums is not None else None  # the C arithmetic, when in use
-    if got is not None:
-        total, sumsq, lo, hi = got
-    else:
+    folds, kinds = _kinds_of
+    if folds is not FOLDS:  # FOLDS changed (a test's statistic): its kinds anew
+        folds = FOLDS
+        kinds = _kinds(folds)
+        _kinds_of = (folds, kinds)
+    got = _sums(buf, n, kinds) if _sums is not None else None  # the C arithmetic
+    if got is None or None in got:  # the Python twin, or reductions the C does not make
         chunk = buf[:n]
-        total, sumsq, lo, hi = sum(chunk), sum(map(mul, chunk, chunk)), min(chunk), max(chunk)
+        got = [
+            REDUCTIONS[kind](chunk) if got is None or got[i] is None else got[i]
+            for i, kind in enumerate(kinds)
+        ]
     del buf[:n]
     entry.count += n
+    if len(got) == 4:
+        total, sumsq, lo, hi = got
+    else:
+        total, sumsq, lo, hi = got[:4]
+        for (slot, _, join), value in zip(folds[4:], got[4:]):
+            setattr(entry, slot, join(getattr(entry, slot), value))
     entry.total += total
     entry.sumsq += sumsq
     if lo < entry.min:
