@@ -1,9 +1,8 @@
 """Where a step's cost goes on CUDA: its parts one by one, then a profile of training epochs.
 
-A row costs more at the launch-bound proxy on a GPU than on the CPU (measured on an H100,
-2026-11-26: 35-41 us a row against 14 on this project's 2-core VM; docs/performance.md).
-This benchmark times, in ns per call, interleaved round by round (order reversed every other
-round), medians of ``--rounds``:
+A row costs more at the launch-bound proxy on a GPU than on the CPU (docs/performance.md has
+the figures). This benchmark times, in ns per call, interleaved round by round (order
+reversed every other round), medians of ``--rounds``:
 
 - the CUDA calls a step makes: ``torch.cuda.current_device()``,
   ``torch.cuda.current_stream(0)``, ``torch.cuda.Event(enable_timing=True)`` (a new event),

@@ -1,33 +1,7 @@
-"""The roofline of a run's steps: the machine's limits, and a plot of the steps against them.
-
-The counters (``configure(counters=True)``) give each step its FLOPs and bytes; a summary's
-``table(counters=True, peak=...)`` reads them against a :class:`Peak`; :func:`plot` draws
-them (matplotlib, the optional extra ``plot``)::
-
-    from instrumented_convs import configure, registry
-    from instrumented_convs.roofline import plot, probe
-
-    ...                                        # train a while: the times
-    timed = registry.summary(); registry.reset()
-    with configure(counters=True):             # one epoch more: the FLOPs and bytes
-        ...
-    plot(registry.summary(), probe(), "roofline.png", times=timed)
-
-:func:`probe` measures this machine's copy bandwidth and matmul throughput (on the CPU, or
-``device="cuda"``), cached; :func:`given` puts figures the user knows in their place.
-
-The probe: :func:`probe` measures, on a device (the CPU, or a CUDA device), the copy bandwidth
-(``dst.copy_(src)`` of 128 MB float32 arrays: bytes read + written per second) and the
-matmul throughput (``a @ b`` of two float32 matrices, 1024 x 1024 on the CPU, 4096 x 4096
-on a GPU: ``2 n^3`` FLOP per second), the best of five of each (on CUDA, each timed between
-two ``torch.cuda.synchronize()``: the probe's own, never a step's), and caches the result
-per host, device and thread count under ``~/.cache/instrumented_convs/probe/``
-(``refresh=True`` measures again). Its ``source`` says what ran, where (the host and its
-torch threads, or the GPU's name and index), when, and on which data. A GPU run must be read
-against a GPU probe: ``run`` probes the device the script used. A machine's advertised
-peaks are higher than what such a probe reaches; the probe is what this code can reach,
-which is what ``x roof`` should be read against. :func:`given` replaces either figure with
-one the user knows (``run --peak-gbs``/``--peak-tflops``), and says so in the source.
+"""The roofline of a run's steps: the machine's limits (:func:`probe`, or figures the user
+knows: :func:`given`), a summary's steps read against them, and :func:`plot` drawing them
+(matplotlib, the optional extra ``plot``). The counters (``configure(counters=True)``) give
+each step its FLOPs and bytes; an example: docs/roofline.md.
 """
 
 from __future__ import annotations
@@ -84,7 +58,12 @@ def device_of_run() -> str:
 
 def probe(refresh: bool = False, folder: Optional[Path] = None, device: Any = None) -> Peak:
     """This machine's copy bandwidth and matmul throughput on ``device`` (default the CPU;
-    ``"cuda"`` the current GPU), cached; see the module."""
+    ``"cuda"`` the current GPU): the best of five copies of 128 MB float32 (bytes read +
+    written per second) and of five float32 matmuls (1024 x 1024 on the CPU, 4096 x 4096 on
+    a GPU, each timed between two synchronizes there). Cached per host, device and thread
+    count under ``~/.cache/instrumented_convs/probe/`` (``refresh=True`` measures again);
+    its ``source`` says what ran, where and when. It is what this code reaches, below the
+    advertised peaks: what ``x roof`` should be read against."""
     dev = torch.device(device or "cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("probe(device='cuda'): no CUDA device here")

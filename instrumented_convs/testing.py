@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, List, TypeVar
 
-from .core.clocks import events as _clock
+from .core.clocks import events
 from .core.clocks.cpu import set_cpu_clock
 from .core.frames import stack
 
@@ -56,18 +56,18 @@ def cpu_clock(clock: C) -> Iterator[C]:
 
 
 @contextlib.contextmanager
-def cuda_event_factory(factory: Callable[[], Any]) -> Iterator[_clock.EventPool]:
+def cuda_event_factory(factory: Callable[[], Any]) -> Iterator[events.EventPool]:
     """Make the CUDA events of steps with ``factory()`` inside the block; yields the pool.
 
     A fake event needs ``record(stream=None)``, ``query()``, ``synchronize()`` and
     ``elapsed_time(end)`` (milliseconds), like ``torch.cuda.Event``. The process-wide pool
     is emptied on entry and on exit, so no fake event outlives the block.
     """
-    previous = _clock.events.reset(factory)
+    previous = events.events.reset(factory)
     try:
-        yield _clock.events
+        yield events.events
     finally:
-        _clock.events.reset(previous)
+        events.events.reset(previous)
 
 
 def open_steps() -> List[str]:

@@ -9,7 +9,7 @@ from instrumented_convs import registry
 from instrumented_convs.commands.check import PASS
 from instrumented_convs.commands.check import cuda as cuda_check
 from instrumented_convs.core.clocks import events as clock
-from instrumented_convs.core.clocks.events import EventPool
+from instrumented_convs.core.clocks.events import EventPool, GpuSlot
 from instrumented_convs.core.clocks.pending import PendingTimes
 from instrumented_convs.layers import step
 from instrumented_convs.testing import cuda_event_factory, depth
@@ -81,6 +81,31 @@ def test_cuda_steps_record_event_pairs_and_resolve_only_at_summary(fake_cuda):
     assert s["GCNConv"].self_time == pytest.approx(2.0e-3)
 
 
+def test_a_cuda_frame_holds_its_event_and_slot_typed_and_lets_go_of_them_at_exit(fake_cuda):
+    """A CUDA frame's start is its event (``frame.event``, from the pool of
+    ``frame.event_device``) and its CPU start an int (``frame.start``); its place on the
+    timeline's GPU track is a GpuSlot, filled in when its pair is read."""
+    from instrumented_convs import configure
+    from instrumented_convs.core.frames.stack import CPU, CUDA, thread_stack
+
+    with configure(timeline=10):
+        with step("outer", device="cuda:1"):
+            frame = thread_stack()[-1]
+            assert frame.mode == CUDA and frame.event is fake_cuda[-1]
+            assert frame.event_device == 1 and type(frame.start) is int
+            slot = frame.gpu
+            assert type(slot) is GpuSlot and slot.ref is fake_cuda[0]
+            assert slot.start_ms is None and slot.end_ms is None and slot.ref_ns >= frame.start
+            FakeEvent.timeline += 1.5
+            with step("inner", device="cpu"):
+                inner = thread_stack()[-1]
+                assert inner.mode == CPU and type(inner.start) is int and inner.event is None
+        assert frame.event is None and frame.gpu is None  # reused frames keep no event
+        registry.summary()  # reads the pair: the slot's times are set
+        assert slot.end_ms - slot.start_ms == pytest.approx(1.5)
+    assert registry.pending.pool.available(1) == 2  # both events back to device 1's list
+
+
 def test_events_are_recycled_through_the_pool(fake_cuda):
     for _ in range(3):
         with step("x", device="cuda"):
@@ -145,7 +170,7 @@ def test_pending_queue_resolves_via_fold_callback():
     a.record()
     FakeEvent.timeline = 1.25
     b.record()
-    q.add("e", (a, 0), (b, 0), True)
+    q.add("e", a, b, 0, True)
     assert q.poll() == 0 and folded == []
     assert q.drain() == 1 and folded == [("e", 1_250_000, True)]
     assert pool.get(0) in (a, b) and pool.get(0) in (a, b)  # both recycled to device 0
@@ -203,7 +228,7 @@ def test_events_are_recorded_on_the_steps_device_and_pooled_per_device(fake_cuda
 
 
 def test_current_stream_is_read_at_every_call_and_its_object_reused(monkeypatch):
-    """_clock.current_stream stands for torch.cuda.current_stream at a fraction of its cost:
+    """events.current_stream stands for torch.cuda.current_stream at a fraction of its cost:
     torch's reader of the current stream runs at every call (a stream switch is seen at
     once), and a stream object is made once per stream (torch makes one per call)."""
     now = {"data": (3, 0, 1)}
@@ -218,7 +243,7 @@ def test_current_stream_is_read_at_every_call_and_its_object_reused(monkeypatch)
         return f"stream {stream_id}"
 
     monkeypatch.setattr(clock, "_stream_data", data)
-    monkeypatch.setattr(clock, "_make_stream", make)
+    monkeypatch.setattr(torch.cuda, "Stream", make)
     monkeypatch.setattr(clock, "_streams", {})
     monkeypatch.setattr(clock, "_streams_ready", True)
     assert [clock.current_stream(0) for _ in range(3)] == ["stream 3"] * 3

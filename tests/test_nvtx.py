@@ -145,13 +145,13 @@ def test_a_range_that_fails_to_open_its_profiler_label_is_closed(injection, tmp_
         tmp_path,
         """
         import torch
-        from instrumented_convs.core.frames import lifecycle
+        from instrumented_convs.core.labels import profiler
         def broken(name):
             raise RuntimeError("profiler failure")
-        lifecycle._open_rf = broken
+        profiler.open_record_function = broken
         class Recording:
             _is_profiler_enabled = True
-        lifecycle._prof = Recording()
+        profiler.profiler_state = Recording()
         try:
             with step("x"):
                 pass

@@ -9,6 +9,7 @@ wrong, checked against the other where both exist.
 from __future__ import annotations
 
 import copy
+import operator
 import os
 import pickle
 import random
@@ -35,6 +36,19 @@ def test_the_implementation_in_use_is_the_one_expected():
     if expected is None:
         pytest.skip("INSTRUMENTED_CONVS_EXPECT not set (scripts/test.sh sets it)")
     assert native.IMPLEMENTATION == expected
+
+
+def test_every_c_file_and_python_twin_named_exists():
+    """native.TWINS names each C file's Python twins: a file renamed or a twin moved is seen."""
+    import importlib
+
+    here = os.path.dirname(native.__file__)
+    sources = {f for f in os.listdir(here) if f.endswith(".c")}  # none in a wheel
+    assert not sources or sources == set(native.TWINS)
+    for names in native.TWINS.values():
+        for name in names:
+            module, _, attr = f"instrumented_convs.{name}".rpartition(".")
+            assert hasattr(importlib.import_module(module), attr), name
 
 
 def _counters() -> tuple:
@@ -127,6 +141,40 @@ def test_fold_of_values_beyond_64_bits_falls_back_to_python_ints():
     e.buf.extend(big)
     entry.fold_buffer(e)
     assert (e.total, e.sumsq) == (2**70 + 1, 2**140 + 1)
+
+
+def test_the_c_sums_make_the_reductions_asked_as_the_python_ones_do():
+    if native.speedups is None:
+        pytest.skip("the Python twin is in use: entry.REDUCTIONS alone")
+    values = [5, -1, 9, 2**40, 3]
+    kinds = ("max", "sumsq", "cubes", "sum", "min")
+    got = native.speedups.sums(values, 4, kinds)
+    assert got[2] is None  # a reduction the C does not know: Python makes it
+    assert [v for k, v in zip(kinds, got) if k != "cubes"] == [
+        entry.REDUCTIONS[k](values[:4]) for k in kinds if k != "cubes"
+    ]
+    assert native.speedups.sums(values, 2, ()) == ()
+    assert native.speedups.sums(values, 0, kinds) is None
+
+
+def test_a_fold_with_a_reduction_the_c_does_not_know_needs_no_c(monkeypatch):
+    cubes = lambda chunk: sum(x**3 for x in chunk)  # noqa: E731
+    monkeypatch.setitem(entry.REDUCTIONS, "cubes", cubes)
+    # a test's statistic in an unused slot (rtotal): the four of FOLDS are folded as before
+    monkeypatch.setattr(entry, "FOLDS", entry.FOLDS + (("rtotal", "cubes", operator.add),))
+    e = entry.Entry("x", "x", None, "step", None, 0)
+    for chunk in ([5, 1, 9], [-2, 4]):
+        e.buf.extend(chunk)
+        entry.fold_buffer(e)
+    values = [5, 1, 9, -2, 4]
+    assert (e.count, e.total, e.sumsq, e.min, e.max, e.rtotal) == (
+        5,
+        sum(values),
+        sum(v * v for v in values),
+        -2,
+        9,
+        cubes(values),
+    )
 
 
 def test_steps_survive_copy_deepcopy_and_pickle():
@@ -225,7 +273,7 @@ def test_a_step_open_while_other_threads_open_and_close_theirs_closes_on_its_own
 
 def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(clock):
     """The C enter keeps its clock reading as a C integer; Python reads it as ``start`` (an
-    exception's exit is Python's) and a Python enter sets it back to an object."""
+    exception's exit is Python's) and a Python enter sets it (an int, nothing else)."""
     from instrumented_convs.core.frames.stack import thread_stack
 
     t0 = clock.now
@@ -235,8 +283,11 @@ def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(cl
             clock.advance(7)
             raise ValueError("bad")
     frame = thread_stack()[0].spare  # the frame "outer" used, kept for reuse
-    frame.start = None  # as a Python enter of an untimed step leaves it
-    assert frame.start is None
+    frame.start = 5  # as a Python enter leaves it
+    assert frame.start == 5 and type(frame.start) is int and frame.event is None
+    if native.IMPLEMENTATION == "C":
+        with pytest.raises(TypeError):
+            frame.start = None  # typed: the CPU clock's integer ns only
     with step("outer"):
         assert thread_stack()[-1] is frame and frame.start == t0 + 7
     r = registry.summary()["outer"]
@@ -245,7 +296,8 @@ def test_a_frames_start_reads_the_clock_of_its_enter_whichever_path_opened_it(cl
 
 def test_the_cpu_clock_set_is_the_one_steps_read_at_once_and_the_old_one_is_let_go():
     """set_cpu_clock tells the C fast path, which keeps the function rather than reading
-    ``_clock.cpu_now`` at each step: a new clock is read from the next step, the old never again."""
+    ``clocks.cpu.cpu_now`` at each step: a new clock is read from the next step, the old
+    never again."""
     from instrumented_convs.testing import FakeClock, cpu_clock
 
     calls = []

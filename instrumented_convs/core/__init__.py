@@ -1,40 +1,9 @@
-"""The core: what every step needs, knowing nothing above it.
+"""The core: what every step needs, one job per folder (switches, clocks, frames, steps,
+backward timing, storage, meters, the duty cycle, the compiler's view, labels, the C fast
+path), knowing nothing above it.
 
-- :mod:`.settings` (the switches, one object) and :mod:`.configure` (``configure()``, the one
-  way to change them); :mod:`.clock` (the CPU clock; CUDA events, pooled, resolved lazily);
-  :mod:`.labels` (NVTX ranges and profiler labels);
-- one lifecycle for forward and backward steps: :mod:`.stack` (each thread's stack of
-  :class:`~.stack.Frame`), :mod:`.lifecycle` (opening and closing a frame), :mod:`.step`
-  (``step()``, ``region()``, ``mark_outputs()``), the backward machinery (:mod:`.anchor`:
-  the autograd nodes a step created; :mod:`.sampling`: which calls' backward is timed;
-  :mod:`.backward`: the hooks that time it);
-- storage: :mod:`.entry` (one step path's statistics, and :class:`~.entry.EntryStats`, the
-  plain data of a snapshot), :mod:`.registry` (the tree of entries), :mod:`.timeline` (when
-  each call ran); the counters (:mod:`.counters`, :mod:`.formulas`: FLOPs, bytes, memory);
-- :mod:`.dynamo`: whether ``torch.compile`` is tracing; :mod:`.cycle`: the duty cycle
-  (which training iterations are recorded, and the strata of the registry they are
-  recorded in), :mod:`.budget`: the K a budget allows;
-- :mod:`.native`: the C fast path of steps, each C part beside the Python twin it mirrors.
-
-The layers (:mod:`instrumented_convs.layers`, ``pyg``, ``dgl``) use these modules directly.
-The commands and integrations use the face and the report, and from the core only what this
-package itself offers (:data:`__all__`, imported when first read):
-
-- ``IMPLEMENTATION``: ``"C"`` or ``"Python"``, the fast path in use;
-- ``nvtx_tool_attached()``: whether an NVTX tool (Nsight Systems) can see ranges;
-- ``timeline_recording()``: whether the timeline records; ``noted(key, signature)`` and
-  ``note(key, inputs, signature, keep)``: what a call was given, for the timeline;
-- ``duty_cycle()``: what the duty cycle says of itself, for a summary (None while it never
-  drew an iteration);
-- ``compiling()``: whether Dynamo is tracing the caller (``torch.compile``), asked first by
-  every hook; ``inside_compiled()``: whether eager code runs inside a compiled call (after
-  a graph break); ``skip_frame(fn)``: Dynamo compiles what ``fn`` calls, never ``fn``'s frame;
-  ``run_eagerly(fn)``: Dynamo leaves ``fn`` and all it calls alone; ``compiled()``: what
-  ran compiled, for a summary (None: nothing); ``owner``: ``owner.name`` names the compiled
-  call under way on this thread (its step), for what Dynamo traces during it;
-  ``listed(name, layers)``: a compiled model's conv layers, from its module tree;
-  ``watch_compiles()``: from now on, graph breaks in frames Dynamo compiles on their own are
-  attributed to the conv layer running under them.
+The layers use its modules directly; the commands and integrations use only what this
+package offers (:data:`__all__`, each name imported at its first read).
 """
 
 from typing import Any

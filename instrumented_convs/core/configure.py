@@ -1,15 +1,9 @@
 """``configure()``: the one way to change the switches, and :class:`Settings`, what it returns.
 
-``configure`` sets the switches of :data:`.settings.switches` and starts or stops what a
-switch stands for, directly: an NVTX backend (:func:`.labels.nvtx.use_nvtx`), the timeline
-(:func:`.timeline.set_limit`), the counters (:func:`.counters.set_on`), the duty cycle
-(:mod:`.cycle`) and the eager breakdown of compiled models (:mod:`.eager`). It returns the
-switches as they were, a :class:`Settings` that is also a context manager putting them
-back::
-
-    with configure(enabled=False):      # a block run on the stock code, nothing recorded
-        model(x, edge_index)
-    previous = configure(backward=False)    # or for good: previous.restore() undoes it
+It sets :data:`.settings.switches` and starts or stops what a switch stands for (an NVTX
+backend, the timeline, counters and memory, the duty cycle, the eager breakdown of compiled
+models). The :class:`Settings` it returns are the switches as they were, and a context
+manager that puts them back.
 """
 
 from __future__ import annotations
@@ -171,7 +165,7 @@ def configure(
       on CUDA, the GPU's times from the same events), up to N calls; ``0`` (the default)
       stops it. ``registry.timeline()`` reads it, a Chrome trace for Perfetto. Turning it on
       starts an empty timeline; ``registry.reset()`` empties it. Each call costs a tuple
-      (about 0.5 µs and 190 bytes: docs/performance.md).
+      (its time and memory: docs/performance.md).
     - ``counters=True``: also count, per step call, the FLOPs and bytes read and written of
       the ops it runs, and the bytes of the tensors they allocate (a ``TorchDispatchMode``
       on this thread and autograd's, a ``TorchFunctionMode`` for torch-sparse's and

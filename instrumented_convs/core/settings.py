@@ -1,24 +1,9 @@
-"""The switches of the process, in one object: recording on/off, NVTX ranges, profiler
-labels, backward timing, statements, the timeline, the counters.
+"""The switches of the process, in one object (:data:`switches`): recording, NVTX ranges,
+profiler labels, backward timing, statements, the timeline, counters and memory.
 
-:data:`switches` holds them; the hot path reads its attributes (one attribute read, as a
-module global cost, and the C fast path reads the same object). The one way to change them
-is :func:`~instrumented_convs.configure` (:mod:`.configure`), which also starts and stops
-what a switch stands for (an NVTX backend, the timeline, the counters).
-
-The environment variables are read once, at import:
-
-- ``INSTRUMENTED_CONVS_DISABLE=1``: start disabled (every step is a no-op).
-- ``INSTRUMENTED_CONVS_NVTX``: ``0``/``none`` never pushes NVTX ranges; ``nvtx`` or
-  ``torch`` picks that backend; ``1``/``auto`` (default) pushes them when a tool is attached.
-- ``INSTRUMENTED_CONVS_RECORD_FUNCTION=0``: never open ``torch.profiler.record_function``.
-- ``INSTRUMENTED_CONVS_BACKWARD=0``: never time the backward of steps (see :mod:`.backward`).
-- ``INSTRUMENTED_CONVS_BACKWARD_EVERY=N``: how often the backward of a layer call is timed
-  (see :func:`configure`; ``1``: every call).
-- ``INSTRUMENTED_CONVS_STATEMENTS=0``: a generic layer's own statements and the functions
-  its forward calls are not steps (see :func:`configure`).
-
-This module imports nothing from the package: it is the bottom of the house.
+The hot path reads each as one attribute, and so does the C fast path. Change them with
+:func:`~instrumented_convs.configure`; the environment variables (docs/guide.rst) are read at
+import. Imports nothing from the package.
 """
 
 from __future__ import annotations

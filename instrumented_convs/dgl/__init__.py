@@ -1,15 +1,8 @@
-"""DGL layers with every internal step timed: a drop-in for every conv module.
-
-``from instrumented_convs.dgl import GraphConv`` instead of ``from dgl.nn import
-GraphConv``; nothing else changes. Every class subclasses the stock one (same constructor,
-parameters, ``state_dict``, ``extra_repr``).
-
-- ``GraphConv`` and ``EdgeWeightNorm`` (:mod:`.graphconv`): copies of upstream's forwards
-  with a step around each part; :data:`DETAILED` says whether the installed DGL matches
-  the copies (else upstream's forward runs as a generic layer runs it);
-- every other module of ``dgl.nn.pytorch.conv`` (:mod:`.generic`): no copied code, DGL's
-  message passing and kernels (:mod:`.kernels`) and the layer's own statements and calls
-  as steps; :data:`NOT_INSTRUMENTED` names the classes left out, and why.
+"""DGL layers with every internal step timed: a drop-in for every conv module,
+``from instrumented_convs.dgl import GraphConv`` instead of ``from dgl.nn import GraphConv``.
+Each subclasses the stock one (same constructor, parameters, ``state_dict``): ``GraphConv``
+and ``EdgeWeightNorm`` are guarded copies of upstream's forwards with steps
+(:mod:`.graphconv`), every other module generic (:mod:`.generic`).
 """
 
 from . import generic

@@ -1,31 +1,9 @@
-"""DGL's message passing and fused kernels as steps inside every generic DGL layer.
+"""DGL's message passing and fused kernels as steps inside every generic DGL layer
+(``update_all``, ``apply_edges``, ``gspmm``, ``gsddmm``, ``edge_softmax``...: docs/dgl.rst).
 
-DGL layers call the graph's methods (``graph.update_all``, ``graph.apply_edges``), the
-function ``edge_softmax``, and under them DGL's fused sparse kernels, the autograd functions
-``GSpMM``, ``GSDDMM``, ``EdgeSoftmax`` (and their ``_hetero`` variants) of
-``dgl/backend/pytorch/sparse.py``, plus ``SEGMENTMM``/``GATHERMM`` (typed linear layers).
-Every caller reaches a kernel as ``<Function>.apply(...)`` and a graph method through the
-class, both looked up at call time, so wrapping these attributes (once, when the first
-generic DGL layer is built) sees every call without copying any DGL code. Steps::
-
-    update_all        graph.update_all: message + reduce (multi_update_all likewise)
-      gspmm           the fused message-and-reduce kernel (builtin message functions)
-    apply_edges       graph.apply_edges
-      gsddmm          the fused edge kernel
-    in_degrees, out_degrees   graph.in_degrees / out_degrees (degree normalisations, checks)
-    local_scope, local_scope_exit   entering graph.local_scope() (the feature frames copied)
-                      and leaving it (the local features dropped)
-    add_self_loop, remove_self_loop, adj_tensors   graph transforms and format conversion
-    autograd.grad     torch.autograd.grad called inside a step's backward (GroupRevRes's
-                      autograd Function differentiates the forward it recomputed)
-    edge_softmax      the fused edge softmax (dgl.ops.edge_softmax)
-    segment_mm, gather_mm
-
-A wrapper records only while a generic layer's forward runs on this thread
-(:data:`~instrumented_convs.layers.generic.framework_steps`); everywhere else (stock layers, user
-code, the detailed ``GraphConv`` and ``EdgeWeightNorm``, which set that depth to 0 while they run:
-their copies time DGL's calls as steps of their own) it calls DGL's own function after one
-thread-local read.
+Callers reach a kernel as ``<Function>.apply(...)`` and a graph method through the class,
+both looked up at call time, so wrapping these attributes once sees every call without
+copying DGL code. A wrapper records only inside a generic layer's forward.
 """
 
 from __future__ import annotations

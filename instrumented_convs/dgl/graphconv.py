@@ -1,35 +1,10 @@
-"""DGL layers with every internal step timed: ``GraphConv`` and ``EdgeWeightNorm``.
+"""DGL's ``GraphConv`` and ``EdgeWeightNorm`` with every internal step timed (the steps:
+docs/dgl.rst).
 
-``from instrumented_convs.dgl import GraphConv`` instead of ``from dgl.nn import
-GraphConv``; nothing else changes. Each class subclasses the stock one (same constructor,
-parameters, ``state_dict``, ``extra_repr``); its ``forward`` is upstream's (identical from
-DGL 1.1 through 2.4) with steps around each part. The steps of one ``GraphConv`` forward,
-nested as they run::
-
-    GraphConv
-      local_scope               entering graph.local_scope(): DGL copies the feature frames
-      zero_in_degree_check      (graph.in_degrees() == 0).any(): a device-to-host copy
-      edge_weight               with edge_weight: stored on the graph for the message
-      norm_src                  norm "left"/"both": source-side degree normalisation
-        degrees                 graph.out_degrees().to(feat).clamp(min=1)
-        pow                     degs ** -0.5 ("both") or 1 / degs ("left")
-        mul                     feat_src * norm
-      matmul                    feat @ W, before update_all when in_feats > out_feats ...
-      update_all                features stored, message copy_u (or u_mul_e) + sum, read back
-      matmul                    ... or after it otherwise
-      norm_dst                  norm "right"/"both": degrees, pow, mul on the destination side
-      bias
-      activation
-      local_scope_exit          leaving graph.local_scope(): the local features dropped
-
-While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward``
-runs the stock layer's code. The copies are upstream's code plus ``with <step>:`` blocks,
-nothing else (checked mechanically by tests/test_guard.py); at import, the installed DGL's
-functions are checked against the fingerprints the copies are known to match (:data:`KNOWN`),
-and where they differ the layer logs one warning and runs upstream's own ``forward`` as a
-generic layer runs it (DGL's graph methods and kernels, the functions it calls and its own
-statements as steps; the layer's row marked ``upstream``): coarser timing, exact results.
-:data:`DETAILED` says which copies run.
+Each ``forward`` is a copy of upstream's with steps around each part. At import the
+installed DGL's code is checked against the fingerprints the copies match (:data:`KNOWN`);
+where it differs, the layer warns once and runs upstream's forward as a generic layer does
+(:data:`DETAILED` says which copies run).
 """
 import logging
 from typing import Any, Dict
@@ -266,7 +241,7 @@ class GraphConv(generic.Detailed, _StockGraphConv):
 
     def forward(self, graph: Any, feat: Any, weight: Any = None,
                 edge_weight: Any = None) -> th.Tensor:
-        """The stock forward, with the steps of the module docstring recorded."""
+        """The stock forward, with its steps recorded (docs/dgl.rst lists them)."""
         if runs_stock(self):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
         if not _GRAPH_CONV_OK:

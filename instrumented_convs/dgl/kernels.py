@@ -1,9 +1,7 @@
 """The wrappers that make DGL's graph methods, kernels and ``torch.autograd.grad`` steps
-(installed by :mod:`.generic`, which says what is wrapped): each records only while a generic
-layer's forward runs on this thread (:data:`~instrumented_convs.layers.generic.framework_steps`), or
-for ``local_scope`` a detailed one's (:data:`scopes`), and calls DGL's own function otherwise.
-Their frames are not offered to Dynamo (``skip_frame``): where a compiled call runs DGL's code
-eagerly after a graph break, Dynamo compiles DGL's frames, as it does without us.
+(installed by :mod:`.generic`). Each records only while a generic layer's forward runs on
+this thread, and otherwise calls DGL's own function. Their frames are not offered to Dynamo,
+so after a graph break Dynamo compiles DGL's frames as it does without us.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from ..layers.generic import framework_steps
 __all__ = ["FORMULA_KERNELS", "scopes", "wrap", "marked", "grad_in_backward"]
 
 
-#: Kernels the counters have a formula for (``core.formulas.dgl_cost``).
+#: Kernels the counters have a formula for (``core.meters.formulas.dgl_cost``).
 FORMULA_KERNELS = ("gspmm", "gsddmm")
 #: Graph methods computed in DGL's C library, unseen by the dispatcher: listed by name.
 _DEGREES = ("in_degrees", "out_degrees")
@@ -105,7 +103,8 @@ def wrap(fn: Callable[..., Any], name: str, method: bool) -> Any:
 
 
 def marked(fn: Any, op: str) -> Any:
-    """A kernel's backward that marks its call for the counters (see ``core.counters.mark``)."""
+    """A kernel's backward that marks its call for the counters
+    (see ``core.meters.counters.mark``)."""
 
     @functools.wraps(fn)
     def backward(*args: Any, **kwargs: Any) -> Any:

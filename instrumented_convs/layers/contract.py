@@ -1,31 +1,9 @@
-"""The contract every instrumented layer follows, and naming layers after their attributes.
+"""The contract every instrumented layer follows (:class:`InstrumentedLayer`), and naming layers
+after the model's attributes (:func:`name_layers`).
 
-An instrumented layer is a subclass of the stock layer with :class:`InstrumentedLayer` first
-in its bases::
-
-    class GCNConv(InstrumentedLayer, torch_geometric.nn.GCNConv):
-        _ic_stock = torch_geometric.nn.GCNConv      # the stock class
-
-        def forward(self, ...):
-            if not recording():
-                return super().forward(...)         # disabled: the stock code, nothing else
-            with self._ic_step(device):             # the layer's own step, scoped per instance
-                ...
-
-What the contract gives every layer: the stock constructor, unchanged (arguments pass
-through, so each upstream version's own defaults apply); a default scope per instance
-(``GCNConv#0``, ``GCNConv#1``...; :func:`name_layers` renames them after the model's
-attributes); the layer's own top-level step, built once per (scope, device); and one
-conversion between stock and instrumented layers, for detailed and generic layers alike:
-an instrumented class adds no state to the stock one but its scope, so converting a layer
-is swapping its class (:func:`convert` and :func:`revert`, in place: what
-``instrument(model)`` and ``uninstrument(model)`` do), and a converted *copy* is the same
-swap on a shallow copy sharing parameters, buffers and grandchildren
-(:meth:`~InstrumentedLayer.from_stock`, :meth:`~InstrumentedLayer.to_stock`, and the stock
-copy ``torch.jit.script`` compiles instead).
-
-During its instrumented forward a layer's timed methods and children are :data:`Timed`
-callables in its instance ``__dict__`` (``generic.install``), there for that call only.
+An instrumented class adds no state to the stock one but its scope, so converting a layer
+either way is swapping its class (:func:`convert`, :func:`revert`): in place, or on a shallow
+copy sharing parameters and buffers.
 """
 
 from __future__ import annotations
@@ -113,7 +91,19 @@ def instance_scope(kind: str) -> str:
 
 
 class InstrumentedLayer:
-    """Mixin of every instrumented layer (put it first in the bases, before the stock class)."""
+    """Mixin of every instrumented layer: first in the bases, before the stock class.
+
+    An instrumented layer looks like this::
+
+        class GCNConv(InstrumentedLayer, torch_geometric.nn.GCNConv):
+            _ic_stock = torch_geometric.nn.GCNConv      # the stock class
+
+            def forward(self, ...):
+                if not recording():
+                    return super().forward(...)         # the stock code, nothing else
+                with self._ic_step(device):             # the layer's own step
+                    ...
+    """
 
     #: The stock class this layer instruments.
     _ic_stock: ClassVar[type]

@@ -1,27 +1,9 @@
-"""Generic instrumented layers: every conv class without a detailed version, no copied code.
+"""Generic instrumented layers: every conv class without a detailed version, made at import by
+:func:`make_class`, a subclass that copies no upstream code and overrides only ``forward``.
 
-A generic layer is a subclass of a stock conv class, made at import by :func:`make_class`
-(``instrumented_convs.pyg.SAGEConv``, ``instrumented_convs.dgl.GATConv``...). It copies no upstream
-code and overrides nothing but ``forward``: the stock ``forward`` inside the layer's own step (named
-after the class, scoped per instance). During that call only, each direct child module (``lin``,
-``lin_l``, ``nn``, ``fc``...; items of a ``ModuleList`` or ``ModuleDict`` as ``convs.0``,
-``convs.<key>``), each of the layer's own methods that the framework module names (PyG:
-:mod:`~instrumented_convs.pyg.generic`), each helper method of the stock class its forward calls and
-each function the instance holds that it calls (an activation:
-:func:`~instrumented_convs.layers.statements.routes.helpers`) run in a step: :func:`install` puts a
-:class:`Timed` callable in the instance's ``__dict__`` (which Python looks in before the class) and
-:func:`uninstall` takes it out again when the forward ends, however it ends. A method the forward
-hands on as a value (:func:`~instrumented_convs.layers.statements.routes.handed`) gets a
-:class:`Handed` there, a step wherever it runs.
-
-So outside an instrumented forward (disabled, inside a ``torch.compile`` trace, a stock layer
-sharing a child, the child called on its own) every call runs the stock code with no extra Python
-frame and no check; inside one, the timed calls need no check either. The framework modules add the
-framework's own steps (DGL: :mod:`~instrumented_convs.dgl.generic`). Unless
-``configure(statements=False)``, the functions the forward calls through its module are steps too
-(:mod:`~instrumented_convs.layers.statements.routes`), and so are its own statements of work
-(:mod:`~instrumented_convs.layers.statements.forward`: the stock forward's code, recompiled with
-steps, runs in its place).
+That runs the stock forward in the layer's step, its children, methods and helpers timed for
+that call only (:func:`install`); outside it, every call is the stock code, with no extra
+frame or check.
 """
 
 from __future__ import annotations
@@ -60,7 +42,8 @@ __all__ = [
 def runs_stock(layer: Any) -> bool:
     """Whether a drop-in layer's ``forward`` runs the stock code as it is: nothing records, or
     it runs inside a compiled call (where Dynamo compiled the stock code, it runs as Dynamo saw
-    it). While Dynamo traces the layer, notes it as traced (:func:`.core.dynamo.traced`)."""
+    it). While Dynamo traces the layer, notes it as traced
+    (:func:`~instrumented_convs.core.compiler.dynamo.traced`)."""
     if recording() and not inside_compiled():
         return False
     if compiling():  # torch.compile traces this forward: noted at trace time

@@ -1,23 +1,9 @@
-"""Guards for the upstream code that the detailed layers copy.
+"""Guards for the upstream code the detailed layers copy: a copy must be upstream plus steps,
+nothing else, and follow upstream when it changes.
 
-A detailed layer (PyG ``GCNConv``, DGL ``GraphConv``...) runs a copy of upstream's
-``forward`` with steps around its parts. A copy must be *upstream plus steps, nothing else*,
-and it must follow upstream when upstream changes. Both are checked mechanically here, on
-the functions' syntax trees:
-
-- :func:`fingerprint` hashes a function's normalised syntax tree, written out the same way
-  on every Python version (:func:`_canonical`): docstring, annotations,
-  decorators and the function's name are dropped (they do not change what the body
-  computes), and with ``steps`` every ``with <step>:`` statement is replaced by its body.
-  Our copy, stripped of its steps, has the same fingerprint as the upstream function it
-  copies; a test proves it for every upstream version we support.
-- :func:`guard` runs once, when a layer module is imported: it fingerprints the *installed*
-  upstream function and checks the fingerprint against the ones the copy is known to match,
-  and that every global name the function reads is the very same object in our module as in
-  upstream's. On any mismatch the copy is not used: the layer logs one warning naming the
-  layer and the installed version, and runs upstream's own code inside its top-level
-  step, timed from outside where the layer can (coarser timing, exact results). Never
-  different numbers.
+:func:`fingerprint` hashes a function's normalised syntax tree, steps stripped; :func:`guard`
+checks the installed upstream function at import. On a mismatch the layer warns once and runs
+upstream's code in its step: coarser timing, same numbers.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``instrument(model)`` and ``uninstrument(model)``: instrument a model one did not write.
 
-Both walk ``model.modules()`` (the model itself included) and change the class of each conv
-layer in place: a stock layer whose type is exactly a PyG or DGL conv class becomes its
-instrumented subclass (the detailed ``GCNConv``/``GraphConv``/``EdgeWeightNorm``, or a
-generic layer), and back. Nothing else changes: the same module objects, parameters,
-buffers, ``state_dict`` keys, device, dtype and training mode, so an optimizer built before
-keeps working. Subclasses of stock layers that users wrote themselves are left as they are.
+Each conv layer whose type is exactly a PyG or DGL conv class swaps its class for the
+instrumented one, in place, and back: the same modules, parameters and ``state_dict`` keys,
+so an optimizer built before keeps working. Users' own subclasses are left alone.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""PyTorch Geometric layers with every internal step timed: a drop-in for every conv class.
-
+"""PyTorch Geometric layers with every internal step timed: a drop-in for every conv class,
 ``from instrumented_convs.pyg import GCNConv`` instead of ``from torch_geometric.nn import
-GCNConv``; nothing else changes. Every class is a subclass of the stock layer, with the
-same constructor, parameters, ``state_dict``, ``repr`` and outputs.
-
-- ``GCNConv`` and ``gcn_norm`` (:mod:`.gcn`): copies of upstream's code with a step around
-  each part (the steps of the study); :data:`DETAILED` says whether the installed PyG
-  matches the copies (else upstream's code runs, timed from outside);
-- every other class of ``torch_geometric.nn.conv`` (:mod:`.generic`): no copied code, PyG's
-  message passing and the layer's own statements and calls as steps;
-  :data:`NOT_INSTRUMENTED` names the classes left out, and why.
+GCNConv``. Each is a subclass of the stock layer (same constructor, parameters,
+``state_dict`` and outputs): ``GCNConv`` a guarded copy of upstream's code with steps
+(:mod:`.gcn`), every other class generic (:mod:`.generic`).
 """
 
 from . import generic

@@ -1,36 +1,9 @@
-"""PyTorch Geometric layers with every internal step timed: ``GCNConv`` and ``gcn_norm``.
+"""PyG's ``GCNConv`` and ``gcn_norm`` with every internal step timed (the steps: docs/pyg.rst).
 
-``from instrumented_convs.pyg import GCNConv`` instead of ``from torch_geometric.nn import
-GCNConv``; nothing else changes. The class is a subclass of the stock layer, with the same
-constructor, parameters, ``state_dict``, ``repr`` and outputs. Its ``forward`` is a copy of
-upstream's ``GCNConv.forward`` (PyG 2.8.1) with steps around each part, calling upstream's
-own functions (``add_remaining_self_loops``, ``scatter``, ``torch_sparse``...). The steps of
-one forward, nested as they run::
-
-    GCNConv
-      gcn_norm                       (absent on a cache hit: upstream does no work then)
-        add_remaining_self_loops     edge_index input
-        fill_value, fill_diag        torch_sparse.SparseTensor input (fill_value only if it
-                                     has no values)
-        add_self_loops, to_edge_index  torch.sparse COO/CSR input
-        degree                       the (weighted) in-degree: scatter / torch_sparse.sum
-        normalize                    deg^-1/2, inf -> 0, and the edge-weight products
-      lin                            the dense transform x @ W (the original study's "mul")
-      propagate                      MessagePassing.propagate (PyG's generated code)
-        message, aggregate           edge_index input
-        message_and_aggregate        sparse input: PyG's fused spmm path
-      bias
-
-While instrumentation is disabled, or while ``torch.compile`` traces the layer, ``forward`` runs the
-stock layer's code. The copies (``gcn_norm``, ``GCNConv.forward``) are upstream's code plus ``with
-<step>:`` blocks, nothing else (checked mechanically by tests/test_guard.py); at import, the
-installed PyG's functions are checked against the fingerprints the copies are known to match
-(:data:`KNOWN`), and where they differ the layer logs one warning and runs upstream's own code
-(exact results): :data:`DETAILED` says which copies run. PyG 2.3 and 2.4 run upstream's ``forward``.
-Its breakdown stays, timed from outside: ``gcn_norm`` (upstream's module global routed through ours
-for the call, :mod:`~instrumented_convs.layers.statements.routes`), ``lin`` (a child) and
-``propagate`` with PyG's message passing; the bias (one addition) is in the layer's own time, and
-the layer's row is of kind ``upstream``, which the table marks.
+``forward`` is a copy of upstream's with steps around each part, calling upstream's own
+functions. At import the installed PyG's code is checked against the fingerprints the copies
+match (:data:`KNOWN`); where it differs, the layer warns once and runs upstream's code, timed
+from outside (:data:`DETAILED`).
 """
 import logging
 from typing import Any, Dict, Optional
@@ -227,7 +200,7 @@ class GCNConv(DetailedPyG, _StockGCNConv):
     _ic_kind = "step" if _FORWARD_OK else "upstream"
 
     def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
-        """The stock forward, with the steps of the module docstring recorded."""
+        """The stock forward, with its steps recorded (docs/pyg.rst lists them)."""
         if runs_stock(self) or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
         if not _FORWARD_OK:

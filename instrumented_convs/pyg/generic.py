@@ -1,35 +1,9 @@
-"""PyG's message passing, step by step, in every instrumented PyG layer (no copied code).
+"""PyG's message passing, step by step, in every instrumented PyG layer (no copied code):
+``propagate`` with ``collect``, ``message``, ``aggregate`` (or ``message_and_aggregate``) and
+``update``, and ``edge_updater``.
 
-PyG generates each class's ``propagate`` from ``propagate.jinja`` (PyG 2.5 and later) at the first
-construction of the class, and the generated code calls, through ``self``: ``collect`` (the gather
-of node features onto edges, ``x_j = x[edge_index[0]]``), then ``message``, ``aggregate`` and
-``update``, or ``message_and_aggregate`` and ``update`` on the fused (sparse) path; ``edge_updater``
-calls ``edge_collect`` and ``edge_update``. PyG's own hook API
-(``register_message_forward_pre_hook``...) has no hook for ``collect`` or ``update``, and a step
-opened in one hook and closed in another stays open when the code between raises. So, for the length
-of an instrumented forward, each of these methods is found on the instance as a
-:class:`~instrumented_convs.layers.generic.Timed` callable
-(:func:`~instrumented_convs.layers.generic.install`) that runs the method in a ``with <step>:``
-block; the classes override none of them, so PyG inspects and generates exactly what it does for the
-stock class, and outside an instrumented forward the
-stock methods run with nothing in between. Steps::
-
-    propagate
-      collect                the gather (x_i, x_j, edge attributes per edge)
-      message
-      aggregate              PyG's aggregation module inside
-      message_and_aggregate  the fused sparse path instead of the three above
-      update
-    edge_updater             (layers with edge_update: GATConv's attention logits)
-      collect
-      edge_update
-
-PyG finds the arguments of ``propagate`` by reading the class's source, which a class made at
-run time has none of: the stock class's reading is handed over as ``propagate_type`` (and
-``edge_updater_type``), PyG's documented alternative. PyG 2.3 and 2.4 have no generated code:
-there the python ``propagate`` calls the same methods and ``_collect``/``__collect__``; PyG
-2.5 and later run that python ``propagate`` (and ``_collect``) for ``decomposed_layers > 1``
-and in explain mode, set on the instance, which is timed all the same.
+PyG's hooks miss ``collect`` and ``update``, so these methods are timed on the instance
+during an instrumented forward; the classes override none, so PyG generates its stock code.
 """
 
 from __future__ import annotations
@@ -141,7 +115,9 @@ def original_methods(stock: type) -> Dict[str, Any]:
 
 
 def prepare_class(cls: type) -> None:
-    """Hand the stock class's reading of its ``propagate``/``edge_updater`` calls to ``cls``."""
+    """Hand the stock class's reading of its ``propagate``/``edge_updater`` calls to ``cls``:
+    PyG finds ``propagate``'s arguments by reading the class's source, which a class made at
+    run time has none of (``propagate_type``, PyG's documented alternative)."""
     if cls.__dict__.get("_ic_prepared"):
         return
     stock = cls._ic_stock  # type: ignore[attr-defined]
@@ -200,7 +176,10 @@ class DetailedPyG(InstrumentedLayer):
 
 
 class GenericPyG(GenericLayer):
-    """Mixin of the generic PyG layers: message passing step by step (see the module)."""
+    """Mixin of the generic PyG layers: message passing step by step (the methods PyG's
+    generated ``propagate`` calls, timed on the instance; PyG 2.3 and 2.4, and 2.5+ with
+    ``decomposed_layers > 1`` or in explain mode, run the Python ``propagate``, which calls
+    the same methods)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor, unchanged, with PyG's code generation made to work for us."""

@@ -1,27 +1,8 @@
 """Data loaders and their worker processes, recorded: the training loop's wait for each batch,
-the batches each worker makes, and the sampler's steps wherever they run.
-
-Mini-batch training splits each iteration between waiting for the next batch and the
-compute; with ``num_workers > 0`` the batches are made in torch ``DataLoader`` worker
-processes (PyG's ``NeighborLoader``, ``LinkNeighborLoader`` and ``DataLoader`` and DGL's
-``DataLoader`` are ones), fork or spawn, persistent or not. ``run`` records them without a
-change to the script; in your own code::
-
-    from instrumented_convs import registry
-    from instrumented_convs.workers import instrument_loader, loaders_report
-
-    loader = instrument_loader(NeighborLoader(data, ..., num_workers=4))
-    for epoch in range(3):
-        for batch in loader:
-            ...                              # your training step
-    print(registry.summary())                # "data" (the wait), your steps, the layers'
-    print(loaders_report())                  # the split, its verdict, the workers' table
-
-What each worker process records (the region ``batch`` from taking a task to handing its
-batch over, the sampler's steps inside: :mod:`.samplers`) reaches the training process in
-frames written as each batch is made (:mod:`.frames`, :mod:`.process`), so a worker that is
-killed loses none of the batches it made. :class:`Recorder` is the machinery (``run`` holds
-one); :func:`instrument_loader` keeps one for the loaders you give it.
+the batches each worker makes, and the sampler's steps wherever they run. ``run`` records
+them without a change to the script; :func:`instrument_loader` does it in your own code
+(docs/minibatch.md). Workers write frames as each batch is made, so a killed worker loses
+none of them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""A batch's copy to its device, as the region ``copy``: PyG's ``Data.to`` (``HeteroData``,
-``Batch``: ``BaseData.to``) and DGL's ``DGLGraph.to`` (its blocks too).
-
-The region is timed like the loop's other regions: on the CPU clock, or, once CUDA is
-initialised, with CUDA events at the top level (a ``non_blocking`` copy's time is then the
-device's, not the moment the call returned); inside a step it takes its parent's clock. A
-copy inside a copy (a batch's parts) is one region. A batch of plain tensors has no such
-call to time: its copies are in the rest of the iteration.
+"""A batch's copy to its device, as the region ``copy``: PyG's ``Data.to`` and DGL's
+``DGLGraph.to``. Timed like the loop's other regions (CUDA events at the top level once CUDA is
+initialised, so a ``non_blocking`` copy's time is the device's). A batch of plain tensors has
+no such call: its copies are in the rest of the iteration.
 """
 
 from __future__ import annotations
@@ -28,7 +24,8 @@ TARGETS: Dict[str, Tuple[str, str]] = {
 
 
 def install() -> Callable[[], None]:
-    """Time the copies (the module's docstring) from now on; returns what puts them back."""
+    """Time a batch's copies to its device (:data:`TARGETS`) from now on; returns what puts
+    them back."""
     undo: List[Callable[[], None]] = []
     region = Step(COPY, None, None, "region")
     inside = threading.local()

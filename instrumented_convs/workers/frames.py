@@ -1,11 +1,7 @@
-"""How a loader worker's records reach the training process: frames appended to a file.
-
-Each worker process appends one frame a batch to its own file (``worker-<pid>.frames`` in
-the folder the training process chose), in one ``write`` of a length-prefixed pickle of
-plain data: a worker killed mid-write leaves a short last frame, which :func:`read` drops,
-so every batch whose frame was written survives the worker. A frame is written before the
-batch is handed to the training process: a batch the training loop took has its frame on
-disk already. Nothing here imports from the package.
+"""How a loader worker's records reach the training process: each worker appends one frame a
+batch (a length-prefixed pickle of plain data, in one ``write``) to its own file, before the
+batch is handed over. A worker killed mid-write leaves a short last frame, which :func:`read`
+drops. Imports nothing from the package.
 """
 
 from __future__ import annotations

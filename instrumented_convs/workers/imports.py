@@ -1,9 +1,6 @@
-"""Patching a module now if it is imported, else right after its import.
-
-Several patches may wait for one module (``run``'s recorder patches DGL's loader module for
-its iterator and for its feature slicing): one finder, first on ``sys.meta_path`` while any
-patch waits, runs every patch registered for a module once that module is executed, in the
-order they were registered. Nothing here imports from the package.
+"""Patching a module now if it is imported, else right after its import: one finder, first on
+``sys.meta_path`` while any patch waits, runs every patch registered for a module once it is
+executed, in the order they were registered. Imports nothing from the package.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """What runs inside a data loader's worker process: its batches recorded, frame by frame.
 
-torch's ``DataLoader`` starts each worker with ``torch.utils.data._utils.worker._worker_loop``,
-looked up when the worker is started; while workers are recorded (:mod:`.recorder`) that
-name is :func:`worker_loop` bound to a :class:`Config` and a set-up function (the
-recorder's: the sampler's steps turned on, :mod:`.samplers`), so fork and spawn alike (a
-spawned worker imports both by name) run it around torch's own loop. It starts the
-worker's records afresh (a forked worker inherits the training process's registry and open
-steps), calls the set-up and wraps the worker's two queues:
-taking a task (``(idx, indices)``) opens the region ``batch`` on the CPU clock; putting its
-result closes it, then writes a frame (:mod:`.frames`) with the batch's span, the worker's
-statistics so far and its new timeline calls, before the batch goes to the queue. torch's
-loop, its seeds, its error handling and what it sends are untouched.
+While workers are recorded, torch's ``_worker_loop`` (looked up when a worker starts, fork or
+spawn) is :func:`worker_loop`: each task taken opens the region ``batch``, and a frame is
+written before the result goes to the queue. torch's loop, seeds, errors and messages are
+untouched.
 """
 
 from __future__ import annotations
@@ -191,8 +184,10 @@ def _start(config: Config) -> None:
 
 
 def worker_loop(config: Config, setup: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
-    """torch's worker loop, its batches recorded (see the module's docstring); ``setup()``
-    is called in the worker before its loop (a module's function: it travels by name)."""
+    """torch's worker loop, its batches recorded: the worker's records started afresh (a
+    forked worker inherits the parent's), each task a region ``batch`` whose frame is
+    written before the batch is handed over; ``setup()`` is called in the worker before its
+    loop (a module's function: it travels by name)."""
     try:
         bound = _SIGNATURE.bind(*args, **kwargs)
         worker_id = bound.arguments["worker_id"]

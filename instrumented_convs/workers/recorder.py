@@ -1,24 +1,9 @@
 """The training process's side of a data loader: its waits, its batches, its workers.
 
-A :class:`Recorder`, installed, records every torch ``DataLoader`` (PyG's and DGL's loaders
-are ones) iterated from then on, or only the loaders given to it:
-
-- the ``__next__`` of torch's loader iterators, of PyG's post-sampling iterator (features
-  joined after sampling, ``filter_per_worker=False``) and of DGL's prefetching iterator
-  (features sliced): the time the training loop waits for each batch, per loader, and,
-  when the recorder is given one, inside a region (``run``'s ``data``) on the CPU clock;
-  nested iterators count once; the call that ends a pass (``StopIteration``) records no
-  region (the end of an epoch is not a batch) and calls ``ended``;
-- the batches handed over (``consumed``), whatever the recording switch: a loader whose
-  workers started while recording was off (a warm-up) is still counted;
-- the worker processes: ``DataLoader._get_iterator`` is wrapped so that, while it starts
-  workers, torch's ``_worker_loop`` is :func:`.process.worker_loop` bound to a
-  :class:`~.process.Config` naming the loader and the folder for the workers' frames;
-- the loaders' own work as steps wherever it runs (:mod:`.samplers`), and, with a region,
-  a batch's copy to its device (:mod:`.copies`).
-
-:meth:`Recorder.result` reads the workers' frames back (plain data: ``run.json``'s
-``workers`` section). Modules not imported yet are patched right after their import.
+A :class:`Recorder`, installed, records every torch ``DataLoader`` iterated from then on (or
+only those given to it): the wait for each batch, the worker processes (torch's worker loop
+replaced while they start), and the loaders' own work. :meth:`Recorder.result` reads the
+workers' frames back as plain data.
 """
 
 from __future__ import annotations
@@ -94,7 +79,9 @@ class _Loader:
 
 
 class Recorder:
-    """Records data loaders and their worker processes (see the module's docstring)."""
+    """Records data loaders and their worker processes: each batch's wait, the batches
+    handed over (whatever the recording switch: a loader started during a warm-up still
+    counts), the workers' batches and the loaders' own work."""
 
     def __init__(
         self,
@@ -135,7 +122,8 @@ class Recorder:
 
     # -- install and remove -----------------------------------------------------------------
     def install(self) -> "Recorder":
-        """Wrap the loaders (see the module's docstring); returns ``self``."""
+        """Wrap the loaders' iterators, their workers' loop and their own work (and, with a
+        region, a batch's copy to its device); returns ``self``."""
         self._undo.append(samplers.install())
         if self.region is not None:  # a loop's regions: the batch's copy is one
             self._undo.append(copies.install())

@@ -1,35 +1,7 @@
-"""The loaders' own work as steps: neighbour sampling, joining features, collating.
-
-Wherever it runs (a loader's worker process, or the training process: ``num_workers=0``,
-or PyG's ``filter_per_worker=False``, which joins the features in the training process),
-each of these calls is a step on the CPU clock, named for what it does:
-
-- ``sample``: PyG's ``NeighborSampler.sample_from_nodes`` and ``sample_from_edges``; DGL's
-  ``BlockSampler.sample`` and ``NeighborSampler.sample_blocks``;
-- ``filter``: PyG's ``NodeLoader.filter_fn`` and ``LinkLoader.filter_fn`` (the batch's
-  features and labels joined to the sampled subgraph);
-- ``collate``: PyG's ``Collater.__call__`` (``torch_geometric.loader.DataLoader``);
-- ``features``: DGL's ``dgl.dataloading.dataloader._prefetch`` (the features and labels
-  sliced for the batch, and its copy to the loader's device);
-- ``pin memory``: torch's ``pin_memory`` of a batch, in the loader's pin-memory thread
-  (``pin_memory=True`` with an accelerator): a row of its own, as that thread's steps are
-  its own (at the top level of the table, beside the loop it runs alongside); the
-  thread's calls with nothing to pin (the loader's control messages) are no step.
-
-PyG's sampling runs where the batch is made (a worker); its ``filter`` (the batch's
-features and labels sliced from the graph's) there too with ``filter_per_worker`` (the
-default since PyG 2.4 for data on the CPU), else in the training process, in the loader's
-``__next__``. DGL's sampler runs in the worker, its features are sliced (``features``: the
-``prefetch_node_feats`` and labels, and the copy to the loader's device) in the training
-process, or in DGL's prefetching thread (``use_prefetch_thread``, a CUDA device), each
-batch's own step there.
-
-A call inside a call of the same step (a subclass's ``sample_from_nodes`` calling its
-parent's; DGL's ``sample`` calling ``sample_blocks``; PyG's ``Collater`` calling itself
-for each field) is one step. DGL's loader holds its sampler's ``sample`` bound when built
-(a spawned worker unpickles it before anything of ours runs): ``sample_blocks``, looked up
-at each call, is timed there. Classes are patched where their module is imported already, and
-right after its import otherwise (:func:`.imports.patch_on_import`).
+"""The loaders' own work as steps, wherever it runs (a worker or the training process):
+``sample``, ``filter``, ``collate``, ``features`` and ``pin memory``, each on the CPU clock
+(what each covers and where it runs: docs/minibatch.md). A call inside a call of the same
+step is one step; classes are patched now if imported, else right after their import.
 """
 
 from __future__ import annotations
@@ -46,7 +18,9 @@ __all__ = ["TARGETS", "install", "patched"]
 
 logger = logging.getLogger(__name__)
 
-#: module -> ((class or None for a module's function, name, step name), ...)
+#: module -> ((class or None for a module's function, name, step name), ...). DGL's loader
+#: holds its sampler's ``sample`` bound when built (a spawned worker unpickles it before
+#: anything of ours runs): ``sample_blocks``, looked up at each call, is timed there.
 TARGETS: Dict[str, Tuple[Tuple[Optional[str], str, str], ...]] = {
     "torch_geometric.sampler.neighbor_sampler": (
         ("NeighborSampler", "sample_from_nodes", "sample"),
@@ -99,7 +73,7 @@ def _patch(module: Any) -> None:
 
 
 def install() -> Callable[[], None]:
-    """Time the loaders' work (the module's table) in this process, from now on; returns
+    """Time the loaders' work (:data:`TARGETS`) in this process, from now on; returns
     what takes it off again (the calls patched by this call; a second install adds none)."""
     before = set(_patched)
     stop = patch_on_import(TARGETS, _patch)

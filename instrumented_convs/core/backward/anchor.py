@@ -1,25 +1,7 @@
-"""The forward side of backward timing: which autograd nodes each step created.
-
-Autograd numbers every node it creates with a per-thread sequence number, so the nodes a
-step creates are those numbered from the counter at its entry up to the counter at its exit.
-The outermost step with autograd recording is an *anchor*: a layer's own step, a ``@step``
-function, or a ``with step()`` block. Its backward is found from the tensors it produced,
-which it declares with :func:`mark_outputs` (layers and ``@step`` functions do it on their
-return value; a ``with step()`` block must call it on its result before the block ends),
-and from those its nested steps declared. An anchor that declared nothing, with no nested
-step that did, has no backward rows: nothing says which tensors are its own.
-Steps nested in an anchor log their number ranges in the anchor's :class:`Log`
-(:func:`log_exit`); at the anchor's exit :func:`finish` decides, with
-:mod:`.sampling`, whether this call's backward is timed step by step or only counted:
-
-- timed (:func:`walk`): the autograd graph is walked back from the anchor's outputs over the
-  nodes of its own range only, each node is given to the innermost step that created it, and
-  each step's first and last backward node is hooked (:mod:`.backward`): at most two hooks
-  per step, shared between nested steps;
-- counted: one hook on the anchor's newest output node counts the call for every step
-  that the timed calls of the same graph shape showed a backward for.
-
-Nothing here keeps a node or a tensor after the anchor's exit, but the hooks.
+"""The forward side of backward timing: which autograd nodes each step created, so that
+:mod:`.hooks` can time each step's backward. The outermost step with autograd recording is
+an *anchor*; at its exit :func:`finish` has its backward timed step by step (:func:`walk`)
+or only counted (:mod:`.sampling`).
 """
 
 from __future__ import annotations
@@ -44,6 +26,9 @@ logger = logging.getLogger(__name__)
 fast_exit = True
 
 #: The autograd sequence counter of this thread: the number the next node will get.
+#: Autograd numbers every node it creates so, and the nodes a step creates are those numbered
+#: from the counter at its entry up to the counter at its exit. (Bound once, the hot path:
+#: a nested step reads it twice, and a lookup through ``torch._C`` costs more than the call.)
 seq_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
 
 
@@ -129,10 +114,16 @@ def _tensors(value: Any, out: List[Any], depth: int = 0) -> None:
 def finish(
     log: Log, seq1: int, entry: Any, mode: int, outputs: Any, fwd_stack: List[Frame]
 ) -> None:
-    """At an anchor's exit: time its backward step by step, or count it (see the module).
+    """At an anchor's exit: time its backward step by step, or count it.
 
-    ``outputs`` are the anchor's own (None: it declared none; the outputs its nested steps
-    declared are in ``log``).
+    An anchor is a layer's own step, a ``@step`` function, or a ``with step()`` block. Its
+    backward is found from the tensors it produced, which it declares with
+    :func:`mark_outputs`, and from those its nested steps declared (in ``log``); ``outputs``
+    are the anchor's own (None: it declared none). An anchor that declared nothing, with no
+    nested step that did, has no backward rows: nothing says which tensors are its own.
+    :func:`.sampling.choose` decides: timed (:func:`walk`), or counted (one hook on the
+    anchor's newest output node counts the call for every step that the timed calls of the
+    same graph shape showed a backward for).
     """
     shape = (seq1 - log.seq0, mode, tuple(log.items))
     template, how = sampling.choose(entry, shape)
@@ -197,7 +188,11 @@ def walk(
 ) -> List[Record]:
     """Walk the anchor's autograd graph and hook each step's first and last backward node.
 
-    Returns the records of the anchor and its nested steps, parents first; those whose
+    The graph is walked back from ``roots`` over the nodes of the anchor's own range only,
+    each node is given to the innermost step that created it, and each step's first and last
+    backward node is hooked (:mod:`.hooks`): at most two hooks per step, shared between
+    nested steps. Nothing here keeps a node or a tensor after the anchor's exit, but the
+    hooks. Returns the records of the anchor and its nested steps, parents first; those whose
     backward was found have ``hooked`` set. Without explicit outputs, if the anchor's newest
     node is not reachable from ``roots``, its own record is dropped (its nested steps keep
     theirs) rather than time a part of it. ``sampled``: this call was chosen at random for
@@ -213,7 +208,7 @@ def walk(
         while chain and chain[-1].depth >= depth:
             chain.pop()
         r = Record(e, chain[-1] if chain else None, depth, m, fwd_stack, sampled)
-        r.link = (tid, seq0 + s0)  # the forward call's thread and entry (see .timeline)
+        r.link = (tid, seq0 + s0)  # the forward call's thread and entry (see storage.timeline)
         chain.append(r)
         recs.append(r)
         owner[s0:s1] = [r] * (s1 - s0)  # inner steps overwrite outer ones

@@ -1,27 +1,7 @@
-"""The backward of steps, while autograd runs: hooks that time each step's backward.
-
-:mod:`.anchor` finds, for each call of a step, the first node of its backward (the highest
-autograd sequence number among the nodes it created) and the last (the lowest), and hooks
-them with :func:`pre_hook` and :func:`post_hook` around a :class:`Record`. On one thread
-autograd runs the nodes of a graph in decreasing sequence number, so a step's backward is
-one contiguous run, nested exactly like its forward; the pre-hook opens it (clock, NVTX
-range and profiler label named ``<step> [backward]``, a frame on the running thread's stack)
-and the post-hook closes it. Records are referenced by the hooks only, so they die with the
-graph.
-
-Where backward rows go: the backward of an anchor (the outermost step of a walk) nests
-under the step open, when the backward starts, on the thread running it (the user's
-``region("backward")`` on CPU). On CUDA, autograd runs the nodes on its own device thread,
-where nothing is open: the rows nest under the step open on the thread that ran the
-forward (normally the caller, blocked in ``backward()``). Below the anchor, paths mirror the
-forward paths (regions skipped). Each thread keeps its own stack, so nothing leaks across.
-
-Robustness: a pass that does not run a step's last node (``torch.autograd.grad`` pruning it)
-closes the step at the end of the graph task (``queue_callback``) and counts the call as
-untimed; a backward that raises leaves frames whose graph task has died (we notice when the
-callback object given to the engine is freed): they are closed, as errors, right then if
-they are on the freeing thread, else by an enclosing step's exit or at the next step or
-hook on that thread.
+"""The backward of steps, while autograd runs: the node hooks that time each step's backward
+(:func:`pre_hook`, :func:`post_hook`), so that the backward pass has rows that mirror the
+forward's. :mod:`.anchor` chooses the nodes; a hook opens or closes a frame on the thread
+that runs it (:mod:`~instrumented_convs.core.frames.lifecycle`).
 """
 
 from __future__ import annotations
@@ -32,7 +12,7 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 import torch
 
 from ..clocks import cpu as clock
-from ..frames.lifecycle import abandon_frame, close_elsewhere, close_frame, open_frame
+from ..frames import lifecycle
 from ..frames.stack import CPU, SAMPLED, Frame, _tls
 from ..native import speedups
 from ..settings import switches
@@ -43,13 +23,23 @@ __all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "liv
 
 logger = logging.getLogger(__name__)
 
+# Bound once: the hot path (benchmarks/instructions.py): every timed backward step's start and
+# end read it, and a lookup through ``torch._C`` costs more than the call.
 _task_id: Callable[[], int] = torch._C._current_graph_task_id
-_engine = torch.autograd.Variable._execution_engine
 live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
 
 
 class Record:
-    """The backward of one call of one step: where it records and its state in a pass."""
+    """The backward of one call of one step: where it records and its state in a pass.
+
+    :mod:`.anchor` hooks the first node of the call's backward (the highest autograd
+    sequence number among the nodes it created) and the last (the lowest). On one thread
+    autograd runs the nodes of a graph in decreasing sequence number, so a step's backward is
+    one contiguous run, nested exactly like its forward: the pre-hook opens it (clock, NVTX
+    range and profiler label named ``<step> [backward]``, a frame on the running thread's
+    stack) and the post-hook closes it. Records are referenced by the hooks only, so they
+    die with the graph.
+    """
 
     __slots__ = (
         "name",
@@ -97,12 +87,20 @@ class Record:
         self.hooked = False  # its first and last backward nodes are hooked
         self.sampled = sampled  # its call was chosen at random for timing (see .sampling)
         #: (forward thread, autograd sequence number at the forward's entry): pairs the
-        #: backward with its forward call on the timeline (see .timeline); None: unknown.
+        #: backward with its forward call on the timeline (see storage.timeline); None: unknown.
         self.link: Optional[Tuple[int, int]] = None
 
 
 def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
-    """The registry entry of ``r``'s backward in pass ``task``: its parent's, mirrored."""
+    """The registry entry of ``r``'s backward in pass ``task``: its parent's, mirrored.
+
+    The backward of an anchor (the outermost step of a walk) nests under the step open, when
+    the backward starts, on the thread running it (the user's ``region("backward")`` on
+    CPU). On CUDA, autograd runs the nodes on its own device thread, where nothing is open:
+    the rows nest under the step open on the thread that ran the forward (normally the
+    caller, blocked in ``backward()``). Below the anchor, paths mirror the forward paths
+    (regions skipped).
+    """
     if r.bw_task == task:
         return r.bw
     if r.parent is not None:
@@ -117,7 +115,14 @@ def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
 
 
 class _TaskEnd:
-    """Queued at the end of a graph task: closes steps it left open; its death ends the task."""
+    """Queued at the end of a graph task: closes steps it left open; its death ends the task.
+
+    A pass that does not run a step's last node (``torch.autograd.grad`` pruning it) closes
+    the step here and counts the call as untimed. A backward that raises leaves frames whose
+    graph task has died, which is seen when this object is freed: they are closed, as
+    errors, right then if they are on the freeing thread, else by an enclosing step's exit
+    or at the next step or hook on that thread (:func:`close_stale`).
+    """
 
     __slots__ = ("task", "__weakref__")
 
@@ -155,7 +160,7 @@ def _abandon(frame: Frame, error: bool) -> None:
     mine = r.frame is frame
     if mine:
         r.frame = None
-    abandon_frame(frame, error, count=mine)
+    lifecycle.abandon_frame(frame, error, count=mine)
 
 
 def close_stale(stack: List[Frame]) -> None:
@@ -193,7 +198,7 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
     if stack[-1].task is not None and stack[-1].task not in live:
         close_stale(stack)
     if task not in live:
-        _engine.queue_callback(_TaskEnd(task))
+        torch.autograd.Variable._execution_engine.queue_callback(_TaskEnd(task))
     for r in records:
         if r.frame is not None:
             if r.task == task:
@@ -210,7 +215,7 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
             frame = top.spare = Frame()
         frame.entry, frame.owner, frame.task, frame.cuda, frame.dev = entry, r, task, r.cuda, None
         frame.log, frame.seq0, frame.anchor, frame.outputs = None, -1, False, None
-        open_frame(frame, r.label, r.cuda, None)
+        lifecycle.open_frame(frame, r.label, r.cuda, None)
         if frame.mode == CPU:  # the tool's time so far, this hook's up to the frame's start
             frame.own = stack[0].own + (frame.start - t_in)
         if r.sampled:
@@ -237,11 +242,11 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
         elif frame in stack:
             stack.remove(frame)
         else:  # opened on another thread (a graph on two devices): time it, close it there
-            close_elsewhere(frame, t1, r.link)
+            lifecycle.close_elsewhere(frame, t1, r.link)
             continue
         frame.task = frame.owner = None  # the frame is reused: let go of the record
         own = stack[0].own - frame.own if frame.mode == CPU else 0
-        close_frame(frame, t1, False, r.link, own)
+        lifecycle.close_frame(frame, t1, False, r.link, own)
 
 
 # The tool's own time. Hooks run inside the backward of the steps around them: a step's
@@ -250,9 +255,8 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
 # clock, to its thread's total (``Frame.own`` of the stack's bottom), a CPU backward frame
 # remembers that total at its start, and its recorded time leaves out what the total grew
 # by meanwhile. What no clock inside a hook sees stays in the step around: autograd calling
-# it (a pre-hook and a post-hook that do nothing cost ~1.5 us a step), ~2.4 us a nested step
-# in all, from 5.1 (benchmarks/step_residual.py). Regions (one around ``loss.backward()``)
-# keep the time as it passed.
+# it, a fraction of what a hook costs (benchmarks/step_residual.py; docs/performance.md has
+# the figures). Regions (one around ``loss.backward()``) keep the time as it passed.
 
 
 def _start_safe(records: Tuple[Record, ...], t_in: int) -> None:

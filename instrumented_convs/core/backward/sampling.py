@@ -1,25 +1,7 @@
-"""Which calls' backward is timed step by step, and counting the others exactly.
-
-Timing a step's backward takes hooks on autograd nodes, registered in the forward and
-called by the engine: microseconds each, more than the rest of a step's instrumentation.
-So the backward of an anchor call (a layer call, usually) is timed step by step only for:
-
-- the first ``backward_every`` calls of each *shape* of the anchor: the same anchor entry,
-  the same number of autograd nodes, the same nested steps over the same node ranges
-  (:func:`choose`); these calls are timed as they are, a census;
-- then one call in ``backward_every``, chosen at random (its own ``random.Random``: the
-  user's ``random`` stream is left alone); these calls are the sample.
-
-Every other call is *counted*: one hook on the anchor's newest output node, through the
-tensor's own hook dictionary (the cheapest way torch offers), adds one call to each step
-that the timed calls of the same shape found a backward for (:func:`count`), under the step
-open when that backward runs, as a timed call's rows are. The summary estimates the time of
-counted calls from the calls timed at random (``_stats.estimated_total``): counts stay
-exact, times of sampled rows are unbiased estimates, and the census keeps short runs exact.
-``configure(backward_every=1)`` times every call. Under the duty cycle (:mod:`.cycle`)
-each stratum of the registry has entries of its own, and so templates of its own; a new one
-takes the count of the same steps' template in another stratum, so the census is taken
-once for the run, not once per stratum.
+"""Which calls' backward is timed step by step, and counting the others exactly: the hooks
+that time a step's backward cost more than the rest of its instrumentation, so each anchor's
+backward is timed for a census and a random sample of its calls (:func:`choose`), and the
+other calls are counted (:func:`count`), their time estimated from the sample.
 """
 
 from __future__ import annotations
@@ -88,7 +70,17 @@ class Template:
 
 
 def choose(entry: Any, shape: Any) -> Tuple[Optional[Template], int]:
-    """The template of ``shape`` for the anchor ``entry`` (None: first call), and what to do."""
+    """The template of ``shape`` for the anchor ``entry`` (None: first call), and what to do.
+
+    A *shape* is the same anchor entry, the same number of autograd nodes, the same nested
+    steps over the same node ranges. Its first ``backward_every`` calls are timed as they
+    are (a census, which keeps short runs exact); then one call in ``backward_every``, drawn
+    at random (its own ``random.Random``: the user's ``random`` stream is left alone), is
+    timed (the sample); every other call is counted. The summary estimates the time of
+    counted calls from the sampled ones (``report.stats.estimated_total``): counts stay exact,
+    times of sampled rows are unbiased estimates. ``configure(backward_every=1)`` times every
+    call.
+    """
     state = entry.sampling
     if state is None:
         state = entry.sampling = {}
@@ -103,7 +95,13 @@ def choose(entry: Any, shape: Any) -> Tuple[Optional[Template], int]:
 
 
 def remember(entry: Any, shape: Any, recs: List[Any]) -> None:
-    """Keep the template of ``shape`` from the records of a timed call (see walk)."""
+    """Keep the template of ``shape`` from the records of a timed call (see walk).
+
+    Under the duty cycle (``core.dutycycle``) each stratum of the registry has entries of
+    its own, and so templates of its own; a new one takes the count of the same steps'
+    template in another stratum, so the census is taken once for the run, not once per
+    stratum.
+    """
     state = entry.sampling
     if state is None or len(state) >= MAX_SHAPES:
         return
@@ -157,7 +155,9 @@ Count: Any = speedups.CountHook if speedups is not None else _Count
 
 
 def count(tensor: Any, node: Any, template: Template, fwd_stack: List[Frame]) -> None:
-    """Count the backward of ``template``'s steps when ``node`` (``tensor.grad_fn``) runs.
+    """Count the backward of ``template``'s steps when ``node`` (``tensor.grad_fn``) runs:
+    one call for each step that the timed calls of the same shape found a backward for,
+    under the step open when that backward runs, as a timed call's rows are.
 
     The hook goes into the tensor's own hook dictionary, registered on its node once, as
     ``Tensor.register_hook`` does, without a removable handle: it lives as long as the graph.

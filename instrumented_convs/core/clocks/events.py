@@ -1,11 +1,27 @@
-"""CUDA events for steps: a pool of timing events per device, and the current stream read
-cheaply (torch's ``current_stream()`` builds a ``Stream`` object at every call)."""
+"""CUDA events for steps: a pool of timing events per device, the current stream read
+cheaply (torch's ``current_stream()`` builds a ``Stream`` object at every call), and a
+CUDA-timed call's place on the timeline (:class:`GpuSlot`)."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+
+
+class GpuSlot:
+    """A CUDA-timed call's place on the timeline's GPU track: its times after its device's
+    reference event, filled in when its pair of events is read (``PendingTimes``)."""
+
+    __slots__ = ("ref", "start_ms", "end_ms", "ref_ns")
+
+    def __init__(self, ref: Any, ref_ns: int) -> None:
+        """The slot of a call on the device whose reference event ``ref`` was recorded when
+        the CPU clock read ``ref_ns``; its times not read yet."""
+        self.ref: Any = ref  #: the device's reference event, recorded before its first pair
+        self.start_ms: Optional[float] = None  #: ms from ``ref`` to the call's start event
+        self.end_ms: Optional[float] = None  #: ms from ``ref`` to the call's end event
+        self.ref_ns: int = ref_ns  #: the CPU clock (ns) when ``ref`` was recorded
 
 
 class EventPool:
@@ -63,7 +79,6 @@ _stream_data: Optional[Callable[[int], Tuple[int, int, int]]] = getattr(
     torch._C, "_cuda_getCurrentStream", None
 )
 _real_current_stream = torch.cuda.current_stream  # tests put fakes in torch.cuda's place
-_make_stream: Callable[..., Any] = torch.cuda.Stream
 _streams: Dict[Tuple[int, int, int], Any] = {}  # what _stream_data gave -> its Stream
 _STREAMS_KEPT = 256  # more: the cache is emptied (a program making external streams)
 _streams_ready = False  # True once torch.cuda.current_stream has run here (its lazy init)
@@ -73,11 +88,11 @@ def current_stream(dev: int) -> Any:
     """``torch.cuda.current_stream(dev)``, cheaper: the same stream object for the same
     stream, read anew at every call (a ``with torch.cuda.stream(s)`` is seen at once).
 
-    torch's own builds a ``Stream`` at each call, under a device guard: 2.1 us a call on an
-    H100's host, and ``event.record()`` without a stream, which calls it, 10.1 us (against
-    3.1 us for ``event.record(stream)``; benchmarks/cuda_step.py, 2026-11-26); a step makes
-    two. A ``Stream`` is only its id, device and type, so the one made the first time
-    stands for every later call that reads the same three.
+    torch's own builds a ``Stream`` at each call, under a device guard, and
+    ``event.record()`` without a stream calls it: that costs a CUDA step more than
+    recording on a stream given (benchmarks/cuda_step.py; docs/performance.md has the
+    figures), and a step records two events. A ``Stream`` is only its id, device and type,
+    so the one made the first time stands for every later call that reads the same three.
     """
     global _streams_ready
     if (
@@ -92,18 +107,15 @@ def current_stream(dev: int) -> Any:
     if stream is None:
         if len(_streams) >= _STREAMS_KEPT:
             _streams.clear()
-        stream = _streams[data] = _make_stream(
+        stream = _streams[data] = torch.cuda.Stream(
             stream_id=data[0], device_index=data[1], device_type=data[2]
         )
     return stream
 
 
-def record_event(dev: Optional[int]) -> Tuple[Any, Any]:
-    """A pooled CUDA event recorded now on the current stream of ``dev`` (None: current device).
-
-    Returns ``(event, pool key)``: the key is the device the event must go back to.
-    """
-    key = torch.cuda.current_device() if dev is None else dev
-    ev = events.get(key)
-    ev.record(current_stream(key))
-    return ev, key
+def record_event(device: int) -> Any:
+    """A pooled CUDA event recorded now on the current stream of ``device`` (an index: the
+    key of the pool's free list it goes back to)."""
+    ev = events.get(device)
+    ev.record(current_stream(device))
+    return ev

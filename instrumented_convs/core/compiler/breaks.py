@@ -1,19 +1,9 @@
-"""Graph breaks Dynamo recorded, attributed to the conv layers whose code caused them.
+"""Graph breaks and recompiles Dynamo recorded, each blamed on the conv layer (and line) whose
+code caused it.
 
-Dynamo keeps a reason for every graph break of the process
-(``torch._dynamo.utils.graph_break_reasons``), each with the stack of the frames it was
-tracing. Where a conv layer's source is on that stack (PyG's ``RGCNConv.forward`` calling
-``.item()``), the innermost such frame names the layer and the line. Where it is not, the
-break lies in a frame Dynamo compiled on its own after an earlier break (DGL's graph methods,
-run from ``GraphConv.forward``; PyG's generated ``propagate``): a compile-start callback
-(``torch._dynamo.callback``, torch 2.5+) looks at the eager frames under the frame being
-compiled and names the innermost conv layer's frame among them, for the breaks of that
-compilation. What caused the break is kept beside the layer (``via``: the innermost traced
-frame's file, line and function). Classes are found by their source lines, so two conv
-classes of one file (DGL's ``GraphConv`` and ``EdgeWeightNorm``) are told apart; PyG's
-``propagate``, generated into a temporary module named after the class, is that class's.
-Recompiles (a guard failed: Dynamo compiled a frame again) are Dynamo's record too
-(``torch._dynamo.utils.guard_failures``), each attributed to the layer whose code it is.
+The layer is the innermost conv frame on the break's traced stack; where none is (a frame
+Dynamo compiled on its own after an earlier break), a compile-start callback (torch 2.5+)
+names the eager conv frame under that compilation.
 """
 
 from __future__ import annotations

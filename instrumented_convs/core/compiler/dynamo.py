@@ -1,24 +1,9 @@
-"""What the core knows of ``torch.compile``: whether Dynamo is tracing, frames it must skip.
+"""What the core knows of ``torch.compile``: whether Dynamo is tracing (:data:`compiling`), whether
+eager code runs inside a compiled call, which frames Dynamo must skip, and which layers were
+traced into which compiled call (:func:`describe`).
 
-- :func:`compiling_probe`: this torch's cheapest "is Dynamo tracing this code?" function. A
-  step, a region and every hook of ``run`` ask it before anything else, so that what Dynamo
-  traces of ours is one call it folds to the constant ``True`` and the plain code after it:
-  no guard on our state, no graph break, no recompile.
-- :func:`inside_compiled`: whether eager code runs inside a compiled call (after a graph
-  break, Dynamo offers each frame called to its compiler): a layer takes its plain path
-  there, so that Dynamo compiles the stock code's frames as it would without the import swap.
-- :func:`skip_frame`: Dynamo never compiles the frames of a function so marked (a wrapper
-  of ``run`` around ``torch.nn.Module.__call__``, which ``torch.compile(model)`` would
-  otherwise compile as the model's frame, guards and all); it compiles the frames the
-  function calls, as it would without the wrapper; :func:`run_eagerly`: neither that
-  function's frames nor those it calls (bookkeeping that a compiled call runs eagerly).
-- :func:`traced`: a layer's forward calls it while Dynamo traces it (its plain path): at
-  trace time, through ``torch._dynamo.comptime`` (no guard, no graph break, nothing in the
-  graph), it notes the layer, the Dynamo compilation it is traced into and the compiled
-  call under way (:data:`owner`: ``run``'s ``compiled NAME``, or none). :func:`describe`
-  turns the notes into what ran compiled: per compiled call, its layers and how many times
-  each runs in one call; and the graph breaks Dynamo recorded, attributed to the conv
-  layers whose code caused them (:mod:`.breaks`).
+Every step and hook asks :data:`compiling` first, so what Dynamo traces of ours folds to a
+constant: no guard, no graph break, no recompile.
 """
 
 from __future__ import annotations
@@ -92,7 +77,8 @@ def compiling_probe() -> Callable[[], bool]:
 
     def compiling() -> bool:
         """Whether Dynamo is tracing the caller (its tracing context is set)."""
-        # (the thread's own dict: getattr with a default costs ~0.9 us where it is unset)
+        # (the thread's own dict: getattr with a default is slower where the attribute is
+        # unset, docs/performance.md)
         return _TLS.__dict__.get("tracing_context") is not None
 
     try:  # run eagerly inside a compiled call (after a graph break): not offered to Dynamo
@@ -160,7 +146,8 @@ def _inside_compiled_probe() -> Callable[[], bool]:
 
 
 #: Whether eager code runs inside a compiled call: after a graph break in a compiled module
-#: or function, Dynamo compiles each frame it calls (:func:`_inside_compiled_probe`).
+#: or function, Dynamo compiles each frame it calls (:func:`_inside_compiled_probe`). A layer
+#: takes its plain path there, so Dynamo compiles the stock code's frames as it would.
 inside_compiled = _inside_compiled_probe()
 
 
@@ -228,7 +215,10 @@ def _note(ctx: Any) -> None:
 
 
 def traced(layer: Any) -> None:
-    """Note ``layer`` as traced into a compiled graph; call it only while Dynamo traces."""
+    """Note ``layer`` as traced into a compiled graph, with the Dynamo compilation and the
+    compiled call under way (:data:`owner`); call it only while Dynamo traces. It runs at
+    trace time through ``torch._dynamo.comptime``: no guard, no graph break, nothing in the
+    graph."""
     if _comptime is not None:
         _comptime(_note)
 

@@ -1,14 +1,8 @@
-"""The eager breakdown of compiled models: recorded iterations run eagerly.
-
-Steps do not record inside ``torch.compile``'d code. With ``configure(compiled="eager")``
-the duty cycle's recorded iterations (:mod:`.cycle`) run with
-``torch.compiler.set_stance("force_eager")``: compiled models and functions run their
-Python, so their layers' steps are recorded, while the other iterations run compiled. The
-cycle tells :data:`eager` when an iteration is drawn (:meth:`Eager.drawn`) and how long
-each took (:meth:`Eager.ended`); the summary puts an eager iteration's time beside a
-compiled one's ("compiled 31 ms, eager 58 ms"), the first iterations (always recorded, and
-where a compilation happens) left out. Where torch has no ``set_stance`` (before 2.6) the
-switch says so and changes nothing.
+"""The eager breakdown of compiled models (``configure(compiled="eager")``): steps do not record
+inside compiled code, so the duty cycle's recorded iterations run with
+``torch.compiler.set_stance("force_eager")`` and the others compiled. The summary sets an eager
+iteration's time beside a compiled one's. Before torch 2.6 (no ``set_stance``) the switch
+says so and changes nothing.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The duty cycle's budget: which K keeps the added time under it (``configure(budget=B)``).
-
-:class:`Budget` keeps the wall times of the last recorded and unrecorded iterations and what
-the cycle's own hooks took of them, and proposes the smallest K whose added time, (recorded /
-unrecorded - 1) / K, stays under the budget less the hooks' share; :func:`agree` makes the
-ranks of a torch.distributed job take the largest K any of them proposed (an all-reduce, at
-iterations every rank reaches alike). When to ask and how far K may move is the cycle's
-(:mod:`.cycle`). This module imports nothing from the package.
+"""The duty cycle's budget (``configure(budget=B)``): the smallest K whose added time stays under
+B, from the wall times of recent recorded and unrecorded iterations, agreed on by every rank
+of a torch.distributed job. When to ask and how far K may move is :mod:`.cycle`'s. Imports
+nothing from the package.
 """
 
 from __future__ import annotations
@@ -31,7 +27,9 @@ def _median(values: Deque[int]) -> float:
 
 
 class Budget:
-    """Chooses K to keep the added time under a budget (see the module docstring)."""
+    """Chooses K to keep the added time under a budget: the smallest K whose added time,
+    (recorded / unrecorded - 1) / K, stays under the budget less the cycle's own hooks'
+    share (medians of the last iterations)."""
 
     def __init__(self, budget: float) -> None:
         self.budget = budget

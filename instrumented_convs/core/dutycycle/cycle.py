@@ -1,39 +1,9 @@
-"""The duty cycle: record whole training iterations, one in K, and run the stock code between.
+"""The duty cycle (``configure(record_every=K)`` or ``budget=B``): record whole training
+iterations, one in K drawn at random, and run the stock code between: a long run costs
+little, and its totals estimate the whole.
 
-``configure(record_every=K)`` (or ``budget=0.01``) turns it on. An *iteration* runs from the
-end of one optimizer step to the end of the next (torch's global optimizer step hooks), or
-is a call of the region the user names (``configure(iteration="train_step")``: every
-outermost ``region("train_step")``). Each iteration is recorded with probability 1/K,
-independently of the others, except the first :data:`FIRST`, always recorded: the gap to
-the next recorded iteration is drawn when one is recorded (:func:`gap`: geometric, from a
-hash of a shared seed and the iteration's number), so work every N iterations is not
-aliased, every rank of a torch.distributed job draws the same iterations without talking,
-and an unrecorded iteration costs no draw. An iteration not drawn runs with
-:attr:`~.settings.Switches.drawn` False: every layer takes the disabled path, the stock code.
-
-What is recorded lands in a stratum of the registry (:class:`~.registry.Stratum`): the
-exact one for everything recorded in full (before the first optimizer step, the first
-iterations, whatever is outside named iterations), one per rate for the drawn iterations;
-a snapshot gives each entry its stratum's weight (iterations over recorded ones), which the
-report scales counts and totals by, with a standard error (``report.stats``).
-
-Optimizer steps: the iteration ends when the outermost optimizer step ends (an optimizer
-stepping another is one step). Steps with no differentiable op between them (several
-optimizers stepped together: ``opt_a.step(); opt_b.step()``) are one iteration: the
-autograd sequence number tells (a step given a closure, as LBFGS's, always does its own
-work). Gradient accumulation is one iteration by construction (one step).
-
-``budget=B``: K is chosen as the run goes, from the wall time of recorded iterations
-against unrecorded ones (medians of the last ones): the smallest K whose added time,
-(recorded / unrecorded - 1) / K, stays under B less what the cycle's own hooks take. It
-changes at the end of a recorded iteration, at most once in :data:`.budget.DECIDE_EVERY`
-iterations, only by more than a quarter and at most by half or double (noise moves one
-estimate; a run's few recorded iterations are a small sample);
-under torch.distributed every rank reaches those points at the same iterations and the
-ranks take the largest K of theirs (an all-reduce there), so they keep drawing alike.
-
-The switch is a plain attribute read by the layers' gate after ``torch.compile``'s tracing
-check (:func:`~.step.recording`), so a compiled model never guards on it.
+An iteration ends with the outermost optimizer step, or is a call of a named region; drawn
+ones land in a stratum the report weights (docs/cycle.md).
 """
 
 from __future__ import annotations

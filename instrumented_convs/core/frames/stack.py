@@ -1,28 +1,18 @@
-"""The per-thread stack of open steps.
-
-Each thread has its own stack, so threads never nest into each other, and the start of a
-step lives in a :class:`Frame` on that stack, never on the step object: one step object can
-be entered recursively and from many threads at once.
-
-Frames are mutable and reused, so that opening a step allocates nothing: the bottom of
-every stack is a sentinel frame (no entry, no owner), and each frame keeps in ``spare`` the
-frame last opened directly above it. That spare is never on the stack while its frame is on
-top (it was pushed after its frame and frames keep their order), so it is free to reuse.
-Filling a frame's slots costs about what building a tuple does; a ``NamedTuple`` built with
-``tuple.__new__`` measured several times slower on CPython 3.11.
-
-:class:`Frame` and the thread state are the C types of ``_speedups`` when that extension is in use
-(the fast path of steps reads their fields directly, see
-:mod:`~instrumented_convs.core.steps.stepbase`), else the classes below; both have the same
-attributes. This module imports nothing else from the package.
+"""The per-thread stack of open steps: each thread nests its own, and the start of a step
+lives in a :class:`Frame` on it, never on the step object, so one step object can be entered
+recursively and from many threads at once. Frames are reused: opening a step allocates
+nothing. At run time it imports only the C extension.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..native import speedups
+
+if TYPE_CHECKING:
+    from ..clocks.events import GpuSlot
 
 #: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
@@ -32,11 +22,26 @@ PUSHED, LABELLED, SAMPLED = 1, 2, 4
 
 
 class Frame:
-    """One open step on a thread's stack: what its exit needs, read by name."""
+    """One open step on a thread's stack: what its exit needs, read by name.
+
+    The bottom of every stack is a sentinel frame (no entry, no owner), and each frame keeps
+    in ``spare`` the frame last opened directly above it: that one is never on the stack
+    while its frame is on top (it was pushed after its frame, and frames keep their order),
+    so it is free to reuse. Filling a reused frame's slots costs about what building a tuple
+    does, less than building a ``NamedTuple``. What a frame holds of its clock depends on
+    ``mode``: a CPU frame's start is ``start``; a CUDA frame's is ``event`` (from the pool of
+    ``event_device``), with ``start`` its CPU start and, while the timeline records, ``gpu``.
+
+    When the C extension is in use this is its ``Frame`` (the fast path of steps reads its
+    fields directly, see :mod:`~instrumented_convs.core.steps.stepbase`), with the same
+    attributes.
+    """
 
     __slots__ = (
         "entry",
         "start",
+        "event",
+        "event_device",
         "mode",
         "flags",
         "rf",
@@ -49,7 +54,6 @@ class Frame:
         "anchor",
         "outputs",
         "task",
-        "cpu0",
         "gpu",
         "own",
         "opened",
@@ -58,7 +62,9 @@ class Frame:
     def __init__(self) -> None:
         """An unused frame (also the bottom sentinel: no entry, no owner)."""
         self.entry: Any = None  #: the registry entry the step records into
-        self.start: Any = None  #: CPU: integer ns; CUDA: ``(event, device key)``; else None
+        self.start: int = 0  #: the CPU clock (integer ns) at a CPU or CUDA frame's entry
+        self.event: Any = None  #: a CUDA frame's start event (None: not a CUDA frame)
+        self.event_device: int = 0  #: the device ``event`` was recorded on: its pool's key
         self.mode: int = BOTTOM  #: CPU, CUDA or UNTIMED (BOTTOM for the sentinel)
         self.flags: int = (
             0  #: PUSHED (an NVTX range is open), LABELLED (a profiler label is), SAMPLED
@@ -68,16 +74,15 @@ class Frame:
         self.cuda: bool = False  #: the frame's steps time with CUDA events (children inherit it)
         self.dev: Optional[int] = None  #: CUDA device index (None: the current device)
         self.spare: Optional[Frame] = None  #: the frame last opened directly above this one
-        # Backward timing (see .backward): forward steps log the autograd nodes they create.
+        # Backward timing (see backward.anchor): forward steps log the autograd nodes they create.
         self.log: Optional[list] = None  #: the anchor's log of nested steps, or None
         self.seq0: int = -1  #: autograd sequence number at entry (-1: this step logs nothing)
         self.anchor: bool = False  #: this step's exit walks the autograd graph it built
         self.outputs: Any = None  #: the step's output tensors, when its code says them
         self.task: Optional[int] = None  #: for a backward step: its autograd graph task id
-        # The timeline (see .timeline), while it records: a CUDA frame's CPU start and GPU slot.
-        self.cpu0: int = 0
-        self.gpu: Optional[list] = None
-        #: The tool's own time on this thread, in ns (see .backward): the bottom sentinel's is
+        #: A CUDA frame's slot on the timeline's GPU track, while the timeline records.
+        self.gpu: Optional[GpuSlot] = None
+        #: The tool's own time on this thread, in ns (see backward.hooks): the bottom sentinel's is
         #: its running total; a CPU backward frame's, that total at its start.
         self.own: int = 0
         #: The bottom sentinel's: how many steps were opened on this thread (the duty cycle
@@ -139,26 +144,28 @@ def pop_own(stack: List[Frame], owner: Any) -> Optional[Frame]:
 
 def follow(calls: List[List[Any]], stack: List[Any], level: int, close: Any) -> None:
     """Close (``close(calls, keep)``) the tracked ``calls`` no longer open on this thread's
-    ``stack``; track those opened since, from ``level``: ``[frame, start, entry, base, last,
-    peak]`` each (the counters' CUDA memory, and :mod:`.memory`'s peaks: what watches ops
-    follows the step calls open around them so)."""
+    ``stack``; track those opened since, from ``level``: ``[frame, call, entry, base, last,
+    peak]`` each (the counters' CUDA memory, and the memory meter's peaks: what watches ops
+    follows the step calls open around them so). ``call`` tells a call of a frame from the
+    next call reusing it: a timed frame's start, None for an untimed one."""
     n = 0
     while n < len(calls) and n + 1 < len(stack):
-        frame, start = stack[n + 1], stack[n + 1].start
-        same = calls[n][1] is start or (type(start) is int and calls[n][1] == start)
-        if calls[n][0] is not frame or not same:  # a CPU start: a new int per read (the C
-            break  # fast path), compared by value; a CUDA one (pooled events): by identity
+        frame = stack[n + 1]
+        call = None if frame.mode == UNTIMED else frame.start
+        if calls[n][0] is not frame or calls[n][1] != call:  # a start: a new int per read
+            break  # (the C fast path), compared by value
         n += 1
     if n < len(calls):
         close(calls, n)
     for frame in stack[len(calls) + 1 :]:
-        calls.append([frame, frame.start, frame.entry, level, level, level])
+        call = None if frame.mode == UNTIMED else frame.start
+        calls.append([frame, call, frame.entry, level, level, level])
 
 
 class Followed:
     """The step calls open around the ops a watcher sees, one list per thread (see
     :func:`follow`): :meth:`calls` is this thread's; :meth:`settle` closes every thread's,
-    :meth:`clear` forgets them (the counters' CUDA memory, and :mod:`.memory`'s peaks)."""
+    :meth:`clear` forgets them (the counters' CUDA memory, and the memory meter's peaks)."""
 
     def __init__(self, lock: Any) -> None:
         """Lists guarded by ``lock`` (the watcher's own)."""

@@ -1,18 +1,7 @@
-"""NVTX ranges and torch.profiler labels for steps.
-
-NVTX backends, first found wins:
-
-1. the ``nvtx`` package: ranges in the domain ``instrumented_convs``, one colour per step
-   name, with the event attributes built once per name and cached (a push and a pop then
-   cost ~90 ns when no tool is attached);
-2. ``torch.cuda.nvtx`` (CUDA builds of torch): plain ``RangePushA``/``RangePop`` ranges,
-   without a domain or colour;
-3. nothing: ranges are skipped.
-
-``record_function`` labels are opened only while a torch profiler is recording: a full
-``torch.profiler.record_function`` costs ~9 us, so the step asks a cheap boolean first and
-then uses the fast C++ handle. (Whether Dynamo is
-tracing, when steps do nothing, is :mod:`.dynamo`'s.)
+"""NVTX ranges for steps, so that Nsight Systems shows them: the backend that pushes them
+(the ``nvtx`` package, else ``torch.cuda.nvtx``, else none) and the switch between backends.
+Ranges are pushed only where a tool can see them (:func:`tool_attached`), since even a
+no-op push costs a step a Python call.
 """
 
 from __future__ import annotations
@@ -73,7 +62,9 @@ def _noop_pop() -> None:
 
 
 class _NvtxPackageBackend(NvtxBackend):
-    """The ``nvtx`` package, domain ``instrumented_convs``, cached attributes per name."""
+    """The ``nvtx`` package: ranges in the domain ``instrumented_convs``, one colour per step
+    name, the event attributes built once per name and cached (a push then costs little
+    when no tool is attached)."""
 
     name = "nvtx"
 
@@ -111,7 +102,8 @@ class _NvtxPackageBackend(NvtxBackend):
 
 
 class _TorchNvtxBackend(NvtxBackend):
-    """``torch.cuda.nvtx`` (CORE ``RangePushA``/``RangePop``), available in CUDA builds."""
+    """``torch.cuda.nvtx`` (CORE ``RangePushA``/``RangePop``), available in CUDA builds:
+    plain ranges, without a domain or colour."""
 
     name = "torch"
 
@@ -176,7 +168,13 @@ def make_backend(prefer: Optional[str] = None) -> NvtxBackend:
 
 
 def tool_attached() -> bool:
-    """Whether an NVTX tool can receive ranges in this process (``NVTX_INJECTION64_PATH``)."""
+    """Whether an NVTX tool can receive ranges in this process.
+
+    Tools (Nsight Systems, Nsight Compute) attach when the process starts, through the
+    environment variable ``NVTX_INJECTION64_PATH``; without it nothing can ever receive a
+    range, and every NVTX call is a no-op in C that still costs a Python call per push and
+    per pop: the ``auto`` backend is then ``none``.
+    """
     return bool(os.environ.get("NVTX_INJECTION64_PATH") or os.environ.get("NVTX_INJECTION32_PATH"))
 
 

@@ -1,41 +1,9 @@
-"""Counters: the FLOPs, bytes and memory of the ops each step runs (``configure(counters=True)``).
+"""Counters (``configure(counters=True)``): the FLOPs, bytes and allocations of the ops each
+step runs, charged to the innermost step open on the op's thread.
 
-Off by default: a debugging mode, with a cost (docs/performance.md). On, two modes watch
-the thread that turned them on:
-
-- a ``TorchDispatchMode`` sees every aten op, there and on autograd's threads for the
-  backward (they inherit it);
-- a ``TorchFunctionMode`` sees the calls of torch-sparse's and torch-scatter's ops
-  (``torch.ops.torch_sparse.*``, ``torch.ops.torch_scatter.*``). Registered as
-  CompositeImplicitAutograd kernels, their C++ runs before a dispatch mode could see them
-  (only the aten ops they call inside, such as ``empty``, reach it), so they are counted
-  where they are called, with their formulas or by name, and the aten ops inside them are
-  not counted again. Their backward runs in C++ too: a hook on the autograd node a call
-  made lists it by name (``torch_sparse.spmm_sum.backward``) in the backward step it runs
-  in, beside the aten ops it calls (counted).
-
-Each op is charged to the innermost step open on its thread: its FLOPs, bytes read and
-written (:mod:`.formulas`), one op, and the bytes of the tensors it allocated (the
-storages of its results that none of its arguments holds: views and in-place results
-allocate nothing); an op no formula knows is counted by name (``aten.foo``), never as zero
-silently. Ops outside every step are not counted.
-
-Memory on CUDA (where ``torch.cuda.is_available()``): ``torch.cuda.memory_allocated()`` of
-the current device (the allocator's host-side counter: no synchronize) is read before and
-after every op in a step. A step call's *left* is the reading after its last op less the
-one before its first; its *peak*, the highest reading after any of its ops (its children's
-included) less the one before its first. An op's transient buffers are not seen; what is
-freed after a call's last op (its locals, as it returns) is in its parent's left.
-``torch.cuda.reset_peak_memory_stats`` is never called: the user's ``max_memory_allocated()``
-is untouched. A call is closed when the next op on its thread finds it closed, or at the
-next snapshot (one taken while a step runs on another thread splits that call in two).
-
-While on, every call's backward is timed (``backward_every=1``), so that each backward op
-lands in its own step. Memory recording (:mod:`.memory`) sees the ops through the same
-dispatch mode (:func:`watch`: a mode stack pops its top, so there is one), alone the
-:class:`_Watching` one, which lets torch.compile compile as without it. Storage only:
-:func:`of` gives an entry's own counts, which the registry's snapshot carries
-(``EntryStats.flops``...); summaries add them up the tree.
+A debugging mode, off by default for its cost. A dispatch mode sees the aten ops; a function
+mode sees torch-sparse's and torch-scatter's, whose C++ hides them from dispatch. What is
+counted and its limits: docs/roofline.md.
 """
 
 from __future__ import annotations
@@ -59,7 +27,8 @@ seen = 0
 _lock = threading.RLock()
 _cost = formulas.cost
 _tensors = formulas.tensors
-#: The namespaces of the custom ops counted where they are called (see the module).
+#: The namespaces of the custom ops counted where they are called: registered as
+#: CompositeImplicitAutograd kernels, their C++ runs before a dispatch mode could see them.
 EXTENSIONS = ("torch_sparse", "torch_scatter")
 _OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
 
@@ -100,7 +69,9 @@ class _Watching(_Counting):
 
 
 class _Extensions(TorchFunctionMode):
-    """Counts the calls of torch-sparse's and torch-scatter's ops (see the module)."""
+    """Counts the calls of torch-sparse's and torch-scatter's ops where they are called, with
+    their formulas or by name (the aten ops inside them are not counted again); their C++
+    backward is listed by name in the backward step it runs in."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -286,14 +257,18 @@ def _modes(kind: Optional[str]) -> None:
 
 
 def _settle() -> None:
-    """Close every tracked call on every thread (see the module: a snapshot closes them)."""
+    """Close every tracked call on every thread. A call closes when the next op on its thread
+    finds it closed, or here, at a snapshot: one taken while a step runs on another thread
+    splits that call in two."""
     _followed.settle(_close_calls)
 
 
 def of(entry: Any) -> Optional[Dict[str, Any]]:
     """``entry``'s own counts (``flops``, ``bytes_read``, ``bytes_written``, ``ops``,
     ``unknown``: ``"aten.foo:3;..."``, ``alloc_bytes``; on CUDA ``cuda_calls``, ``cuda_left``,
-    ``cuda_peak``, its calls' own, children in), or None when nothing was charged to it."""
+    ``cuda_peak``, its calls' own, children in), or None when nothing was charged to it.
+    On CUDA an op's transient buffers are not seen, and what a call frees after its last op
+    (its locals, as it returns) is in its parent's ``cuda_left``."""
     with _lock:
         if _followed.any_open():
             _settle()

@@ -1,35 +1,7 @@
-"""What one op costs: FLOPs, bytes read and bytes written, from its arguments' shapes.
-
-The counters (:mod:`.counters`) call :func:`cost` with an op, its arguments and result.
-The formulas count what the op must do at the least, the way a roofline model does:
-
-- matrix products (``mm``, ``addmm``, ``bmm``...): ``2*n*k*m`` FLOPs (``addmm``: plus
-  ``n*m``); sparse times dense (``torch.sparse.mm``, ``mm`` with a CSR or COO operand, the
-  CSR ``spmm`` with a reduction PyG uses): ``2*nnz*m``, ``m`` the dense operand's other
-  dimension (per gradient in the backward); sparse times sparse: two per pair of stored
-  elements that meet; each reads its operands (indices and values) once, writes the result;
-- gathers (``index_select``, ``index``, ``gather``, ``embedding``): no FLOPs; read the
-  gathered rows and the index, write the result;
-- scatters (``scatter_add``, ``scatter_reduce``, ``index_add``...) and ``segment_reduce``:
-  one FLOP per source element; read the source and the index, read and write the
-  destination;
-- elementwise ops (``add``, ``relu``, ``where``, comparisons...): one FLOP per output
-  element, every tensor operand read, the result written; ``native_dropout``: one per input
-  element (the mask is drawn, not computed, and written);
-- reductions (``sum``, ``amax``...): one FLOP per input element; softmax and log softmax:
-  five (their backward four, reading the gradient and the forward's output); ``nll_loss``:
-  one per sample, reading each sample's target and picked value only;
-- copies and factories: no FLOPs, copies read and write, factories write; views: free.
-
-torch-sparse's and torch-scatter's ops (``torch_sparse.spmm_sum``...; :mod:`.counters` sees
-them where they are called): ``spmm_*`` a multiply (with values) and an add per stored
-element and dense column, reading ``rowptr``, ``col``, ``value`` and the dense matrix (what
-the kernel reads: ``row``, ``colptr``, ``csr2csc`` are there for its backward);
-``segment_*``, ``scatter_*`` a FLOP per source element; ``gather_*``, ``ind2ptr``,
-``ptr2ind``, ``non_diag_mask`` none, operands read and results written.
-
-Anything else is *unknown*: the counters list it by name with its number of calls, never
-count it as zero silently.
+"""What one op costs (FLOPs, bytes read, bytes written) from its arguments' shapes: the least
+the op must do, as a roofline model counts it. The counters call :func:`cost`; an op with no
+formula is *unknown*, listed by name, never counted as zero. The formulas, op by op:
+docs/roofline.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,9 @@
-"""Memory per step (``configure(memory=True)``): what each step keeps alive for backward,
-and how high the bytes alive rise while it runs.
+"""Memory per step (``configure(memory=True)``): the bytes each step keeps alive for backward
+(``saved_bytes``) and how high the bytes alive rise while it runs (``peak_bytes``).
 
-On the thread that turned it on (and autograd's, for the backward), through the counters'
-dispatch mode (``configure`` hands it :data:`watcher`: one mode serves both):
-
-- **Who made each storage.** The storages of an op's results that none of its arguments
-  holds are new: each is noted with the innermost step open on its thread (its *maker*)
-  and its bytes; a finalizer on the storage (torch keeps one Python object per storage
-  while it lives) forgets it when it is freed. Outputs of kernels the dispatcher cannot
-  see (DGL's) are noted where they are called (:func:`made`). Storages made outside every
-  step, or before memory was on (the parameters), or in the loop's wait for a batch (the
-  region ``data`` of ``run``, Lightning and the loaders: the data) have no maker.
-- **Kept for backward** (``saved_bytes``). Autograd hands every tensor it saves to the
-  pack hook of ``torch.autograd.graph.saved_tensors_hooks``: the first time a noted
-  storage is saved, its bytes are charged to its maker (a storage saved twice, or through
-  views, counts once). The hooks keep what autograd keeps (a detached alias) and check,
-  at unpack, the version autograd would have checked without hooks (hooks turn its own
-  check off), with its error message. Hooks the user had set when memory was turned on
-  are called by ours (``save_on_cpu`` still moves what it moves); where torch cannot give
-  them (before 2.4: a probe saves one tensor to tell that some are set), ours step aside
-  and nothing saved is seen. Hooks set later (a ``with save_on_cpu():`` block, activation
-  checkpointing) are on top of ours, so what is saved under them is not seen. Either way
-  the calls that began so are counted (``saved_aside``; hooks set later, where torch can
-  tell: 2.4+).
-- **Peak** (``peak_bytes``). The *level*: on the CPU, the bytes of the noted storages
-  alive (what the dispatcher's ops made inside steps: not an op's own scratch buffers,
-  not what was made outside steps, DGL's kernels' outputs included); on CUDA, the
-  allocator's ``memory_allocated()`` (everything on the device). A step call's peak is the
-  highest level after any of its ops (its children's included) less the level before its
-  first; a row's ``peak_bytes`` is the largest of its calls'. A call that runs no op is
-  not measured (``mem_calls`` counts those that were).
-- **The level over time**, while the timeline records (:func:`set_samples`): the level
-  after each op in a step that changed it, with the CPU clock, up to the timeline's limit
-  (:func:`samples`; the trace draws it as a counter track).
-
-Storage only: :func:`of` gives an entry's own figures, which the registry's snapshot
-carries (``EntryStats.saved_bytes``...); summaries add ``saved_bytes`` up the tree (a
-step's includes its children's) and take the largest ``peak_bytes``.
+Each storage an op makes inside a step is charged to that step; autograd's saved-tensor
+hooks tell which of them backward keeps. The rules and their limits (the user's own hooks,
+CPU against CUDA): docs/memory.md.
 """
 
 from __future__ import annotations
@@ -98,7 +65,10 @@ _followed = Followed(_lock)
 
 
 def level() -> int:
-    """The bytes alive that peaks are measured against (see the module)."""
+    """The bytes alive that peaks are measured against: on CUDA the allocator's
+    ``memory_allocated()`` (everything on the device); on the CPU the noted storages alive
+    (what ops made inside steps, DGL's kernels' outputs included; not an op's scratch
+    buffers, nor what was made outside steps)."""
     return torch.cuda.memory_allocated() if _cuda else _alive
 
 

@@ -1,32 +1,7 @@
 """The C fast path of steps (``_speedups``, built from the ``.c`` files beside this one):
-whether it is built and in use, and which Python twin each part mirrors.
-
-The C files hold the common case of a step, the frames and the per-thread stack they live
-on, timed callables, an anchor's exit, the counting hook, the hooks of a timed backward and
-the arithmetic of folding an entry's buffer. They need only CPython's headers (autograd's
-sequence counter is read through ATen's own C++ function where :func:`seq_counter_address`
-finds it and it agrees with torch); ``pip install`` builds them, and so does ``python
-setup.py build_ext --inplace`` in a checkout. Where they are not built, or where
-``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its Python twin, which behaves the
-same (CI runs the core tests with both). The twins, and what the C side reads of Python:
-
-- ``_speedups.c`` (``bind``, the CPU clock, each thread's stack, ``sums``): twins
-  ``clock.cpu_now``, ``stack._ThreadState``, ``entry.fold_buffer``; reads ``switches.enabled``,
-  ``.backward``, ``.backward_every`` (``core.settings``), the registry, and the ``Entry`` slots
-  ``children``, ``buf``, ``retired``;
-- ``_speedups_step.c`` (``Frame``, ``StepBase``): twins ``stack.Frame`` and
-  ``stepbase.PyStepBase``; reads the ``Step`` slots ``name``, ``scope``, ``cuda``, ``dev``,
-  ``kind``, ``key``, ``region``;
-- ``_speedups_timed.c`` (``Timed``, ``time_methods``, ``time_children``, ``restore``): twins
-  ``layers.contract.PyTimed`` and ``layers.generic.install`` / ``uninstall``; writes the
-  instance's ``__dict__``;
-- ``_speedups_anchor.c`` (anchor logs, ``anchor_exit``): twins ``anchor.Log``,
-  ``anchor.log_exit`` and ``sampling.choose``; reads the ``Log`` slots ``seq0``, ``depth0``,
-  ``items``, ``outputs``, ``anchor.fast_exit`` and ``sampling.random``;
-- ``_speedups_count.c`` (``CountHook``): twin ``sampling._Count``;
-- ``_speedups_hook.c`` (``BackwardHook``): twin ``backward``'s node hooks.
-
-This module imports nothing from the package but the extension.
+whether it is built and in use. Where it is not, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``,
+every module uses its Python twin (:data:`TWINS`), which behaves the same: CI runs the core
+tests both ways. This module imports nothing from the package but the extension.
 """
 
 from __future__ import annotations
@@ -38,7 +13,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["speedups", "IMPLEMENTATION", "seq_counter_address"]
+__all__ = ["speedups", "IMPLEMENTATION", "TWINS", "seq_counter_address"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +41,34 @@ def _load() -> Optional[Any]:
 speedups: Optional[Any] = _load()
 #: ``"C"`` or ``"Python"``: which implementation of the fast path runs.
 IMPLEMENTATION = "C" if speedups is not None else "Python"
+
+#: Each C file and the Python it mirrors (dotted names under ``instrumented_convs``). The C
+#: files need only CPython's headers; ``pip install`` builds them, and so does ``python
+#: setup.py build_ext --inplace`` in a checkout. What the C side reads of Python: the
+#: switches (``core.settings``), the registry and the ``Entry`` slots ``children``, ``buf``,
+#: ``retired`` (``_speedups.c``); the ``Step`` slots (``_speedups_step.c``); the instance's
+#: ``__dict__`` (``_speedups_timed.c``); the ``Log`` slots, ``anchor.fast_exit`` and
+#: ``sampling._random`` (``_speedups_anchor.c``).
+TWINS = {
+    "_speedups.c": (  # bind(), the CPU clock, each thread's stack, sums
+        "core.clocks.cpu.cpu_now",
+        "core.frames.stack._ThreadState",
+        "core.storage.entry.fold_buffer",
+    ),
+    "_speedups_step.c": ("core.frames.stack.Frame", "core.steps.stepbase.PyStepBase"),
+    "_speedups_timed.c": (  # Timed, time_methods, time_children, restore
+        "layers.contract.PyTimed",
+        "layers.generic.install",
+        "layers.generic.uninstall",
+    ),
+    "_speedups_anchor.c": (  # anchor logs, anchor_exit
+        "core.backward.anchor.Log",
+        "core.backward.anchor.log_exit",
+        "core.backward.sampling.choose",
+    ),
+    "_speedups_count.c": ("core.backward.sampling._Count",),  # CountHook
+    "_speedups_hook.c": ("core.backward.hooks._timed_hook",),  # BackwardHook
+}
 
 
 def seq_counter_address() -> Optional[int]:

@@ -1,8 +1,8 @@
-/* The common case of a step, in C: see instrumented_convs/core/step.py (the same path in Python).
+/* The common case of a step, in C: see instrumented_convs/core/steps/step.py (the same path in Python).
  * This file is the module; the parts are listed in _speedups.h.
  *
- * Frame: the frame of an open step (_stack.Frame), its attributes as C fields.
- * StepBase: the base of _step.Step; its __enter__/__exit__ handle, without a Python frame,
+ * Frame: the frame of an open step (frames.stack.Frame), its attributes as C fields.
+ * StepBase: the base of steps.step.Step; its __enter__/__exit__ handle, without a Python frame,
  * a step nested in a CPU forward step, with no NVTX range, no profiler label, no exception,
  * logging its autograd node range when its anchor asks; every other case calls the Python
  * methods Step._enter / Step._exit, which are the general implementation.
@@ -51,11 +51,11 @@ int module_flag(PyObject *mod, PyObject *name) {
     return PyObject_IsTrue(v);
 }
 
-/* The CPU clock, _clock.cpu_now: handed to bind(), then told by _clock.set_cpu_clock()
- * through set_clock() (_clock.on_set). */
+/* The CPU clock, clocks.cpu.cpu_now: handed to bind(), then told by clocks.cpu.set_cpu_clock()
+ * through set_clock(). */
 static PyObject *g_cpu_clock = NULL;
 
-/* The CPU clock (_clock.cpu_now, replaceable by tests), in ns; -1 and an exception on error.
+/* The CPU clock (clocks.cpu.cpu_now, replaceable by tests), in ns; -1 and an exception on error.
  * When it is time.perf_counter_ns, read the same clock directly: on Linux, CLOCK_MONOTONIC. */
 long long now_ns(void) {
     PyObject *fn = g_cpu_clock;  /* borrowed */
@@ -160,12 +160,27 @@ static PyTypeObject ThreadStateType = {
 
 /* -- folding an entry's buffer ------------------------------------------------------------ */
 
-/* sums(buf, n): (total, sum of squares, min, max) of the first n ints of the list buf, or
- * None when one is not an int of 64 bits (then Python folds them). */
+#ifdef __SIZEOF_INT128__
+/* A Python int of a sum of squares (unsigned, up to 128 bits), or NULL with an exception. */
+static PyObject *int_of_u128(unsigned __int128 v) {
+    PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(v >> 64));
+    PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)v);
+    PyObject *shift = PyLong_FromLong(64), *tmp = NULL, *out = NULL;
+    if (hi && lo && shift && (tmp = PyNumber_Lshift(hi, shift)) != NULL) out = PyNumber_Or(tmp, lo);
+    Py_XDECREF(hi); Py_XDECREF(lo); Py_XDECREF(shift); Py_XDECREF(tmp);
+    return out;
+}
+#endif
+
+/* sums(buf, n, kinds): for each name in the tuple kinds, that reduction of the first n ints
+ * of the list buf: "sum", "sumsq" (the sum of squares), "min" or "max", and None for a name
+ * it does not know (entry.fold_buffer makes that one in Python: a new reduction needs no C
+ * here); or None when one of them is not an int of 64 bits or their sum is not (then Python
+ * folds them all). One pass over buf makes the four; only those asked become Python ints. */
 static PyObject *sums(PyObject *mod, PyObject *args) {
-    PyObject *buf;
+    PyObject *buf, *kinds;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &buf, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!nO!", &PyList_Type, &buf, &n, &PyTuple_Type, &kinds)) return NULL;
 #ifdef __SIZEOF_INT128__
     if (n <= 0 || n > PyList_GET_SIZE(buf)) Py_RETURN_NONE;
     __int128 total = 0;
@@ -182,18 +197,29 @@ static PyObject *sums(PyObject *mod, PyObject *args) {
         total += x;
         sq += (unsigned __int128)((__int128)x * x);
     }
-    PyObject *sq_hi = PyLong_FromUnsignedLongLong((unsigned long long)(sq >> 64));
-    PyObject *sq_lo = PyLong_FromUnsignedLongLong((unsigned long long)sq);
-    PyObject *shift = PyLong_FromLong(64), *sqo = NULL, *tmp = NULL;
-    if (sq_hi && sq_lo && shift && (tmp = PyNumber_Lshift(sq_hi, shift)) != NULL) sqo = PyNumber_Or(tmp, sq_lo);
-    Py_XDECREF(sq_hi); Py_XDECREF(sq_lo); Py_XDECREF(shift); Py_XDECREF(tmp);
-    if (sqo == NULL) return NULL;
-    PyObject *res = NULL;
-    if (total >= LLONG_MIN && total <= LLONG_MAX)
-        res = Py_BuildValue("(LNLL)", (long long)total, sqo, lo, hi);
-    else {
-        Py_DECREF(sqo);
-        Py_RETURN_NONE;
+    if (total < LLONG_MIN || total > LLONG_MAX) Py_RETURN_NONE;
+    static const char *known[4] = {"sum", "sumsq", "min", "max"};
+    static PyObject *names[4];  /* the known names, interned: a kind is found by its address */
+    for (int i = 0; i < 4; i++)
+        if (names[i] == NULL && (names[i] = PyUnicode_InternFromString(known[i])) == NULL) return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(kinds);
+    PyObject *res = PyTuple_New(k);
+    if (res == NULL) return NULL;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *name = PyTuple_GET_ITEM(kinds, j), *v;
+        int which = 0;
+        while (which < 4 && name != names[which]) which++;
+        if (which == 4 && PyUnicode_Check(name))  /* a name not interned: by its text */
+            for (which = 0; which < 4 && PyUnicode_CompareWithASCIIString(name, known[which]); which++) {}
+        switch (which) {
+            case 0: v = PyLong_FromLongLong((long long)total); break;
+            case 1: v = int_of_u128(sq); break;
+            case 2: v = PyLong_FromLongLong(lo); break;
+            case 3: v = PyLong_FromLongLong(hi); break;
+            default: v = Py_NewRef(Py_None);  /* not known here: Python makes it */
+        }
+        if (v == NULL) { Py_DECREF(res); return NULL; }
+        PyTuple_SET_ITEM(res, j, v);
     }
     return res;
 #else
@@ -264,7 +290,7 @@ static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
 
 /* set_timeline(events, limit, full): append (entry, t0, t1, thread, link) to the list events
  * at each fast exit while it holds fewer than limit; at the limit call full() instead (which
- * stops it). events None: off. See instrumented_convs/core/timeline.py. */
+ * stops it). events None: off. See instrumented_convs/core/storage/timeline.py. */
 static PyObject *set_timeline(PyObject *mod, PyObject *args) {
     PyObject *events, *full;
     Py_ssize_t limit;
@@ -297,20 +323,20 @@ int timeline_add(PyObject *entry, long long t0, long long t1, long long link) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see _stepbase)."},
+    {"bind", bind, METH_VARARGS, "Hand over the objects the fast path reads (see stepbase)."},
     {"bind_count", bind_count, METH_VARARGS, "Hand over what CountHook reads (see _speedups_count.c)."},
     {"bind_anchor", bind_anchor, METH_VARARGS, "Hand over what an anchor's exit reads (see _speedups_anchor.c)."},
     {"set_seq_native", set_seq_native, METH_O,
      "Read autograd's sequence counter by calling this C function address (None: the Python one)."},
     {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},
     {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
-    {"set_clock", set_clock, METH_O, "The CPU clock _clock.set_cpu_clock() set (see _clock.on_set)."},
+    {"set_clock", set_clock, METH_O, "The CPU clock clocks.cpu.set_cpu_clock() set."},
     {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
-    {"set_timeline", set_timeline, METH_VARARGS, "Record each fast exit on the timeline (see _timeline)."},
-    {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see _generic.install)."},
-    {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see _generic.install)."},
-    {"restore", restore, METH_O, "Undo time_methods/time_children (see _generic.uninstall)."},
-    {"sums", sums, METH_VARARGS, "(total, sum of squares, min, max) of buf[:n], or None (see _entry)."},
+    {"set_timeline", set_timeline, METH_VARARGS, "Record each fast exit on the timeline (see storage.timeline)."},
+    {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see layers.generic.install)."},
+    {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see layers.generic.install)."},
+    {"restore", restore, METH_O, "Undo time_methods/time_children (see layers.generic.uninstall)."},
+    {"sums", sums, METH_VARARGS, "The reductions named in kinds of buf[:n], or None (see entry.fold_buffer)."},
     {NULL},
 };
 

@@ -6,7 +6,7 @@
  *                      timed, counting it);
  *   _speedups_count.c  CountHook, the hook that counts a backward not timed;
  *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes.
- * The Python twins: the table in instrumented_convs/core/native/__init__.py.
+ * The Python twins: TWINS in instrumented_convs/core/native/__init__.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
 #define INSTRUMENTED_CONVS_SPEEDUPS_H
@@ -23,12 +23,17 @@ enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
 
 typedef struct {
     PyObject_HEAD
-    PyObject *entry, *start, *rf, *owner, *dev, *spare, *log, *outputs, *task;
-    PyObject *gpu;  /* a CUDA frame's GPU slot on the timeline (see _timeline), else NULL */
+    PyObject *entry, *rf, *owner, *dev, *spare, *log, *outputs, *task;
+    PyObject *event;  /* a CUDA frame's start event, else NULL */
+    PyObject *gpu;  /* a CUDA frame's GPU slot on the timeline (a clocks.events.GpuSlot), else NULL */
     int mode, flags;
-    char cuda, anchor, has_t0;  /* has_t0: the start is t0 (set by C), not the object start */
-    long long seq0, t0, cpu0;  /* cpu0: a CUDA frame's CPU start, kept for the timeline */
-    long long own;  /* the tool's own time (see _backward): the bottom's total, a frame's at its start */
+    int event_device;  /* the device the start event was recorded on: its pool's key */
+    char cuda, anchor;
+    char has_t0;  /* the C enter set t0 (its exit may be C's); a Python write of start clears it */
+    long long seq0;
+    long long t0;  /* start: the CPU clock at a CPU or CUDA frame's entry, in ns */
+    PyObject *start_obj;  /* start as Python set it (an int, read back as is), else NULL */
+    long long own;  /* the tool's own time (see backward.hooks): the bottom's total, a frame's at its start */
     long long opened;  /* the bottom's: steps opened on this thread (the duty cycle reads it) */
 } Frame;
 
@@ -46,7 +51,7 @@ extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 extern Py_ssize_t g_fold_at;
 extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
 extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
-/* Offsets of the slots of _entry.Entry and _anchor.Log read here (see slot_offset). */
+/* Offsets of the slots of entry.Entry and anchor.Log read here (see slot_offset). */
 extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 /* Interned names (PyInit__speedups). */

@@ -1,11 +1,11 @@
 /* Anchors on the fast path: their logs (the node ranges of nested steps), and their exit:
  * choosing how the backward is timed and counting the common case without a Python frame
- * (see _speedups.h; the Python twins are _anchor.Log, _stepbase and _anchor.finish). */
+ * (see _speedups.h; the Python twins are anchor.Log, stepbase and anchor.finish). */
 #include "_speedups.h"
 
 /* -- an anchor's log ---------------------------------------------------------------------- */
 
-/* _anchor.Log(seq0, depth0), its slots filled here rather than by its Python __init__. */
+/* anchor.Log(seq0, depth0), its slots filled here rather than by its Python __init__. */
 PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0) {
     PyTypeObject *t = (PyTypeObject *)g_log_type;
     PyObject *log = t->tp_alloc(t, 0);
@@ -17,7 +17,7 @@ PyObject *new_anchor_log(long long seq0, Py_ssize_t depth0) {
     return log;
 }
 
-/* Log a nested step's node range in its anchor's log (see _anchor.Log). */
+/* Log a nested step's node range in its anchor's log (see anchor.Log). */
 int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
     long long seq0 = frame->seq0, seq1 = seq_nr();
     if (seq1 < 0 && PyErr_Occurred()) return -1;
@@ -31,7 +31,7 @@ int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
         rc = -1;
         if ((PyObject *)Py_TYPE(log) != g_log_type || !(b = SLOT(log, o_seq0)) || !(d0 = SLOT(log, o_depth0))
             || !(items = SLOT(log, o_items)) || !(outs = SLOT(log, o_outputs))) {
-            PyErr_SetString(PyExc_TypeError, "instrumented_convs: a step's log is not an _anchor.Log");
+            PyErr_SetString(PyExc_TypeError, "instrumented_convs: a step's log is not an anchor.Log");
         } else {
             long long base = PyLong_AsLongLong(b);
             Py_ssize_t dd = PyLong_AsSsize_t(d0);
@@ -57,7 +57,7 @@ int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
 }
 
 
-/* -- an anchor's exit: the common case of _anchor.log_exit and finish ----------------------- */
+/* -- an anchor's exit: the common case of anchor.log_exit and finish ------------------------ */
 
 /* What bind_anchor() hands over (see anchor_exit). */
 static PyObject *g_tensor_type, *g_template_type, *g_sampling_mod, *g_chosen, *g_failed, *g_count_hook;
@@ -97,7 +97,7 @@ PyObject *bind_anchor(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Hand the exception set to _anchor.failed (which logs it) and clear it. */
+/* Hand the exception set to anchor.failed (which logs it) and clear it. */
 static void report_failure(PyObject *entry) {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -121,11 +121,11 @@ static long long module_int(PyObject *mod, PyObject *name, int *ok) {
     return x;
 }
 
-/* At an anchor's exit on the fast path: _sampling.choose, and the count of a call whose one
+/* At an anchor's exit on the fast path: sampling.choose, and the count of a call whose one
  * output is the anchor's newest node, without a Python frame; a call chosen for timing goes
- * to _anchor.chosen. Returns 1 when done (a failure after the choice is logged through
- * _anchor.failed), 0 when this is not the common case and nothing was changed (the call of
- * the template has not been counted, no hook set): then _anchor.log_exit does all of it. */
+ * to anchor.chosen. Returns 1 when done (a failure after the choice is logged through
+ * anchor.failed), 0 when this is not the common case and nothing was changed (the call of
+ * the template has not been counted, no hook set): then anchor.log_exit does all of it. */
 int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
     if (g_chosen == NULL || !module_flag_quiet(g_anchor_mod, s_fast_exit)) return 0;
     PyObject *log = frame->log, *outputs = frame->outputs, *sampling = SLOT(entry, o_sampling);
@@ -188,7 +188,7 @@ int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry) {
                                             shape, t, 1);
         fail = x == NULL;
         Py_XDECREF(x);
-    } else if (PyTuple_GET_SIZE(records) > 0) {  /* COUNT (_sampling.count) */
+    } else if (PyTuple_GET_SIZE(records) > 0) {  /* COUNT (sampling.count) */
         if (hooks == Py_None) {  /* the tensor's own hook dict, registered on its node once */
             Py_SETREF(hooks, PyObject_CallNoArgs(g_odict));
             PyObject *x = NULL;

@@ -1,11 +1,11 @@
 /* CountHook: the hook that counts a backward not timed, its common case without a Python
- * frame (see _speedups.h; the Python twin is _sampling._Count, whose body is _sampling.counted). */
+ * frame (see _speedups.h; the Python twin is sampling._Count, whose body is sampling.counted). */
 #include "_speedups.h"
 
 /* What bind_count() hands over. */
-static PyObject *g_skips, *g_counted;  /* registry._skips (a deque), _sampling.counted */
+static PyObject *g_skips, *g_counted;  /* registry._skips (a deque), sampling.counted */
 static Py_ssize_t o_under = -1;       /* the slot Template._under */
-static Py_ssize_t g_fold_skips = 0;   /* _registry.SKIPS_FOLD_AT: Python appends the one reaching it */
+static Py_ssize_t g_fold_skips = 0;   /* registry.SKIPS_FOLD_AT: Python appends the one reaching it */
 static PyObject *s_enabled, *s_append;
 
 PyObject *bind_count(PyObject *mod, PyObject *args) {
@@ -31,7 +31,7 @@ typedef struct {
     PyObject *template, *fwd_stack;
 } CountHook;
 
-/* The common case of _sampling.counted: the switches on, a forward step open on this thread
+/* The common case of sampling.counted: the switches on, a forward step open on this thread
  * (the backward's parent) that is not retired, the template's entries under it cached, the
  * registry's queue of skipped calls short: append them. 1 done, 0 not the common case, -1 error. */
 static int count_fast(CountHook *self) {
@@ -103,7 +103,7 @@ static PyMemberDef CountHook_members[] = {
 PyTypeObject CountHookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.CountHook",
-    .tp_doc = "CountHook(template, fwd_stack): the hook that counts a backward not timed (see _sampling).",
+    .tp_doc = "CountHook(template, fwd_stack): the hook that counts a backward not timed (see backward.sampling).",
     .tp_basicsize = sizeof(CountHook),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = CountHook_new,

@@ -1,10 +1,10 @@
 /* BackwardHook: the pre-hook and post-hook of a timed step's backward nodes, with the tool's
- * own time read in C (see _speedups.h; the Python twin is _backward.pre_hook/post_hook). */
+ * own time read in C (see _speedups.h; the Python twin is hooks.pre_hook/post_hook). */
 #include "_speedups.h"
 
 typedef struct {
     PyObject_HEAD
-    PyObject *fn, *records;  /* _backward._start or _end (they never raise), its records */
+    PyObject *fn, *records;  /* hooks._start or hooks._end (they never raise), its records */
 } BackwardHook;
 
 /* fn(records, t_in), then the time from t_in to now added to the thread's own time (the
@@ -66,7 +66,7 @@ static PyMemberDef BackwardHook_members[] = {
 PyTypeObject BackwardHookType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.BackwardHook",
-    .tp_doc = "BackwardHook(fn, records): a backward step's node hook, its own time read in C (see _backward).",
+    .tp_doc = "BackwardHook(fn, records): a backward step's node hook, its own time read in C (see backward.hooks).",
     .tp_basicsize = sizeof(BackwardHook),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = BackwardHook_new,

@@ -1,4 +1,4 @@
-/* Frame and StepBase: the fast __enter__/__exit__ of a step (see _speedups.h, _stepbase.py). */
+/* Frame and StepBase: the fast __enter__/__exit__ of a step (see _speedups.h, stepbase.py). */
 #include "_speedups.h"
 
 /* -- Frame -------------------------------------------------------------------------------- */
@@ -15,16 +15,16 @@ static int Frame_init(Frame *self, PyObject *args, PyObject *kw) {
 }
 
 static int Frame_traverse(Frame *self, visitproc visit, void *arg) {
-    Py_VISIT(self->entry); Py_VISIT(self->start); Py_VISIT(self->rf); Py_VISIT(self->owner);
+    Py_VISIT(self->entry); Py_VISIT(self->event); Py_VISIT(self->rf); Py_VISIT(self->owner);
     Py_VISIT(self->dev); Py_VISIT(self->spare); Py_VISIT(self->log); Py_VISIT(self->outputs);
-    Py_VISIT(self->task); Py_VISIT(self->gpu);
+    Py_VISIT(self->task); Py_VISIT(self->gpu); Py_VISIT(self->start_obj);
     return 0;
 }
 
 static int Frame_clear(Frame *self) {
-    Py_CLEAR(self->entry); Py_CLEAR(self->start); Py_CLEAR(self->rf); Py_CLEAR(self->owner);
+    Py_CLEAR(self->entry); Py_CLEAR(self->event); Py_CLEAR(self->rf); Py_CLEAR(self->owner);
     Py_CLEAR(self->dev); Py_CLEAR(self->spare); Py_CLEAR(self->log); Py_CLEAR(self->outputs);
-    Py_CLEAR(self->task); Py_CLEAR(self->gpu);
+    Py_CLEAR(self->task); Py_CLEAR(self->gpu); Py_CLEAR(self->start_obj);
     return 0;
 }
 
@@ -42,35 +42,48 @@ static PyObject *Frame_repr(Frame *self) {
     return r;
 }
 
-/* start: the C enter keeps the CPU clock's reading as a C integer (t0); Python reads and sets
- * an object (integer ns, a CUDA event pair, None). */
+/* start: the CPU clock at a CPU or CUDA frame's entry, integer ns: t0, a C integer when the C
+ * enter set it (has_t0), else the int a Python enter set (kept to be read back as is). A
+ * Python write leaves the frame's exit to Python (has_t0 cleared). */
 static PyObject *Frame_get_start(Frame *self, void *closure) {
-    if (self->has_t0) return PyLong_FromLongLong(self->t0);
-    return Py_NewRef(self->start ? self->start : Py_None);
+    if (!self->has_t0 && self->start_obj != NULL) return Py_NewRef(self->start_obj);
+    return PyLong_FromLongLong(self->t0);
 }
 
 static int Frame_set_start(Frame *self, PyObject *value, void *closure) {
-    Py_XSETREF(self->start, Py_XNewRef(value));
+    if (value == NULL || !PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "Frame.start: the CPU clock, an int of ns");
+        return -1;
+    }
+    int overflow = 0;
+    long long t = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "Frame.start: more ns than 64 bits hold");
+        return -1;
+    }
+    if (t == -1 && PyErr_Occurred()) return -1;
+    self->t0 = t;
+    Py_XSETREF(self->start_obj, Py_NewRef(value));
     self->has_t0 = 0;
     return 0;
 }
 
 static PyGetSetDef Frame_getset[] = {
     {"start", (getter)Frame_get_start, (setter)Frame_set_start,
-     "CPU: integer ns; CUDA: ``(event, device key)``; else None.", NULL},
+     "The CPU clock at a CPU or CUDA frame's entry, integer ns.", NULL},
     {NULL},
 };
 
 #define OBJ(n) {#n, T_OBJECT, offsetof(Frame, n), 0, NULL}
 static PyMemberDef Frame_members[] = {
     OBJ(entry), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
-    OBJ(gpu),
+    OBJ(event), OBJ(gpu),
     {"mode", T_INT, offsetof(Frame, mode), 0, NULL},
     {"flags", T_INT, offsetof(Frame, flags), 0, NULL},
     {"cuda", T_BOOL, offsetof(Frame, cuda), 0, NULL},
     {"anchor", T_BOOL, offsetof(Frame, anchor), 0, NULL},
     {"seq0", T_LONGLONG, offsetof(Frame, seq0), 0, NULL},
-    {"cpu0", T_LONGLONG, offsetof(Frame, cpu0), 0, NULL},
+    {"event_device", T_INT, offsetof(Frame, event_device), 0, NULL},
     {"own", T_LONGLONG, offsetof(Frame, own), 0, NULL},
     {"opened", T_LONGLONG, offsetof(Frame, opened), 0, NULL},
     {NULL},
@@ -97,6 +110,54 @@ PyTypeObject FrameType = {
 
 static PyObject *delegate_enter(PyObject *self, PyObject *stack, PyObject *top) {
     return PyObject_CallMethodObjArgs(self, s_enter, stack, top, NULL);
+}
+
+/* An outermost step with grad recording is an anchor (see backward.anchor): its new log
+ * (*new_log) and the sequence number at its entry (*seq); none while backward timing is off
+ * or grad is not enabled. 0, or -1 with an exception. */
+static inline int anchor_start(Py_ssize_t depth, long long *seq, PyObject **new_log) {
+    int r = module_flag(g_config, s_backward);
+    if (r < 0) return -1;
+    if (r) {
+        PyObject *g = PyObject_CallNoArgs(g_grad_enabled);
+        if (g == NULL) return -1;
+        r = PyObject_IsTrue(g);
+        Py_DECREF(g);
+        if (r < 0) return -1;
+    }
+    if (!r) return 0;
+    *seq = seq_nr();
+    if (*seq < 0 && PyErr_Occurred()) return -1;
+    *new_log = new_anchor_log(*seq, depth);
+    return *new_log == NULL ? -1 : 0;
+}
+
+/* The backward logging of a frame being opened: a region logs nothing itself (its steps log
+ * in log), an anchor takes its new log (*new_log, taken over), a step inside an anchor logs
+ * its node range from now, any other step logs nothing. 0, or -1 with an exception. */
+static inline int fill_log(Frame *frame, char region, PyObject *log, PyObject **new_log,
+                           long long anchor_seq) {
+    if (region) {
+        Py_XSETREF(frame->log, Py_NewRef(log));
+        frame->seq0 = -1;
+    } else if (*new_log != NULL) {  /* an anchor: its own log; its exit walks or counts */
+        Py_XSETREF(frame->log, *new_log);
+        *new_log = NULL;
+        frame->anchor = 1;
+        Py_CLEAR(frame->outputs);
+        frame->seq0 = anchor_seq;
+    } else if (log != Py_None) {  /* inside an anchor: log the node range for its walk */
+        long long s = seq_nr();
+        if (s < 0 && PyErr_Occurred()) return -1;
+        Py_XSETREF(frame->log, Py_NewRef(log));
+        frame->anchor = 0;
+        Py_CLEAR(frame->outputs);
+        frame->seq0 = s;
+    } else {
+        Py_CLEAR(frame->log);
+        frame->seq0 = -1;
+    }
+    return 0;
 }
 
 PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
@@ -132,23 +193,9 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     PyObject *log = top->log ? top->log : Py_None;
     long long anchor_seq = -1;
-    if (!slow && !self->region && log == Py_None) {  /* the outermost step with grad: an anchor */
-        int r = module_flag(g_config, s_backward);
-        if (r < 0) goto done;
-        if (r) {
-            PyObject *g = PyObject_CallNoArgs(g_grad_enabled);
-            if (g == NULL) goto done;
-            r = PyObject_IsTrue(g);
-            Py_DECREF(g);
-            if (r < 0) goto done;
-        }
-        if (r) {
-            anchor_seq = seq_nr();
-            if (anchor_seq < 0 && PyErr_Occurred()) goto done;
-            new_log = new_anchor_log(anchor_seq, PyList_GET_SIZE(stack));
-            if (new_log == NULL) goto done;
-        }
-    }
+    if (!slow && !self->region && log == Py_None  /* the outermost step: an anchor? */
+        && anchor_start(PyList_GET_SIZE(stack), &anchor_seq, &new_log) < 0)
+        goto done;
     PyObject *entry = NULL;
     if (!slow) {
         PyObject *children = SLOT(parent, o_children);  /* borrowed */
@@ -177,33 +224,14 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     frame->cuda = 0;
     frame->flags = 0;
     frame->mode = CPU;
-    if (self->region) {
-        Py_XSETREF(frame->log, Py_NewRef(log));
-        frame->seq0 = -1;
-    } else if (new_log != NULL) {  /* an anchor: its own log; its exit walks or counts */
-        Py_XSETREF(frame->log, new_log);
-        new_log = NULL;
-        frame->anchor = 1;
-        Py_CLEAR(frame->outputs);
-        frame->seq0 = anchor_seq;
-    } else if (log != Py_None) {  /* inside an anchor: log the node range for its walk */
-        long long s = seq_nr();
-        if (s < 0 && PyErr_Occurred()) goto done;
-        Py_XSETREF(frame->log, Py_NewRef(log));
-        frame->anchor = 0;
-        Py_CLEAR(frame->outputs);
-        frame->seq0 = s;
-    } else {
-        Py_CLEAR(frame->log);
-        frame->seq0 = -1;
-    }
-    if (frame->start != NULL) Py_CLEAR(frame->start);  /* an object a Python enter left */
+    if (fill_log(frame, self->region, log, &new_log, anchor_seq) < 0) goto done;
+    if (frame->start_obj != NULL) Py_CLEAR(frame->start_obj);  /* the int a Python enter left */
     if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
     long long t0 = now_ns();  /* the clock last */
     if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
     frame->t0 = t0;
     frame->has_t0 = 1;
-    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see _backward */
+    Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see backward.hooks */
     if (Py_TYPE(bottom) == &FrameType) {
         bottom->own += t0 - t_in;
         bottom->opened++;
@@ -259,7 +287,7 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     if (ok && g_timeline != NULL)
         ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
     if (ok && frame->seq0 >= 0) {
-        if (frame->anchor) {  /* counted here, else Python walks or counts it (_anchor.log_exit) */
+        if (frame->anchor) {  /* counted here, else Python walks or counts it (anchor.log_exit) */
             if (!anchor_exit(frame, stack, entry)) {
                 PyObject *r = PyObject_CallFunctionObjArgs(g_log_exit, (PyObject *)frame, stack, Py_True, NULL);
                 ok = r != NULL;

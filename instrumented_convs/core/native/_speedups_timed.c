@@ -1,7 +1,7 @@
-/* Timed, and installing it on instances (see _speedups.h, _generic.py). */
+/* Timed, and installing it on instances (see _speedups.h, layers/generic.py). */
 #include "_speedups.h"
 
-/* -- Timed: a callable run inside a step (see _layers.Timed) ------------------------------ */
+/* -- Timed: a callable run inside a step (see contract.Timed) ------------------------------- */
 
 typedef struct {
     PyObject_HEAD
@@ -84,7 +84,7 @@ static PyMemberDef Timed_members[] = {
 PyTypeObject TimedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "instrumented_convs.core.native._speedups.Timed",
-    .tp_doc = "Timed(fn, step): calls fn inside step (see instrumented_convs._layers.Timed).",
+    .tp_doc = "Timed(fn, step): calls fn inside step (see instrumented_convs.layers.contract.Timed).",
     .tp_basicsize = sizeof(Timed),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = Timed_new,
@@ -96,7 +96,7 @@ PyTypeObject TimedType = {
     .tp_members = Timed_members,
 };
 
-/* -- installing Timed callables on instances (see _generic.install) ------------------------ */
+/* -- installing Timed callables on instances (see generic.install) ------------------------- */
 
 /* Time owner.name as step until restore(): a Timed in the instance dict, and an undo record. */
 static int time_one(PyObject *owner, PyObject *name, PyObject *st, PyObject *undo) {

@@ -1,21 +1,7 @@
 """``step(name)``: one context manager that is a clock, an NVTX range, a profiler label
-and a node of the nesting tree.
-
-The start of a step lives on a per-thread stack, never on the step object, so one object
-can be entered recursively and from many threads at once. Entering a step finds its
-registry entry under the enclosing step (a dict lookup once the path exists) and opens a
-frame (:mod:`.lifecycle`, the lifecycle backward steps share): an NVTX range (domain
-``instrumented_convs``) when a tool can see it, a ``record_function`` label only while a
-torch profiler is recording, and the clock last, so the step's own bookkeeping is outside
-its time: the CPU clock, or a CUDA event recorded on the current stream when the step runs
-on a CUDA device.
-
-Leaving it stops the clock first, then closes the label and the range in ``finally``
-blocks, and records the duration (a CUDA pair is queued and resolved later). Exceptions
-propagate unchanged and leave both stacks balanced.
-
-With grad enabled and backward timing on, a step also notes the autograd sequence numbers
-at its entry and exit, so that its backward can be timed (:mod:`.backward`).
+and a node of the nesting tree, the API layers and users time their code with; and
+:func:`recording`, the one gate every layer checks per call. :class:`Step` is the general
+case of entering and leaving a step; :mod:`.stepbase` has the common one.
 """
 
 from __future__ import annotations
@@ -26,15 +12,11 @@ from typing import Any, Callable, Optional, TypeVar, Union
 
 import torch
 
-from ..backward import anchor
-from ..backward import hooks as backward
+from ..backward import anchor, hooks
 from ..clocks import choice
 from ..clocks import cpu as clock
-from ..clocks.choice import device_index as _device_index
-from ..clocks.choice import device_is_cuda as _device_is_cuda
 from ..compiler import dynamo
-from ..dutycycle.cycle import Iteration
-from ..dutycycle.cycle import cycle as _cycle
+from ..dutycycle.cycle import Iteration, cycle
 from ..frames import lifecycle
 from ..frames import stack as _stack
 from ..frames.stack import CPU, Frame, current_path, depth, open_steps, pop_own
@@ -55,18 +37,13 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_open = lifecycle.open_frame
-_close = lifecycle.close_frame
-_auto_cuda = choice.auto_cuda
-_seq = anchor.seq_nr
-_log_exit = anchor.log_exit
-_Log = anchor.Log
-_grad_enabled = torch.is_grad_enabled
-_live = backward.live
+#: Re-exported: layers and users import it from here with ``step``.
 mark_outputs = anchor.mark_outputs
-
-
+# Bound once: the hot path (benchmarks/instructions.py). Every layer call asks recording(),
+# every ``step(name)`` asks too, and Step._enter runs for every CUDA step; a lookup through a
+# module costs each of them instructions (through ``torch``, several times more).
 _is_compiling = dynamo.compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 def recording() -> bool:
@@ -91,6 +68,17 @@ def _check_name(name: Any) -> None:
 class Step(StepBase):
     """A named step: use it as ``with step(name):`` or as a decorator ``@step(name)``.
 
+    Entering a step finds its registry entry under the enclosing step (a dict lookup once the
+    path exists) and opens a frame on this thread's stack (``frames.lifecycle``): an NVTX
+    range when a tool can see it, a profiler label only while a torch profiler records,
+    and the clock last, so the step's own bookkeeping is outside its time: the CPU clock, or
+    a CUDA event on the current stream when the step runs on a CUDA device. Leaving it stops
+    the clock first, then closes the label and the range in ``finally`` blocks, and records
+    the duration (a CUDA pair is queued and read later). Exceptions propagate unchanged and
+    leave the stack balanced. With grad enabled and backward timing on, a step also notes
+    the autograd sequence numbers at its entry and exit, so that its backward can be timed
+    (``backward.anchor``).
+
     ``__enter__``/``__exit__`` come from :class:`~instrumented_convs.core.steps.stepbase.StepBase`
     (in C when the extension is built): they handle the common case and call :meth:`_enter` /
     :meth:`_exit` for every other.
@@ -105,8 +93,8 @@ class Step(StepBase):
         _check_name(name)
         self.name = name
         self.scope = scope
-        self.cuda = _device_is_cuda(device)
-        self.dev = _device_index(device) if self.cuda else None
+        self.cuda = choice.device_is_cuda(device)
+        self.dev = choice.device_index(device) if self.cuda else None
         self.kind = kind
         #: The key of this step's entry among its parent's children.
         self.key = name if scope is None else (name, scope)
@@ -115,8 +103,8 @@ class Step(StepBase):
     def _enter(self, stack: list, top: Frame) -> "Step":
         """The general case of ``__enter__``: top level, CUDA, ranges or labels, a reset."""
         t_in = clock.cpu_now()  # the tool's own time starts (see Frame.own)
-        if top.task is not None and top.task not in _live:  # a backward raised
-            backward.close_stale(stack)
+        if top.task is not None and top.task not in hooks.live:  # a backward raised
+            hooks.close_stale(stack)
             top = stack[-1]
         parent = top.entry
         cuda = self.cuda
@@ -124,7 +112,7 @@ class Step(StepBase):
             parent = registry.root
             dev = self.dev
             if cuda is None:
-                cuda = _auto_cuda()
+                cuda = choice.auto_cuda()
         else:
             if parent.retired:  # opened before a reset: continue in the new tree
                 parent = registry.relocate(parent)
@@ -150,14 +138,14 @@ class Step(StepBase):
         if self.region or phase != "forward":
             frame.log, frame.seq0 = log if phase == "forward" else None, -1
         elif log is not None:  # inside an anchor: log for its walk
-            frame.log, frame.anchor, frame.seq0 = log, False, _seq()
+            frame.log, frame.anchor, frame.seq0 = log, False, anchor.seq_nr()
         elif switches.backward and _grad_enabled():  # the outermost step: an anchor
-            seq = _seq()
-            frame.log, frame.anchor, frame.seq0 = _Log(seq, len(stack)), True, seq
+            seq = anchor.seq_nr()
+            frame.log, frame.anchor, frame.seq0 = anchor.Log(seq, len(stack)), True, seq
         else:
             frame.log, frame.seq0 = None, -1
         frame.task = frame.outputs = None
-        _open(frame, self.name, cuda, dev)
+        lifecycle.open_frame(frame, self.name, cuda, dev)
         stack.append(frame)
         bottom = stack[0]
         if frame.mode == CPU:
@@ -173,7 +161,7 @@ class Step(StepBase):
         if frame.owner is self:  # the usual, nested case
             stack.pop()
         else:
-            backward.close_above(stack, self)
+            hooks.close_above(stack, self)
             found = pop_own(stack, self)
             if found is None:  # never entered on this thread: nothing to close
                 return None
@@ -182,9 +170,9 @@ class Step(StepBase):
         # opens one (closing a label or a range runs no step).
         bottom = stack[0]
         own = 0 if self.region else bottom.own - frame.own
-        _close(frame, t1, exc_type is not None, None, own)
+        lifecycle.close_frame(frame, t1, exc_type is not None, None, own)
         if frame.seq0 >= 0:
-            _log_exit(frame, stack, exc_type is None)
+            anchor.log_exit(frame, stack, exc_type is None)
         bottom.own += clock.cpu_now() - t1  # this exit's own time, to the steps still open
         return None
 
@@ -196,7 +184,7 @@ class Step(StepBase):
         if stack[-1].owner is self:
             frame: Optional[Frame] = stack.pop()
         else:
-            backward.close_above(stack, self)
+            hooks.close_above(stack, self)
             frame = pop_own(stack, self)
         if frame is not None:
             lifecycle.abandon_frame(frame, False, count=False)
@@ -294,7 +282,7 @@ def region(name: str, *, device: Any = None) -> Union[Step, _NullStep, Iteration
     region named as the duty cycle's iteration (``configure(iteration=name)``) is one."""
     if _is_compiling():
         return contextlib.nullcontext()  # type: ignore[return-value]
-    if name == _cycle.iteration and _cycle.on:
+    if name == cycle.iteration and cycle.on:
         return Iteration(Step(name, None, device, "region"))
     if not switches.enabled:
         return _NullStep(name, None, device, "region")

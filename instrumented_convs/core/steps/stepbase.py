@@ -1,9 +1,7 @@
-"""The common case of a step's enter and exit: :class:`StepBase`, the base of ``Step``.
-
-A CPU-clock step with no NVTX tool, no profiler and no exception: find the entry, fill a
-reused frame, start the clock; at exit append the duration to the entry's buffer. Every
-other case goes to ``Step._enter`` / ``Step._exit``. This is the Python twin of the C
-extension's ``StepBase`` (:data:`IMPLEMENTATION` says which is in use).
+"""The common case of a step's enter and exit (:class:`StepBase`, the base of ``Step``): a
+CPU-clock step with no NVTX tool, no profiler and no exception, apart so that it stays fast;
+every other case goes to ``Step._enter`` / ``Step._exit``. The Python twin of the C
+extension's ``StepBase`` (:data:`IMPLEMENTATION` says which runs).
 """
 
 from __future__ import annotations
@@ -26,6 +24,9 @@ from ..storage.registry import SKIPS_FOLD_AT, registry
 
 __all__ = ["StepBase", "IMPLEMENTATION"]
 
+# Bound once: the hot path (benchmarks/instructions.py). PyStepBase's enter and exit run for
+# every CPU step in the Python twin, and each lookup through a module costs them instructions
+# (through ``torch``, several times more than through ours); tests patch none of these.
 _seq = anchor.seq_nr
 _grad_enabled = torch.is_grad_enabled
 _prof = profiler.profiler_state
@@ -134,11 +135,11 @@ class PyStepBase:
 if speedups is not None:
     speedups.bind(
         switches,
-        _prof,
+        profiler.profiler_state,
         registry,
-        _seq,
+        anchor.seq_nr,
         clock.cpu_now,
-        _grad_enabled,
+        torch.is_grad_enabled,
         Entry,
         anchor.Log,
         time.perf_counter_ns,

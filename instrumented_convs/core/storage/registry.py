@@ -1,31 +1,10 @@
-"""The registry: streaming statistics per (scope, step path, phase), thread-safe.
+"""The registry: every step path's statistics, as a tree of entries, behind a narrow write API.
 
-Each distinct step path in each scope and phase is one :class:`Entry`, a node of a tree
-whose parent is the enclosing step (for a backward entry: the backward of the enclosing
-step, or whatever step was open when the backward ran). An entry keeps count, total, sum
-of squares, min and max of its durations as integer nanoseconds, so the arithmetic is
-exact and memory does not grow with the number of calls. Writes go through a narrow API
-(:meth:`Registry.child`, :meth:`~Registry.record`, :meth:`~Registry.record_pending`,
-:meth:`~Registry.record_untimed`, :meth:`~Registry.add`, :meth:`~Registry.reset`).
-
-The arithmetic is deferred: :meth:`~Registry.record`, the hot path of every step, appends
-the duration to its entry's buffer without a lock (a list append is atomic); every
-:data:`~.entry.FOLD_AT` durations, and whenever the registry is read, the buffer is folded
-into the statistics under the lock (:func:`~.entry.fold_buffer`).
-
-Strata (the duty cycle, :mod:`.cycle`): the registry holds one tree per :class:`Stratum`, a
-part of the run recorded at one rate. The first is *exact* (everything recorded in full:
-set-up, the first iterations, whatever is outside the cycle's iterations); each rate the
-cycle records iterations at has one more. :meth:`Registry.use` makes a stratum's tree the
-current one (``registry.root``); the entries of steps still open then are set *aside*
-(``Entry.retired`` is :data:`ASIDE`): a step opened in them continues in the current tree
-(relocated, as after a reset), while their own calls close into the tree they opened in.
-:meth:`~Registry.snapshot` gives each entry the weight of its stratum: its iterations over
-those it recorded.
-
-Storage only (no PyG, DGL, rendering, or arithmetic beyond sums): :meth:`Registry.snapshot`
-gives every entry as plain data; the face (``instrumented_convs.registry``) reads it with the
-report (``registry.summary()``: :func:`instrumented_convs.report.stats.summarize`).
+Writes are cheap (a lock-free append to an entry's buffer, folded every ``FOLD_AT`` records
+or when read); reads take a ``snapshot()`` of plain data for the report. The duty cycle
+keeps one tree per *stratum* (a part of the run recorded at one rate), each weighted by the
+iterations it stands for. Storage only: the meters' figures are added in
+``core.meters.readings``.
 """
 
 from __future__ import annotations
@@ -34,6 +13,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
+from ..clocks.events import GpuSlot
 from ..clocks.pending import PendingTimes
 from . import timeline as _timeline
 from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
@@ -238,20 +218,21 @@ class Registry:
         entry: Entry,
         start: Any,
         end: Any,
+        device: int,
         error: bool = False,
         sampled: bool = False,
-        slot: Any = None,
+        slot: Optional[GpuSlot] = None,
     ) -> None:
-        """Queue a CUDA event pair (``(event, device key)`` each) for ``entry``, folded in
-        when resolved (:class:`~..clocks.pending.PendingTimes`); ``sampled``: as
-        :meth:`record_sampled`; ``slot``: the call's GPU times on the timeline, filled then
-        (:mod:`.timeline`)."""
+        """Queue a CUDA event pair for ``entry`` (taken from ``device``'s pool), folded in
+        when read (:class:`~instrumented_convs.core.clocks.pending.PendingTimes`);
+        ``sampled``: as :meth:`record_sampled`; ``slot``: the call's place on the timeline's
+        GPU track, whose times are set then (:mod:`.timeline`)."""
         with self._lock:
             if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
             if error:
                 entry.errors += 1
-            self.pending.add(entry, start, end, sampled, slot)
+            self.pending.add(entry, start, end, device, sampled, slot)
 
     def _fold_locked(self, entry: Entry, ns: Optional[int], sampled: bool = False) -> None:
         """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``."""

@@ -1,20 +1,9 @@
 """The timeline: when each step call started and ended, on which thread (storage only).
 
-Off unless asked for (``configure(timeline=N)``; the ``run`` launcher turns it on). While
-it records, every timed step call appends one tuple at its exit, ``(entry, t0, t1, thread,
-link)``: its registry entry, its CPU start and end (the CPU clock, integer ns), the ident of
-the thread it ran on, and ``link``, which pairs a forward call with its backward: a forward
-call's autograd sequence number at entry (-1: none), a backward call's ``(forward thread,
-sequence number)`` (see :mod:`.backward`). A call timed with CUDA events appends a sixth
-item, a list ``[reference event, start ms, end ms, reference CPU ns]`` whose times the
-registry's pending queue fills when it resolves the pair (:class:`~..clocks.pending.PendingTimes`):
-the GPU's times relative to one reference event per device, recorded before the first
-timed pair, with the CPU clock read when it was recorded.
-
-Bounded: at ``limit`` calls recording stops everywhere at once (:func:`full`) and the time is kept,
-so a trace can say where it was cut; ``registry.reset()`` empties it and records again. The C fast
-path appends through ``_speedups.set_timeline`` (the same tuple); every other path calls
-:func:`add`. Reading is :mod:`~instrumented_convs.report.timeline`'s job (``registry.timeline()``).
+Off unless asked for (``configure(timeline=N)``; ``run`` turns it on) and bounded by ``N``
+calls, so that a trace costs only what it shows. Steps append at their exit (:func:`add`;
+the C fast path through ``_speedups.set_timeline``); the report reads :func:`snapshot`'s
+plain data (``registry.timeline()``).
 """
 
 from __future__ import annotations
@@ -25,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..clocks import cpu as clock
 from ..clocks import events as cuda_events
+from ..clocks.events import GpuSlot
 from ..native import speedups
 
 __all__ = [
@@ -41,8 +31,6 @@ __all__ = [
     "note",
     "iteration",
 ]
-
-_get_ident = threading.get_ident
 
 #: The list calls are appended to while the timeline records; None while it does not.
 events: Optional[List[tuple]] = None
@@ -88,7 +76,8 @@ def set_limit(n: int) -> int:
 
 
 def full() -> None:
-    """The limit is reached: stop recording on every thread, and remember when."""
+    """The limit is reached: stop recording on every thread at once, and remember when (a
+    trace says where it was cut; ``registry.reset()`` empties it and records again)."""
     global events, _truncated
     if events is not None:
         _truncated = clock.cpu_now()
@@ -97,21 +86,28 @@ def full() -> None:
         _tell_c()
 
 
-def add(entry: Any, t0: int, t1: int, link: Any, slot: Optional[list] = None) -> None:
-    """Append one call (the Python paths; the C fast path appends the same tuple); a
-    CUDA-timed call gives its GPU ``slot`` (from :func:`gpu_ref`), filled when its events
-    are read."""
+def add(entry: Any, t0: int, t1: int, link: Any, slot: Optional[GpuSlot] = None) -> None:
+    """Append one call: ``(entry, t0, t1, thread, link)``, or with a sixth item, ``slot``.
+
+    ``entry``: its registry entry; ``t0``, ``t1``: its CPU start and end (the CPU clock,
+    integer ns); ``thread``: the ident of the thread it ran on; ``link`` pairs a forward call
+    with its backward: a forward call's autograd sequence number at entry (-1: none), a
+    backward call's ``(forward thread, sequence number)`` (see ``backward.hooks``).
+    A CUDA-timed call gives its GPU ``slot`` (from :func:`gpu_ref`), whose times the
+    registry's pending queue fills when it reads the call's events. The C fast path appends
+    the same tuple.
+    """
     ev = events
     if ev is None:
         return
     if len(ev) >= limit:
         full()
         return
-    tid = _get_ident()
+    tid = threading.get_ident()
     ev.append((entry, t0, t1, tid, link) if slot is None else (entry, t0, t1, tid, link, slot))
 
 
-def gpu_ref(key: Any) -> list:
+def gpu_ref(key: int) -> GpuSlot:
     """The GPU slot of one CUDA-timed call on device ``key`` (an index): its reference event
     (recorded on first use, before any timed pair on that device, on that device's current
     stream, where the pairs are recorded: the current device may be another) and the CPU
@@ -121,7 +117,7 @@ def gpu_ref(key: Any) -> list:
         event = cuda_events.events._factory()  # its own event: never back to the pool
         event.record(cuda_events.current_stream(key))
         ref = _refs[key] = (event, clock.cpu_now())
-    return [ref[0], None, None, ref[1]]
+    return GpuSlot(ref[0], ref[1])
 
 
 def noted(key: Any, signature: Any) -> bool:
@@ -130,7 +126,7 @@ def noted(key: Any, signature: Any) -> bool:
     note's inputs), or the timeline does not record."""
     if events is None:
         return True
-    last = _last.get((_get_ident(), key))
+    last = _last.get((threading.get_ident(), key))
     return last is not None and last[0] == signature
 
 
@@ -143,13 +139,13 @@ def note(key: Any, inputs: Any, signature: Any = None, keep: Any = ()) -> None:
     ``keep``: objects whose ids it holds, kept until the next note for ``key`` replaces it
     (no other object takes their ids meanwhile). Bounded like calls."""
     if events is not None and len(_notes) < limit:
-        tid = _get_ident()
+        tid = threading.get_ident()
         _last[(tid, key)] = (inputs if signature is None else signature, keep)
         _notes.append((tid, clock.cpu_now(), key, inputs))
 
 
 def iteration(i: int, every: int, t0: int, t1: int) -> None:
-    """A recorded iteration of the duty cycle (:mod:`.cycle`), number ``i``, recorded at
+    """A recorded iteration of the duty cycle (``core.dutycycle``), number ``i``, recorded at
     one in ``every``, from ``t0`` to ``t1`` (CPU clock): the trace draws it. The same number
     again (its end taken back and found later) replaces it."""
     if events is None:
@@ -178,9 +174,10 @@ def _plain(item: tuple) -> tuple:
     e = item[0]
     gpu = None
     if len(item) > 5:
-        ref, g0, g1, ref_ns = item[5]
+        slot: GpuSlot = item[5]
+        g0, g1 = slot.start_ms, slot.end_ms
         if g0 is not None and g1 is not None:
-            gpu = (ref_ns + int(round(g0 * 1e6)), ref_ns + int(round(g1 * 1e6)))
+            gpu = (slot.ref_ns + int(round(g0 * 1e6)), slot.ref_ns + int(round(g1 * 1e6)))
     return (e.name, e.path, e.scope, e.kind, e.phase, item[1], item[2], item[3], item[4], gpu)
 
 

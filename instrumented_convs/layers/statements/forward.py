@@ -1,30 +1,9 @@
 """A generic layer's own code, statement by statement: what runs in no other step.
 
-A stock ``forward`` does work of its own between its calls of children, message passing
-and routed functions (:mod:`.routes`): GAT's attention logits ``(x * self.att).sum(-1)``,
-GIN's ``out + (1 + self.eps) * x_r``, a bias added, DGL's degree normalisation and its
-``graph.srcdata.update(...)``. :func:`with_steps` gives a function that computes exactly
-what the stock ``forward`` does, with each such statement in a step named after its source
-(``alpha_src = (x_src * self.att_src).sum(dim=-1)``, ``out = out + self.bias``, shortened to
-48 characters; a second statement of the same text is ``... (2)``).
-
-It is made at a class's first instrumented call, from the installed source of that ``forward``, and
-only if that source compiles to the code that runs (same bytecode, constants and names: a file
-changed after import, or a function built at run time, is not used); otherwise, and for a forward
-defined in a function or under more than one decorator (torch's grad modes are made again; another
-decorator's wrapper, built with ``functools.wraps``, is made again around the new function: PyG's
-``disable_dynamic_shapes``), the stock ``forward`` runs and its own work stays in the layer's own
-time. A statement is wrapped when it does tensor work by its shape (arithmetic, comparisons,
-indexing by a tensor, a tensor method that computes or reshapes, DGL's feature stores, a module made
-and run in place) and calls nothing that is a step already (``self.<anything>(...)``, a routed
-function, ``super()``, a function given the layer or its attributes); one that does both is split
-(:mod:`.split`). A loop with no step inside is one step, named after its first line (not one per
-turn), and so is an ``if`` whose test does work; otherwise the statements of a block are, each as
-above. A function defined in the forward (not a generator, not decorated) is a step named after it,
-its own statements as the forward's. The steps are plain
-:class:`~instrumented_convs.core.steps.step.Step`
-objects, free variables of the new function: a statement costs one step. Line numbers are the
-file's: a traceback points into upstream's source.
+:func:`with_steps` gives a function computing exactly what the stock ``forward`` does, each
+statement of tensor work in a step named after its source (``out = out + self.bias``), built
+from the installed source. Line numbers are the file's: a traceback points into upstream's
+source.
 """
 
 from __future__ import annotations
@@ -181,8 +160,10 @@ def _enclose(tree: ast.Module, cls: ast.ClassDef, params: List[str]) -> str:
 def with_steps(
     stock: type, timed: FrozenSet[str], methods: FrozenSet[str] = frozenset()
 ) -> Optional[Callable[..., Any]]:
-    """``stock.forward`` with its own statements of work in steps (see the module), or None
-    where that cannot be made safely (then the stock ``forward`` runs as it is).
+    """``stock.forward`` with its own statements of work in steps, or None where that cannot
+    be made safely (then the stock ``forward`` runs as it is): it is made from the installed
+    source only if that compiles to the code that runs (same bytecode, constants and names),
+    and not for a forward defined in a function or under more than one decorator.
 
     ``timed``: global names (``add_self_loops``) and ``module.function`` names
     (``F.dropout``) that are steps already; ``methods``: method names of arguments that are

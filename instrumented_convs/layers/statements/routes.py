@@ -1,30 +1,9 @@
 """Routing an upstream module's globals through steps while a layer of that module runs.
 
-Code in a layer's ``forward`` that is neither a child module nor a message-passing method
-(PyG's ``add_self_loops``, ``softmax``, ``gcn_norm``; ``F.dropout``, ``torch.cat``; DGL's
-``th.pow`` of the degree normalisation...) would run in the layer's own time, in no named
-step. It calls those functions through its module's globals, looked up at call time, so
-for the length of an instrumented call they can be routed: :class:`Routes` puts a wrapper
-in the module's namespace (for ``F.dropout``, a stand-in module for ``F`` whose
-``dropout`` is one) and the last call out puts the originals back. A wrapper times its
-function as a step (named after it) only on a thread that is inside such a call, so a stock
-layer running on another thread meanwhile runs untimed, with one thread-local read more. A
-wrapper always calls what the name held when the routed call began (a patch made after
-import is honoured; ``F.<name>`` is read from ``F`` at each call), so it computes what the
-stock code computes wherever it is seen. Outside the calls the namespace holds its own
-values again (TorchScript, which reads a module's globals when it compiles a stock layer,
-meets none of ours), but for two cases, both made harmless by the above: a name rebound
-by someone else during a routed call keeps that value, and a wrapper read from the
-namespace during a call (another thread's ``mock.patch`` saving it, PyG generating a
-class's code with ``from module import *``) stays where it was copied.
-
-What a forward calls so is found in its bytecode (:func:`scan`): the functions it reads
-through its module's globals, and its own helper methods (:func:`helpers`, timed like
-children; :func:`handed`, methods handed on as values, which are not).
-
-:class:`Route` is the one-function form with a handler of its own (the detailed GCNConv's
-fallback routes upstream's ``gcn_norm`` through ours). :func:`route_forward` makes a layer
-class's routes. Nothing here imports from the package but the core's steps.
+A forward calls functions such as ``add_self_loops`` or ``F.dropout`` through its module's
+globals, looked up at call time: :class:`Routes` puts timing wrappers there for the length of
+an instrumented call, then the originals back. :func:`scan` finds those calls in the
+forward's bytecode.
 """
 
 from __future__ import annotations
@@ -320,6 +299,12 @@ class Routes:
     after it) and attributes of modules it imports (``{"F": ("dropout",)}``: the global
     ``F`` replaced by a stand-in whose ``dropout`` is timed). Use it as a context manager
     around a layer's call (re-entrant, thread-safe).
+
+    A wrapper times only on a thread inside such a call, and always calls what the name held
+    when the routed call began, so it computes what the stock code does. Outside the calls
+    the namespace holds its own values again (TorchScript meets none of ours), but a name
+    rebound by someone else during a routed call keeps that value, and a wrapper copied from
+    the namespace during a call stays where it was copied.
     """
 
     __slots__ = ("namespace", "_values", "_lock", "_open", "_saved", "_depth", "_attrs")

@@ -1,30 +1,7 @@
-"""A statement that calls steps and does work of its own, split in the order Python runs it:
-the syntax side of :mod:`.forward` for such statements. Nothing here imports from the package
-but :mod:`.statements`.
-
-``rst = self.fc_self(h_self) + h_neigh`` calls a child (a step of its own, ``fc_self``) and
-adds (the layer's own work). Put whole in a step, the child's step would nest under the
-statement's and leave its place in the layer's vocabulary; left alone, the addition is in
-no step. Split, it runs as::
-
-    _ic_t0_ = self.fc_self(h_self)          # the child's step, where it always was
-    with <step "rst = self.fc_self(h_self) + h_neigh">:
-        rst = _ic_t0_ + h_neigh
-        del _ic_t0_
-
-Work that Python runs before a step's call (its arguments: ``edge_index[:, mask]``,
-``gaussian.sum(dim=-1)``; an operand left of it) is computed into a temporary first, in a
-step named after its source; what runs after the last call is the statement's own step. An
-``if`` whose test calls a step and works gets its test computed so (``_ic_t1_ =
-truth(<test>)``, in a step named after the ``if`` line), a conditional expression with a
-step in a branch becomes an ``if``. The order of evaluation is Python's, but for the loads
-of local names and constants, which no call can change (and of a called function's
-attribute, read after its arguments): nothing runs twice, nothing is skipped, errors come
-from the same place. Each temporary is deleted right after its one use, so no tensor lives
-longer than in the stock code but for the rest of its statement. What cannot be split so
-(``and``/``or``, comprehensions, f-strings, dict displays with a step in them) is computed
-as it is, into a temporary in no step; a statement with ``:=``, ``super()``, a step in a
-target or an augmented assignment to anything but a name is left as it is.
+"""A statement that calls steps and does work of its own, split in the order Python runs it
+(:class:`Split`), so that the calls keep their own steps and the work gets one: the syntax side
+of :mod:`.forward` for such statements. Imports nothing from the package but
+:mod:`.statements`.
 """
 
 from __future__ import annotations
@@ -53,7 +30,23 @@ class _Cannot(Exception):
 
 
 class Split:
-    """Splits one statement; ``ctx`` (a :class:`.rewrite.Wrap`) names steps and temporaries."""
+    """Splits one statement; ``ctx`` (a :class:`.rewrite.Wrap`) names steps and temporaries.
+
+    ``rst = self.fc_self(h_self) + h_neigh`` runs as::
+
+        _ic_t0_ = self.fc_self(h_self)          # the child's step, where it always was
+        with <step "rst = self.fc_self(h_self) + h_neigh">:
+            rst = _ic_t0_ + h_neigh
+            del _ic_t0_
+
+    Work Python runs before a step's call (its arguments, an operand left of it) goes into a
+    temporary first, in a step named after its source. The order of evaluation is Python's
+    but for loads of local names and constants, which no call can change: nothing runs
+    twice or is skipped, errors come from the same place, and each temporary is deleted
+    after its one use. What cannot be split (``and``/``or``, comprehensions, f-strings) is
+    computed as it is, in no step; a statement with ``:=``, ``super()``, a step in a target
+    or an augmented assignment to anything but a name is left alone.
+    """
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
