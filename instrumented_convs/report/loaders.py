@@ -2,7 +2,8 @@
 the device and the rest, and its verdict (data-bound, compute-bound, balanced).
 
 Plain data in (``run.json``'s ``workers`` section), plain data out: the page draws it and
-:mod:`.workers` prints it, so it stays below the summary and imports nothing of the package.
+:mod:`instrumented_convs.report.workers` prints it, so it stays below the summary and
+imports nothing of the package.
 """
 
 from __future__ import annotations
