@@ -5,6 +5,8 @@ cannot be built (no compiler), the install goes on and the package runs its Pyth
 (``instrumented_convs/core/steps/stepbase.py``), which behaves the same, more slowly.
 """
 
+import sys
+
 from setuptools import Extension, setup
 
 setup(
@@ -18,8 +20,10 @@ setup(
                 "instrumented_convs/core/native/_speedups_anchor.c",
                 "instrumented_convs/core/native/_speedups_count.c",
                 "instrumented_convs/core/native/_speedups_hook.c",
+                "instrumented_convs/core/native/_speedups_cuda.c",
             ],
             depends=["instrumented_convs/core/native/_speedups.h"],
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
     ],

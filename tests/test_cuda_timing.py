@@ -95,7 +95,7 @@ def test_a_cuda_frame_holds_its_event_and_slot_typed_and_lets_go_of_them_at_exit
             assert frame.event_device == 1 and type(frame.start) is int
             slot = frame.gpu
             assert type(slot) is GpuSlot and slot.ref is fake_cuda[0]
-            assert slot.start_ms is None and slot.end_ms is None and slot.ref_ns >= frame.start
+            assert slot.start_ms is None and slot.end_ms is None and slot.ref_ns <= frame.start
             FakeEvent.timeline += 1.5
             with step("inner", device="cpu"):
                 inner = thread_stack()[-1]
@@ -103,7 +103,8 @@ def test_a_cuda_frame_holds_its_event_and_slot_typed_and_lets_go_of_them_at_exit
         assert frame.event is None and frame.gpu is None  # reused frames keep no event
         registry.summary()  # reads the pair: the slot's times are set
         assert slot.end_ms - slot.start_ms == pytest.approx(1.5)
-    assert registry.pending.pool.available(1) == 2  # both events back to device 1's list
+    # the start back to device 1's list; the first end is kept: the reference of its lags
+    assert registry.pending.pool.available(1) == 1
 
 
 def test_events_are_recycled_through_the_pool(fake_cuda):
@@ -111,7 +112,7 @@ def test_events_are_recycled_through_the_pool(fake_cuda):
         with step("x", device="cuda"):
             FakeEvent.timeline += 1
         registry.summary()
-    assert len(fake_cuda) == 2  # one pair, reused
+    assert len(fake_cuda) == 3  # one pair, reused; the first end kept as the lags' reference
 
 
 def test_polling_folds_finished_pairs_without_blocking(fake_cuda):
@@ -163,7 +164,7 @@ def test_pending_queue_resolves_via_fold_callback():
     folded = []
     pool = EventPool(FakeEvent)
     q = PendingTimes(
-        lambda entry, ns, sampled: folded.append((entry, ns, sampled)), pool, poll_at=100
+        lambda entry, ns, sampled, host, lag: folded.append((entry, ns, sampled)), pool, poll_at=100
     )
     a, b = FakeEvent(), FakeEvent()
     FakeEvent.timeline = 0
@@ -224,7 +225,7 @@ def test_events_are_recorded_on_the_steps_device_and_pooled_per_device(fake_cuda
     assert streams == ["stream-1", "stream-1", "stream-1", "stream-1", "stream-0", "stream-0"]
     registry.summary()
     pool = registry.pending.pool
-    assert pool.available(1) == 4 and pool.available(0) == 2
+    assert pool.available(1) == 3 and pool.available(0) == 1  # less each device's reference
 
 
 def test_current_stream_is_read_at_every_call_and_its_object_reused(monkeypatch):

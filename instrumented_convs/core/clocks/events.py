@@ -1,12 +1,18 @@
-"""CUDA events for steps: a pool of timing events per device, the current stream read
-cheaply (torch's ``current_stream()`` builds a ``Stream`` object at every call), and a
-CUDA-timed call's place on the timeline (:class:`GpuSlot`)."""
+"""CUDA events for steps: the C clock (the driver's events, as handles) where the extension
+is built, else a pool of ``torch.cuda.Event`` per device with the current stream read
+cheaply; and a CUDA-timed call's place on the timeline (:class:`GpuSlot`)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+
+from ..native import speedups
+
+logger = logging.getLogger(__name__)
 
 
 class GpuSlot:
@@ -62,6 +68,7 @@ class EventPool:
         self._free = {}
         if factory is not None:
             self._factory = factory
+            use_twin()  # fake events: the twin; the real ones again: decided anew
         return previous
 
 
@@ -71,6 +78,68 @@ def _new_cuda_event() -> Any:
 
 #: The process-wide pool of CUDA events: steps take events from it, resolved pairs go back.
 events = EventPool(_new_cuda_event)
+
+#: Whether CUDA steps use the C clock (decided at the first CUDA step: :func:`native`).
+_native: Optional[bool] = None
+#: The driver library the C clock loads (a test's stand-in; default ``libcuda.so.1``).
+DRIVER_ENV = "INSTRUMENTED_CONVS_CUDA_DRIVER"
+_get_device: Callable[[], int] = torch.cuda.current_device  # the C clock's reader, once in use
+_folds: Optional[Tuple[Callable[..., None], type]] = None  # bind_folds()
+
+
+def native() -> bool:
+    """Whether CUDA steps are timed by the C clock: the extension is built, the driver
+    loads, torch's raw stream reader exists, and the events are the real ones (a test's
+    fake events, :func:`~instrumented_convs.testing.cuda_event_factory`, use the twin)."""
+    if _native is None:
+        _decide()
+    return bool(_native)
+
+
+def _decide() -> None:
+    global _native
+    if not torch.cuda.is_initialized():  # decided at a CUDA step once CUDA is up
+        return
+    _native = False
+    if speedups is None or events._factory is not _new_cuda_event:
+        return
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return
+    why = speedups.cuda_load(os.environ.get(DRIVER_ENV) or None)
+    if why is not None:
+        logger.debug("instrumented_convs: CUDA steps use torch's events: %s", why)
+        return
+    use_driver(torch._C._cuda_getDevice, raw)
+
+
+def use_driver(get_device: Callable[[], int], raw_stream: Callable[[int], int]) -> None:
+    """Time CUDA steps with the C clock of the driver :func:`speedups.cuda_load` loaded,
+    reading the current device and a device's current raw stream with these two calls
+    (torch's; a test's stand-ins)."""
+    global _native, _get_device
+    if _folds is None:
+        raise RuntimeError("instrumented_convs: the registry has not bound its folds")
+    speedups.cuda_bind(get_device, raw_stream, *_folds)
+    speedups.cuda_native(True)
+    _get_device = get_device
+    _native = True
+
+
+def bind_folds(fold_device: Callable[..., None], entry_type: type) -> None:
+    """What the C clock folds a resolved pair with: the registry's ``fold_device`` for the
+    uncommon cases, and the ``Entry`` type whose slots it adds to (the registry calls it)."""
+    global _folds
+    _folds = (fold_device, entry_type)
+
+
+def use_twin() -> None:
+    """Time CUDA steps with ``torch.cuda.Event`` objects again (decided anew at the next
+    CUDA step unless fake events are in use)."""
+    global _native
+    if speedups is not None:
+        speedups.cuda_native(False)
+    _native = None
 
 
 #: torch's own reader of a device's current stream: ``(stream id, device, device type)``, a
@@ -113,9 +182,25 @@ def current_stream(dev: int) -> Any:
     return stream
 
 
+def current_device() -> int:
+    """The current CUDA device's index (the C clock's reader where it is in use)."""
+    return _get_device() if native() else torch.cuda.current_device()
+
+
+def give_back(device: int, event: Any) -> None:
+    """Return an unread start event to ``device``'s pool (its step ended untimed)."""
+    if type(event) is int:
+        speedups.cuda_put(device, event)
+    else:
+        events.put(event, device)
+
+
 def record_event(device: int) -> Any:
-    """A pooled CUDA event recorded now on the current stream of ``device`` (an index: the
-    key of the pool's free list it goes back to)."""
+    """A CUDA event recorded now on the current stream of ``device`` (an index: the key of
+    the pool it goes back to): the C clock's handle (an int; None while the stream captures
+    a CUDA graph), or a pooled ``torch.cuda.Event``. A driver error raises RuntimeError."""
+    if native():
+        return speedups.cuda_record(device)
     ev = events.get(device)
     ev.record(current_stream(device))
     return ev

@@ -58,20 +58,22 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
         frame.start = clock.cpu_now()  # the clock last
         return
     event = None
-    if not torch.cuda.is_current_stream_capturing():  # read at call time: tests replace it
+    # The C clock sees a capture itself; the twin asks at call time (tests replace it).
+    if events.native() or not torch.cuda.is_current_stream_capturing():
         try:
-            frame.start = clock.cpu_now()  # the CPU start too (the timeline's, the call's id)
-            device = torch.cuda.current_device() if dev is None else dev
+            device = events.current_device() if dev is None else dev
             slot = None
             if timeline.events is not None:  # the device's reference
                 slot = timeline.gpu_ref(device)
             frame.gpu = slot
-            event = events.record_event(device)
+            event = events.record_event(device)  # None: the C clock saw a capture
             frame.event_device = device
         except RuntimeError:  # e.g. a pending device error: time nothing, fail nothing
             event = None
     frame.mode = UNTIMED if event is None else CUDA
     frame.event = event
+    # the CPU start after the start event: the host time (and the timeline's) leaves it out
+    frame.start = clock.cpu_now()
 
 
 def close_frame(frame: Frame, t1: int, error: bool, link: Any = None, own: int = 0) -> None:
@@ -88,11 +90,12 @@ def close_frame(frame: Frame, t1: int, error: bool, link: Any = None, own: int =
     """
     mode = frame.mode
     end = None
-    if mode == CUDA:
+    if mode == CUDA:  # the clock first: on the device of the start event
         try:
-            dev = frame.dev  # the clock first
-            end = events.record_event(torch.cuda.current_device() if dev is None else dev)
+            end = events.record_event(frame.event_device)
         except RuntimeError:
+            end = None
+        if end is None:  # a device error, or a capture begun inside the step
             mode = UNTIMED
     flags = frame.flags
     try:
@@ -107,8 +110,10 @@ def close_elsewhere(frame: Frame, t1: int, link: Any = None) -> None:
     mode, end = frame.mode, None
     if mode == CUDA:
         try:
-            end = events.record_event(torch.cuda.current_device())
+            end = events.record_event(frame.event_device)
         except RuntimeError:
+            end = None
+        if end is None:
             mode = UNTIMED
     _record_frame(frame, mode, t1, end, False, link)
 
@@ -135,10 +140,22 @@ def _record_frame(
     start, frame.event = frame.event, None  # the frame is reused: it keeps no event
     if mode == CUDA:
         slot, frame.gpu = frame.gpu, None  # see open_frame
-        registry.record_pending(frame.entry, start, end, frame.event_device, error, sampled, slot)
+        registry.record_pending(
+            frame.entry,
+            start,
+            end,
+            frame.event_device,
+            error,
+            sampled,
+            slot,
+            t1,
+            t1 - frame.start - own,
+        )
         if slot is not None and timeline.events is not None:
             timeline.add(frame.entry, frame.start, t1, link, slot)
     else:
+        if start is not None:  # an end that could not be recorded: the start is reusable
+            events.give_back(frame.event_device, start)
         registry.record_untimed(frame.entry, error)
 
 

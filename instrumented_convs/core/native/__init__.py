@@ -43,12 +43,13 @@ speedups: Optional[Any] = _load()
 IMPLEMENTATION = "C" if speedups is not None else "Python"
 
 #: Each C file and the Python it mirrors (dotted names under ``instrumented_convs``). The C
-#: files need only CPython's headers; ``pip install`` builds them, and so does ``python
-#: setup.py build_ext --inplace`` in a checkout. What the C side reads of Python: the
-#: switches (``core.settings``), the registry and the ``Entry`` slots ``children``, ``buf``,
-#: ``retired`` (``_speedups.c``); the ``Step`` slots (``_speedups_step.c``); the instance's
-#: ``__dict__`` (``_speedups_timed.c``); the ``Log`` slots, ``anchor.fast_exit`` and
-#: ``sampling._random`` (``_speedups_anchor.c``).
+#: files need only CPython's headers (the CUDA driver is loaded at run time, where there is
+#: one); ``pip install`` builds them, and so does ``python setup.py build_ext --inplace`` in
+#: a checkout. What the C side reads of Python: the switches (``core.settings``), the
+#: registry and the ``Entry`` slots ``children``, ``buf``, ``retired`` (``_speedups.c``) and
+#: ``host``, ``dcalls``, ``lag``, ``caught`` (``_speedups_cuda.c``); the ``Step`` slots
+#: (``_speedups_step.c``); the instance's ``__dict__`` (``_speedups_timed.c``); the ``Log``
+#: slots, ``anchor.fast_exit`` and ``sampling._random`` (``_speedups_anchor.c``).
 TWINS = {
     "_speedups.c": (  # bind(), the CPU clock, each thread's stack, sums
         "core.clocks.cpu.cpu_now",
@@ -68,6 +69,12 @@ TWINS = {
     ),
     "_speedups_count.c": ("core.backward.sampling._Count",),  # CountHook
     "_speedups_hook.c": ("core.backward.hooks._timed_hook",),  # BackwardHook
+    "_speedups_cuda.c": (  # the CUDA clock: driver events, their pools, the queue, lags
+        "core.clocks.events.record_event",
+        "core.clocks.events.EventPool",
+        "core.clocks.pending.PendingTimes",
+        "core.clocks.pending.DeviceLag",
+    ),
 }
 
 

@@ -365,7 +365,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         || PyModule_AddObjectRef(m, "ThreadState", (PyObject *)&ThreadStateType) < 0
         || PyModule_AddObjectRef(m, "Timed", (PyObject *)&TimedType) < 0
         || PyModule_AddObjectRef(m, "CountHook", (PyObject *)&CountHookType) < 0
-        || PyModule_AddObjectRef(m, "BackwardHook", (PyObject *)&BackwardHookType) < 0) {
+        || PyModule_AddObjectRef(m, "BackwardHook", (PyObject *)&BackwardHookType) < 0
+        || PyModule_AddFunctions(m, cuda_methods) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,7 +5,9 @@
  *   _speedups_anchor.c anchors: their logs, and their exit (choosing how the backward is
  *                      timed, counting it);
  *   _speedups_count.c  CountHook, the hook that counts a backward not timed;
- *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes.
+ *   _speedups_hook.c   BackwardHook, the hooks of a timed backward step's nodes;
+ *   _speedups_cuda.c   the CUDA clock: the driver loaded at run time, event pools, the queue
+ *                      of recorded pairs and their host time and lag.
  * The Python twins: TWINS in instrumented_convs/core/native/__init__.py.
  */
 #ifndef INSTRUMENTED_CONVS_SPEEDUPS_H
@@ -24,7 +26,8 @@ enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
 typedef struct {
     PyObject_HEAD
     PyObject *entry, *rf, *owner, *dev, *spare, *log, *outputs, *task;
-    PyObject *event;  /* a CUDA frame's start event, else NULL */
+    PyObject *event;  /* a CUDA frame's start event as Python made it (twin), else NULL */
+    void *cu_start;  /* a CUDA frame's start event as the C clock recorded it, else NULL */
     PyObject *gpu;  /* a CUDA frame's GPU slot on the timeline (a clocks.events.GpuSlot), else NULL */
     int mode, flags;
     int event_device;  /* the device the start event was recorded on: its pool's key */
@@ -78,5 +81,14 @@ PyObject *bind_anchor(PyObject *mod, PyObject *args);
 int anchor_exit(Frame *frame, PyObject *stack, PyObject *entry);
 /* _speedups_count.c */
 PyObject *bind_count(PyObject *mod, PyObject *args);
+/* _speedups_cuda.c */
+extern int g_cuda_native;  /* cuda_native(): StepBase times CUDA steps in C */
+extern PyMethodDef cuda_methods[];
+int cuda_record_now(int dev, void **out);
+int cuda_pend(PyObject *entry, void *start, void *end, int dev, long long t1, long long host,
+              int sampled, PyObject *slot);
+Py_ssize_t cuda_poll_queue(void);
+void cuda_put_event(int dev, void *ev);
+int cuda_device_of(PyObject *dev);
 
 #endif

@@ -38,7 +38,7 @@ int log_inner(Frame *frame, Py_ssize_t depth, PyObject *entry) {
             PyObject *item = PyErr_Occurred() ? NULL : PyTuple_New(5);
             if (item != NULL) {  /* (seq0, seq1, entry, depth, mode), relative to the anchor */
                 PyObject *v0 = PyLong_FromLongLong(seq0 - base), *v1 = PyLong_FromLongLong(seq1 - base);
-                PyObject *v3 = PyLong_FromSsize_t(depth - dd), *v4 = PyLong_FromLong(CPU);
+                PyObject *v3 = PyLong_FromSsize_t(depth - dd), *v4 = PyLong_FromLong(frame->mode);
                 PyTuple_SET_ITEM(item, 0, v0); PyTuple_SET_ITEM(item, 1, v1);
                 PyTuple_SET_ITEM(item, 2, Py_NewRef(entry));
                 PyTuple_SET_ITEM(item, 3, v3); PyTuple_SET_ITEM(item, 4, v4);

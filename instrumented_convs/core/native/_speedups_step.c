@@ -25,6 +25,7 @@ static int Frame_clear(Frame *self) {
     Py_CLEAR(self->entry); Py_CLEAR(self->event); Py_CLEAR(self->rf); Py_CLEAR(self->owner);
     Py_CLEAR(self->dev); Py_CLEAR(self->spare); Py_CLEAR(self->log); Py_CLEAR(self->outputs);
     Py_CLEAR(self->task); Py_CLEAR(self->gpu); Py_CLEAR(self->start_obj);
+    self->cu_start = NULL;
     return 0;
 }
 
@@ -68,16 +69,38 @@ static int Frame_set_start(Frame *self, PyObject *value, void *closure) {
     return 0;
 }
 
+/* event: a CUDA frame's start event: the C clock's (cu_start) read as its handle, an int; or
+ * the object Python set (the twin's torch.cuda.Event, a test's fake). An int set is a handle. */
+static PyObject *Frame_get_event(Frame *self, void *closure) {
+    if (self->cu_start != NULL) return PyLong_FromVoidPtr(self->cu_start);
+    return Py_NewRef(self->event ? self->event : Py_None);
+}
+
+static int Frame_set_event(Frame *self, PyObject *value, void *closure) {
+    if (value != NULL && PyLong_CheckExact(value)) {
+        void *h = PyLong_AsVoidPtr(value);
+        if (h == NULL && PyErr_Occurred()) return -1;
+        self->cu_start = h;
+        Py_CLEAR(self->event);
+        return 0;
+    }
+    self->cu_start = NULL;
+    Py_XSETREF(self->event, value == NULL || value == Py_None ? NULL : Py_NewRef(value));
+    return 0;
+}
+
 static PyGetSetDef Frame_getset[] = {
     {"start", (getter)Frame_get_start, (setter)Frame_set_start,
      "The CPU clock at a CPU or CUDA frame's entry, integer ns.", NULL},
+    {"event", (getter)Frame_get_event, (setter)Frame_set_event,
+     "A CUDA frame's start event (an int: the C clock's handle), else None.", NULL},
     {NULL},
 };
 
 #define OBJ(n) {#n, T_OBJECT, offsetof(Frame, n), 0, NULL}
 static PyMemberDef Frame_members[] = {
     OBJ(entry), OBJ(rf), OBJ(owner), OBJ(dev), OBJ(spare), OBJ(log), OBJ(outputs), OBJ(task),
-    OBJ(event), OBJ(gpu),
+    OBJ(gpu),
     {"mode", T_INT, offsetof(Frame, mode), 0, NULL},
     {"flags", T_INT, offsetof(Frame, flags), 0, NULL},
     {"cuda", T_BOOL, offsetof(Frame, cuda), 0, NULL},
@@ -176,7 +199,11 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     /* The CPU clock: a step on the CPU (device given), or inheriting it from a CPU step. */
     int cpu = self->cuda == Py_False || ((self->cuda == NULL || self->cuda == Py_None) && parent != NULL
                                          && parent != Py_None && !top->cuda);
-    int slow = Py_TYPE(top) != &FrameType || !cpu || (top->task != NULL && top->task != Py_None);
+    /* The C CUDA clock: a step on a CUDA device (given), or inheriting it from a CUDA step. */
+    int cuda = !cpu && g_cuda_native && g_timeline == NULL
+        && (self->cuda == Py_True || ((self->cuda == NULL || self->cuda == Py_None) && parent != NULL
+                                      && parent != Py_None && top->cuda));
+    int slow = Py_TYPE(top) != &FrameType || !(cpu || cuda) || (top->task != NULL && top->task != Py_None);
     if (!slow && (parent == NULL || parent == Py_None)) {  /* top level: under the registry's root */
         root = PyObject_GetAttr(g_registry, s_root);
         if (root == NULL) goto done;
@@ -221,12 +248,25 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     Py_XSETREF(frame->entry, entry);
     Py_XSETREF(frame->owner, Py_NewRef((PyObject *)self));
-    frame->cuda = 0;
+    frame->cuda = (char)cuda;
     frame->flags = 0;
     frame->mode = CPU;
     if (fill_log(frame, self->region, log, &new_log, anchor_seq) < 0) goto done;
     if (frame->start_obj != NULL) Py_CLEAR(frame->start_obj);  /* the int a Python enter left */
     if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
+    if (cuda) {  /* the start event, recorded before the clock: the host time leaves it out */
+        PyObject *dev = self->cuda == Py_True ? self->dev : top->dev;
+        Py_XSETREF(frame->dev, Py_NewRef(dev ? dev : Py_None));
+        Py_CLEAR(frame->event);
+        Py_CLEAR(frame->gpu);
+        void *ev = NULL;
+        int d = cuda_device_of(frame->dev);
+        int r = d < 0 ? -1 : cuda_record_now(d, &ev);
+        if (r < 0) PyErr_Clear();  /* a pending device error, say: time nothing, fail nothing */
+        frame->cu_start = r > 0 ? ev : NULL;
+        frame->mode = r > 0 ? CUDA : UNTIMED;
+        frame->event_device = r > 0 ? d : 0;
+    }
     long long t0 = now_ns();  /* the clock last */
     if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
     frame->t0 = t0;
@@ -255,7 +295,8 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyList_CheckExact(stack) ? PyList_GET_SIZE(stack) : 0;
     Frame *frame = n ? (Frame *)PyList_GET_ITEM(stack, n - 1) : NULL;
     int slow = frame == NULL || Py_TYPE(frame) != &FrameType || frame->owner != (PyObject *)self
-        || frame->flags || frame->mode != CPU || exc_type != Py_None || !frame->has_t0;
+        || frame->flags || exc_type != Py_None || !frame->has_t0
+        || (frame->mode != CPU && !(frame->mode == CUDA && frame->cu_start != NULL && frame->gpu == NULL));
     if (!slow)
         slow = frame->entry == NULL || (PyObject *)Py_TYPE(frame->entry) != g_entry_type
             || SLOT(frame->entry, o_retired) != Py_False || SLOT(frame->entry, o_buf) == NULL
@@ -274,18 +315,33 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     Py_SET_SIZE(stack, n - 1);  /* pop: the list's reference to frame is ours now (list.pop's
                                    own shrink of the storage is left to the next resize) */
     PyObject *entry = Py_NewRef(frame->entry);
-    PyObject *buf = Py_NewRef(SLOT(entry, o_buf)), *ns = NULL;
-    int ok = (ns = PyLong_FromLongLong(t1 - frame->t0 - own)) != NULL
-        && PyList_Append(buf, ns) == 0;
-    if (ok && PyList_GET_SIZE(buf) >= g_fold_at) {
-        PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);
-        ok = r != NULL;
-        Py_XDECREF(r);
+    int ok;
+    if (frame->mode == CUDA) {  /* the end event, then the pair queued with its host time */
+        void *start = frame->cu_start, *end = NULL;
+        frame->cu_start = NULL;
+        int r = cuda_record_now(frame->event_device, &end);
+        if (r > 0) {
+            ok = cuda_pend(entry, start, end, frame->event_device, t1, t1 - frame->t0 - own, 0, NULL) == 0;
+        } else {  /* capture began inside the step, or a device error: counted as untimed */
+            if (r < 0) PyErr_Clear();
+            cuda_put_event(frame->event_device, start);
+            PyObject *u = PyObject_CallMethod(g_registry, "record_untimed", "O", entry);
+            ok = u != NULL;
+            Py_XDECREF(u);
+        }
+    } else {
+        PyObject *buf = Py_NewRef(SLOT(entry, o_buf)), *ns = NULL;
+        ok = (ns = PyLong_FromLongLong(t1 - frame->t0 - own)) != NULL && PyList_Append(buf, ns) == 0;
+        if (ok && PyList_GET_SIZE(buf) >= g_fold_at) {
+            PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);
+            ok = r != NULL;
+            Py_XDECREF(r);
+        }
+        Py_XDECREF(ns);
+        Py_DECREF(buf);
+        if (ok && g_timeline != NULL)
+            ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
     }
-    Py_XDECREF(ns);
-    Py_DECREF(buf);
-    if (ok && g_timeline != NULL)
-        ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
     if (ok && frame->seq0 >= 0) {
         if (frame->anchor) {  /* counted here, else Python walks or counts it (anchor.log_exit) */
             if (!anchor_exit(frame, stack, entry)) {

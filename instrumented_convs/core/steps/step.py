@@ -19,7 +19,7 @@ from ..compiler import dynamo
 from ..dutycycle.cycle import Iteration, cycle
 from ..frames import lifecycle
 from ..frames import stack as _stack
-from ..frames.stack import CPU, Frame, current_path, depth, open_steps, pop_own
+from ..frames.stack import Frame, current_path, depth, open_steps, pop_own
 from ..settings import switches
 from ..storage.registry import backward_key, registry
 from .stepbase import StepBase
@@ -148,10 +148,7 @@ class Step(StepBase):
         lifecycle.open_frame(frame, self.name, cuda, dev)
         stack.append(frame)
         bottom = stack[0]
-        if frame.mode == CPU:
-            bottom.own += frame.start - t_in
-        else:  # a CUDA step is timed on the device: the tool's CPU time is not in it
-            bottom.own += clock.cpu_now() - t_in
+        bottom.own += frame.start - t_in  # the clock (a CUDA step's host clock) read last
         bottom.opened += 1
         frame.own = bottom.own
         return self

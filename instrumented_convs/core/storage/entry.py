@@ -113,6 +113,14 @@ class EntryStats(NamedTuple):
     #: What each recorded call stands for: its stratum's iterations over those it recorded
     #: (the duty cycle, :mod:`.cycle`); 1.0: recorded in full.
     weight: float = 1.0
+    # Host and device (calls timed with CUDA events, see core.clocks.pending): their host time
+    # (the CPU clock from the start event to the end event, the tool's own time left out),
+    # how far the device was behind the host when each ended (its lag), and how many ended
+    # with the device caught up (a lag under LAG_FLOOR_NS: the device waited for the host).
+    host: int = 0  #: host time (ns) of the calls with a device time and a lag
+    dcalls: int = 0  #: calls timed on the device whose host time and lag were read
+    lag: int = 0  #: the sum of their end lags (ns)
+    caught: int = 0  #: of those, calls that ended with the device caught up
 
 
 class Entry:
@@ -141,6 +149,10 @@ class Entry:
         "rcount",
         "rtotal",
         "sampling",
+        "host",
+        "dcalls",
+        "lag",
+        "caught",
     )
 
     def __init__(
@@ -183,6 +195,11 @@ class Entry:
         self.rtotal = 0
         #: State the step machinery keeps for this entry (backward sampling); never read here.
         self.sampling: Any = None
+        #: Calls timed on a device (CUDA): host time, calls, lags, caught up (see EntryStats).
+        self.host = 0
+        self.dcalls = 0
+        self.lag = 0
+        self.caught = 0
 
     def walk(self) -> Iterator["Entry"]:
         """This entry's descendants, depth first, siblings in order of first use."""
@@ -211,6 +228,10 @@ class Entry:
             self.skipped,
             self.rcount,
             self.rtotal,
+            host=self.host,
+            dcalls=self.dcalls,
+            lag=self.lag,
+            caught=self.caught,
         )
 
     def __repr__(self) -> str:

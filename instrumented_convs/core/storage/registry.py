@@ -13,8 +13,9 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
+from ..clocks import events as _events
 from ..clocks.events import GpuSlot
-from ..clocks.pending import PendingTimes
+from ..clocks.pending import LAG_FLOOR_NS, PendingTimes
 from . import timeline as _timeline
 from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
@@ -56,7 +57,7 @@ class Registry:
 
     def __init__(self) -> None:
         """Create an empty registry."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the C clock's folds run inside record_pending
         #: The strata, the exact one first (see the module docstring), and the current one.
         self.strata: List[Stratum] = [Stratum()]
         self.stratum = self.strata[0]
@@ -222,20 +223,41 @@ class Registry:
         error: bool = False,
         sampled: bool = False,
         slot: Optional[GpuSlot] = None,
+        t1: Optional[int] = None,
+        host: int = 0,
     ) -> None:
         """Queue a CUDA event pair for ``entry`` (taken from ``device``'s pool), folded in
         when read (:class:`~instrumented_convs.core.clocks.pending.PendingTimes`);
         ``sampled``: as :meth:`record_sampled`; ``slot``: the call's place on the timeline's
-        GPU track, whose times are set then (:mod:`.timeline`)."""
+        GPU track, whose times are set then (:mod:`.timeline`); ``t1``: the CPU clock when
+        ``end`` was recorded and ``host`` the call's host time (ns), for its lag."""
         with self._lock:
             if entry.retired is True:  # a reset's (not set aside)
                 entry = self._relocate_locked(entry)
             if error:
                 entry.errors += 1
-            self.pending.add(entry, start, end, device, sampled, slot)
+            self.pending.add(entry, start, end, device, sampled, slot, t1, host)
 
-    def _fold_locked(self, entry: Entry, ns: Optional[int], sampled: bool = False) -> None:
-        """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``."""
+    def fold_device(
+        self, entry: Entry, ns: Optional[int], sampled: bool, host: int, lag: Optional[int]
+    ) -> None:
+        """Fold one resolved CUDA pair (the C clock's uncommon cases: sampled, retired,
+        unreadable); see :meth:`_fold_locked`."""
+        with self._lock:
+            if entry.retired is True:
+                entry = self._relocate_locked(entry)
+            self._fold_locked(entry, ns, sampled, host, lag)
+
+    def _fold_locked(
+        self,
+        entry: Entry,
+        ns: Optional[int],
+        sampled: bool = False,
+        host: int = 0,
+        lag: Optional[int] = None,
+    ) -> None:
+        """Fold one resolved CUDA duration (None: unreadable, untimed) into ``entry``, with
+        its host time and lag when the lag was read (see :class:`EntryStats`)."""
         if ns is None:
             entry.untimed += 1
             return
@@ -243,6 +265,11 @@ class Registry:
         if sampled:
             entry.rcount += 1
             entry.rtotal += ns
+        if lag is not None:
+            entry.host += host
+            entry.dcalls += 1
+            entry.lag += lag
+            entry.caught += lag < LAG_FLOOR_NS
         if len(entry.buf) >= FOLD_AT:
             fold_buffer(entry)
 
@@ -380,6 +407,7 @@ class Registry:
 
 #: The process-wide registry every step writes to.
 registry = Registry()
+_events.bind_folds(registry.fold_device, Entry)  # the C clock folds with these
 
 
 def backward_parent(stack: List[Any], fwd_stack: List[Any]) -> Any:

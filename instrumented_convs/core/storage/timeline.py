@@ -114,8 +114,13 @@ def gpu_ref(key: int) -> GpuSlot:
     clock read with it."""
     ref = _refs.get(key)
     if ref is None:
-        event = cuda_events.events._factory()  # its own event: never back to the pool
-        event.record(cuda_events.current_stream(key))
+        if cuda_events.native():  # the C clock's handle, never given back to its pool
+            event = cuda_events.record_event(key)
+            if event is None:  # the stream captures a graph: no reference yet
+                raise RuntimeError("instrumented_convs: no GPU reference while capturing")
+        else:
+            event = cuda_events.events._factory()  # its own event: never back to the pool
+            event.record(cuda_events.current_stream(key))
         ref = _refs[key] = (event, clock.cpu_now())
     return GpuSlot(ref[0], ref[1])
 
