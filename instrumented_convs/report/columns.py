@@ -28,6 +28,7 @@ __all__ = [
     "footnotes",
     "bytes_text",
     "recorded_memory",
+    "timed_on_device",
     "grid",
 ]
 
@@ -47,7 +48,8 @@ class Column:
     row, for a column no field holds; ``merged``: shown only for a summary merged over
     ranks; ``estimated``: marked ``~`` on a row whose time is partly estimated;
     ``sampled``: shown only for a sampled run (the duty cycle); ``memory``: shown only for
-    a summary that recorded memory (``configure(memory=True)``). ``doc``: what it holds;
+    a summary that recorded memory (``configure(memory=True)``); ``device``: only for one
+    with calls timed on a device (:func:`timed_on_device`). ``doc``: what it holds;
     with ``note``, also the table's footnote on it (:func:`footnotes`).
     """
 
@@ -61,6 +63,7 @@ class Column:
     sampled: bool = False
     memory: bool = False
     note: bool = False
+    device: bool = False
 
     def of(self, row: Row) -> Any:
         """This column's value for ``row``."""
@@ -73,6 +76,17 @@ COLUMNS: List[Column] = [
     Column("count", "Count", "count", doc="calls (timed, and counted with their time estimated)"),
     Column("mean", "Average", "time", estimated=True, doc="total / count"),
     Column("total", "Total", "time", estimated=True, doc="inclusive time, all calls"),
+    Column(
+        "host",
+        "Host",
+        "time",
+        lambda r: r.host if r.device_calls else None,
+        estimated=True,
+        doc="the CPU's time to issue the calls timed on the device, from the start event's "
+        "record to the end event's, the tool's own left out (their Total is the device's).",
+        note=True,
+        device=True,
+    ),
     Column("self_time", "Self", "time", estimated=True, doc="total less the children's"),
     Column("min", "Min", "time", doc="the shortest timed call"),
     Column("max", "Max", "time", doc="the longest timed call"),
@@ -152,23 +166,34 @@ def remove(key: str) -> Column:
 
 
 def shown(
-    merged: bool, spread: bool = True, sampled: bool = False, memory: bool = False
+    merged: bool,
+    spread: bool = True,
+    sampled: bool = False,
+    memory: bool = False,
+    device: bool = False,
 ) -> List[Column]:
     """The columns of a table: the merged-only ones for a summary merged over ranks (and
     ``spread``: its Slowest and Spread, unless turned off), the sampled-only ones for a
-    sampled run, the memory ones for a run that recorded memory."""
+    sampled run, the memory ones for a run that recorded memory, the device ones for a run
+    with calls timed on a device."""
     return [
         c
         for c in COLUMNS
         if (not c.merged or (merged and spread))
         and (not c.sampled or sampled)
         and (not c.memory or memory)
+        and (not c.device or device)
     ]
 
 
 def recorded_memory(rows: Sequence[Row]) -> bool:
     """Whether memory was recorded for any of ``rows`` (``configure(memory=True)``)."""
     return any(r.mem_calls or r.saved_bytes or r.saved_aside for r in rows)
+
+
+def timed_on_device(rows: Sequence[Row]) -> bool:
+    """Whether any of ``rows`` has calls timed on a device whose host time was read (CUDA)."""
+    return any(r.device_calls for r in rows)
 
 
 def grid(

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import columns
+from . import columns, hostdevice
 from .compiled import compiled_note
 from .text import sampling_note
 
@@ -33,6 +33,8 @@ _ROW_FIELDS = (
     "self_time",
     "mean",
     "estimated",
+    "host",
+    "device_calls",
 )
 _RANK_DEPTH = 2  # the per-rank table shows the steps down to this depth
 
@@ -52,6 +54,7 @@ def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Di
         world is not None,
         sampled=any(r.sampled for r in rows),
         memory=columns.recorded_memory(rows),
+        device=columns.timed_on_device(rows),
     )
     timed = ("time", "slowest", "error")
     headers = [c.header + (f" ({unit})" if c.kind in timed else "") for c in shown]
@@ -205,6 +208,7 @@ def summary_page(
         "loaders": list(loaders) if loaders else None,
         "memory": _memory(summary.rows),
         "diff": None,
+        "host_device": hostdevice.lines(summary) or None,
         "note": " ".join(
             filter(None, [sampling_note(summary.sampling), compiled_note(summary), note])
         ),

@@ -70,6 +70,15 @@ class Row:
     #: standard error of ``total`` (0.0 when exact).
     sampled: int = 0
     se: float = 0.0
+    #: Calls timed on a device (CUDA events) whose host time and lag were read: their host
+    #: time (the CPU's, from the start event's record to the end event's, the tool's own
+    #: time left out; ``total`` is the device's), how many, the sum of their end lags (how
+    #: far the device was behind the host as each ended) and how many ended caught up. Host
+    #: time, calls and lags are scaled like ``total`` in a sampled run (see docs/host_device.md).
+    host: float = 0.0
+    device_calls: int = 0
+    lag: float = 0.0
+    caught: int = 0
     #: The statistics of :data:`~.stats.STATISTICS` that no field above holds (a statistic
     #: added at run time), by name; read as attributes too (``row.name``). Not in
     #: :data:`FIELDS`: written only by a column that shows one (:mod:`.columns`).

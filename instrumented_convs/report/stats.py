@@ -193,6 +193,11 @@ STATISTICS: List[Statistic] = [
     Statistic("mem_calls", attrgetter("mem_calls")),
     Statistic("peak_bytes", attrgetter("peak_bytes"), merge=max),
     Statistic("saved_aside", attrgetter("saved_aside")),
+    # host and device: the device-timed calls' host time and end lags (inclusive, like total)
+    Statistic("host", lambda s: s.host * s.weight, start=0.0, row=lambda g, _: g["host"] * 1e-9),
+    Statistic("device_calls", attrgetter("dcalls"), weigh=_weighed),
+    Statistic("lag", lambda s: s.lag * s.weight, start=0.0, row=lambda g, _: g["lag"] * 1e-9),
+    Statistic("caught", attrgetter("caught"), weigh=_weighed),
 ]
 _ROW_FIELDS = frozenset(FIELDS)
 

@@ -12,7 +12,7 @@ import io
 import json
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-from . import columns, diff, page, saved, tensorboard
+from . import columns, diff, hostdevice, page, saved, tensorboard
 from .columns import UNITS
 from .diff import SummaryDiff
 from .renderers import RenderInput, render
@@ -236,13 +236,21 @@ class Summary:
         (see :mod:`.tensorboard`). Call it once an epoch; returns the scalars written."""
         return tensorboard.write_scalars(self, writer, step)
 
+    def host_device(self) -> Optional[Dict[str, Any]]:
+        """Where the device waited for the host, on CUDA (None on the CPU clock): per region,
+        per layer (by layer) and for the steps whose host time is most of their device time,
+        their host and device time, calls, lags and verdict (:mod:`.hostdevice`)."""
+        return hostdevice.host_device(self)
+
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-ready dict: ``{"by", "unit", "total", "rows": [...]}``, each row its fields
         and the values of the columns no field holds (:mod:`.columns`).
 
         A summary merged over ranks adds ``"per_rank"``: each rank's summary as such a dict;
-        a sampled run ``"sampling"`` (:attr:`sampling`), a compiled one ``"compiled"``.
+        a sampled run ``"sampling"`` (:attr:`sampling`), a compiled one ``"compiled"``, one
+        with calls timed on a device ``"host_device"`` (:meth:`host_device`; made anew from the
+        rows when read back).
         """
         data = {
             "by": self.by,
@@ -256,6 +264,9 @@ class Summary:
             data["sampling"] = self.sampling
         if self.compiled is not None:
             data["compiled"] = self.compiled
+        verdict = self.host_device()
+        if verdict is not None:
+            data["host_device"] = verdict
         return data
 
     def to_json(self, indent: Optional[int] = 2) -> str:

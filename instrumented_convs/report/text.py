@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional
 
 from ..core.storage.entry import BACKWARD_MARK
-from . import columns
+from . import columns, hostdevice
 from .compiled import compiled_note
 
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
@@ -105,6 +105,7 @@ class TableRenderer:
             self.spread,
             sampled=getattr(summary, "sampling", None) is not None,
             memory=columns.recorded_memory(rows),
+            device=columns.timed_on_device(rows),
         )
         lines = self._grid(summary, shown, unit, scale)
         lines += columns.footnotes(
@@ -208,4 +209,5 @@ NOTES: List[Callable[[Any], List[str]]] = [
     _estimated_note,
     _upstream_note,
     _call_notes,
+    hostdevice.lines,
 ]

@@ -80,7 +80,9 @@ class Timeline:
         call to its backward; and on CUDA one GPU track with the GPU's times of the same calls,
         from the events already recorded (its clock is aligned with the CPU's at one reference
         event: the offset is the GPU's queue at that moment, so read the GPU track for durations
-        and order, and its distance from the CPU track as approximate).
+        and order, and its distance from the CPU track as approximate). A CUDA call's slices
+        each carry the other clock's duration: ``device_us`` on the CPU's, ``host_us`` (the
+        CPU slice's, the tool's own time in) on the GPU's.
         """
         pid = os.getpid() if pid is None else pid
         off = self._offset
@@ -107,8 +109,10 @@ class Timeline:
                 forward_at[(thread, link, name_, scope)] = ev
             elif phase == "backward" and isinstance(link, (tuple, list)):
                 links.append(((link[0], link[1], name_, scope), ev))
-            if g is not None:
-                gev = dict(ev, tid=_GPU_TID, cat=phase + ",gpu", args=dict(args, clock="CUDA"))
+            if g is not None:  # each slice says the other clock's duration
+                host = {"clock": "CUDA", "host_us": round((t1 - t0) / 1e3, 3)}
+                gev = dict(ev, tid=_GPU_TID, cat=phase + ",gpu", args=dict(args, **host))
+                args["device_us"] = round((g[1] - g[0]) / 1e3, 3)
                 gpu.append((g[0] + off - base, g[1] + off - base, gev))
         _attach_inputs(self.notes, self.calls, [sp[2] for sp in spans])
         names = {}

@@ -89,7 +89,8 @@
         (n.scope ? "  (" + n.scope + ")" : "") + "\n" + n.count + " calls" +
         (n.estimated ? " (" + n.estimated + " estimated)" : "") + ", total " + fmt(n.total, unit) +
         " " + unit + ", mean " + fmt(n.mean, unit) + " " + unit + ", self " +
-        fmt(n.self_time, unit) + " " + unit + "\n" + pct(n.total / grand) + " of all steps");
+        fmt(n.self_time, unit) + " " + unit + (n.device_calls ? ", host " + fmt(n.host, unit) +
+        " " + unit + " (total is the device's)" : "") + "\n" + pct(n.total / grand) + " of all steps");
     }
     tip.style.whiteSpace = "pre";
     tip.style.display = "block";
@@ -269,6 +270,11 @@
       icicle(box, run.rows, run.unit, DATA.runs.length > 1 ? scale : 0);
     });
     main.appendChild(node("p", { class: "note" }, "Width: a step's total time; the gap under a step is its own code. Hover for numbers, click to zoom. " + (DATA.note || "")));
+    if (DATA.host_device) {
+      main.appendChild(node("h2", {}, DATA.host_device[0].replace(/:$/, "")));
+      const box = main.appendChild(node("div", { class: "hostdevice" }));
+      DATA.host_device.slice(1).forEach(function (line) { box.appendChild(node("p", { class: "note" }, line.trim())); });
+    }
     if (DATA.memory) {
       main.appendChild(node("h2", {}, "Where the memory goes: what each step keeps for backward"));
       const box = main.appendChild(node("div", { class: "chart memory" }));
