@@ -1,14 +1,18 @@
 """The checks of ``scripts/gpu.sh`` that are not commands of their own: the machine's facts,
-a ``run`` folder's page and timeline, and the summary of every result of the run.
+a ``run`` folder's page, timeline and host/device verdict, and the summary of every result.
 
     python scripts/gpu_checks.py facts FILE.json            # device, driver, clocks, versions
     python scripts/gpu_checks.py run-folder DIR --device cuda  # page, trace, the GPU track
+    python scripts/gpu_checks.py verdict DIR --expect launch-bound [--device cuda] [--json F]
     python scripts/gpu_checks.py summary DIR                # the figures of DIR's results
     python scripts/gpu_checks.py first-sync warn|error      # what the first CUDA steps sync
 
 ``run-folder`` exits 1 when the folder lacks its table, page or timeline, or (``--device
 cuda``) when the timeline has no GPU track (spans of category ``...,gpu``, timed by the
 steps' own CUDA events) or a GPU span is not inside the run; on the CPU it must have none.
+``verdict`` prints the run's host/device section and exits 1 unless the training regions'
+verdicts (:func:`training_regions`) match ``--expect`` for most of their device time; on the
+CPU the run must have no such section.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+#: Issue 52's goals: check's cost section on a GPU (defaults / stock per shape) and the
+#: launch-bound proxy on CUDA (defaults / stock; and at most half torch.profiler's added time).
+COST_GOALS = {"cora": 1.08, "arxiv": 1.02}
+LB_GOAL = 1.15
 
 #: nvidia-smi's fields recorded with the figures (the clocks now and at most, the power cap).
 SMI_FIELDS = (
@@ -52,6 +61,10 @@ def facts(path: str) -> int:
             memory_gib=round(p.total_memory / 2**30, 1),
             cuda_runtime=torch.version.cuda,
         )
+        from instrumented_convs.core.clocks import events
+
+        torch.zeros(1, device="cuda")  # CUDA up: the clock of CUDA steps is decided
+        out["cuda_clock"] = "C" if events.native() else "Python twin"
         try:
             smi = subprocess.run(
                 ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader"],
@@ -195,11 +208,138 @@ def loaders(folder: str, device: str) -> int:
     return 1 if problems else 0
 
 
+def _device_s(row: Any) -> float:
+    """A row's device time over its calls whose host time was read (as the report reads it:
+    docs/host_device.md)."""
+    if 0 < row.device_calls < row.count:
+        return row.total * row.device_calls / row.count
+    return row.total
+
+
+def training_regions(summary: Any) -> List[Any]:
+    """The regions a verdict is judged by: the top-level regions timed on the device, or,
+    where there is one only and it holds regions (the study's ``epoch`` around ``forward``,
+    ``loss``, ``backward``, ``optimizer.step``), the regions right inside it; each a
+    :class:`~instrumented_convs.report.hostdevice.Part`."""
+    from instrumented_convs.report.hostdevice import Part
+
+    rows = [r for r in summary.rows if r.device_calls and r.kind == "region"]
+    tops = [r for r in rows if r.depth == 0]
+    if len(tops) == 1:
+        inner = [r for r in rows if r.depth == 1 and r.name.startswith(tops[0].name + "/")]
+        tops = inner or tops
+    return [
+        Part(r.name, "region", r.host, _device_s(r), r.device_calls, r.lag, r.caught) for r in tops
+    ]
+
+
+def verdict(folder: str, expect: str, device: str, out: Optional[str] = None) -> int:
+    """Print a run folder's host/device section; 0 when the training regions' verdicts are
+    ``expect`` for most of their device time (on the CPU: when the run has no section)."""
+    from instrumented_convs.report import Summary
+    from instrumented_convs.report.hostdevice import lines
+
+    run = json.loads((Path(folder) / "run.json").read_text())
+    section = (run.get("summary") or {}).get("host_device")
+    result: Dict[str, Any] = {"folder": folder, "expect": expect, "device": device}
+    if not device.startswith("cuda"):
+        ok = section is None
+        said = "no host/device section, as on the CPU" if ok else "FAILED: one in a CPU run"
+        print(f"{folder}: {said}")
+        result.update(passed=ok, regions=[])
+    elif section is None:
+        print(f"{folder}: FAILED: no host/device section in a CUDA run")
+        result.update(passed=False, regions=[])
+    else:
+        summary = Summary.load(folder)
+        print("\n".join(lines(summary)))
+        parts = training_regions(summary)
+        total = sum(p.device for p in parts)
+        agree = sum(p.device for p in parts if p.verdict == expect)
+        share = agree / total if total > 0 else 0.0
+        for p in parts:
+            print(
+                f"  {p.name}: {p.verdict}, device {p.device * 1e3:.3f} ms, host "
+                f"{p.host * 1e3:.3f} ms ({100 * p.share:.0f}%), {p.caught} of {p.calls} calls "
+                f"caught up, mean lag {p.mean_lag * 1e6:.1f} us"
+            )
+        ok = share > 0.5
+        print(
+            f"{folder}: {'PASS' if ok else 'FAILED'}: {100 * share:.0f}% of the training "
+            f"regions' device time is {expect} (expected: most of it)"
+        )
+        result.update(
+            passed=ok,
+            share=share,
+            regions=[p.as_dict() for p in parts],
+            section=section,
+        )
+    if out:
+        Path(out).write_text(json.dumps(result, indent=1))
+    return 0 if result["passed"] else 1
+
+
 def _load(path: Path) -> Optional[Any]:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _goal(what: str, value: float, limit: float, unit: str) -> str:
+    """A goal's line: PASS when ``value`` is at most ``limit``."""
+    verdict = "PASS" if value <= limit else "FAIL"
+    f = ".3f" if unit.startswith("x") else ".0f"
+    return f"goal | {verdict} | {what}: {value:{f}} {unit}, at most {limit:{f}}"
+
+
+def _summary_issue52(d: Path) -> None:
+    """The figures of issue 52: a step against its raw records, where the cost goes, the
+    verdicts at both shapes."""
+    cs = _load(d / "cuda_step.json")
+    if cs:
+        parts = ", ".join(f"{k} {v:.0f}" for k, v in cs.get("parts_ns", {}).items())
+        print(
+            f"cuda_step | ns a call ({'C clock' if cs.get('c_clock') else 'Python twin'}): {parts}"
+        )
+        for name, f in cs.get("steps", {}).items():
+            print(
+                f"cuda_step | {name}: {f['step_ns']:.0f} ns, 2 raw records {f['records_ns']:.0f} "
+                f"ns, difference {f['difference_ns']:.0f} ns"
+            )
+        if str(cs.get("device", "")).startswith("cuda"):
+            for g in cs.get("goals", []):
+                if g["pass"] is None:
+                    print(f"goal | NOT MEASURED | {g['step']}: {g['goal']}: the C clock not in use")
+                else:
+                    print(_goal(f"{g['step']}: {g['goal']}", g["value_ns"], g["limit_ns"], "ns"))
+    dc = _load(d / "device_cost.json")
+    if dc:
+        for shape, r in dc.get("shapes", {}).items():
+            med = r["median_ms"]["stock"]
+            print(
+                f"device_cost | {shape}: stock "
+                + ", ".join(f"{c} {v:.3f} ms" for c, v in med.items())
+                + " | "
+                + "; ".join(
+                    f"{v} " + "/".join(f"{x:.3f}" for x in q.values())
+                    for v, q in r["ratio"].items()
+                )
+                + f" ({'/'.join(med)} ratios to stock)"
+            )
+            print(f"device_cost | {shape}: {r['conclusion']['text']}")
+    for f in sorted(d.glob("verdict-*.json")):
+        v = _load(f) or {}
+        regions = ", ".join(
+            f"{p['name'].rsplit('/', 1)[-1]} {p['verdict']} ({p['device'] * 1e3:.2f} ms, host "
+            f"{100 * p['share']:.0f}%)"
+            for p in v.get("regions", [])
+        )
+        share = f"{100 * v['share']:.0f}% of the device time" if "share" in v else "no section"
+        print(
+            f"verdict | {f.stem[8:]}: expected {v.get('expect')}: "
+            f"{'PASS' if v.get('passed') else 'FAIL'} ({share}) | {regions}"
+        )
 
 
 def summary(folder: str) -> int:
@@ -209,18 +349,25 @@ def summary(folder: str) -> int:
     print(
         f"device: {f.get('device', 'CPU')}; torch {f.get('torch')}, PyG "
         f"{f.get('torch_geometric')}, Python {f.get('python')}, fast path "
-        f"{f.get('fast_path')}"
+        f"{f.get('fast_path')}, CUDA steps timed by {f.get('cuda_clock', 'no CUDA clock')}"
     )
     if isinstance(f.get("nvidia_smi"), dict):
         print("nvidia-smi: " + ", ".join(f"{k} {v}" for k, v in f["nvidia_smi"].items()))
     check = _load(d / "check.json")
-    if check:
-        for s in check.get("sections", []):
+    for part in (check, _load(d / "check-other.json")):
+        for s in (part or {}).get("sections", []):
             for line in s.get("lines", []):
                 print(
                     f"check | {s.get('title', '')[:28]:28s} | {line.get('status'):7s} | "
                     f"{line.get('name')}: {str(line.get('detail'))[:150]}"
                 )
+    if check and str(check.get("device", "")).startswith("cuda"):
+        for s in check.get("sections", []):
+            for line in s.get("lines", []) if s.get("title", "").endswith("Cost") else []:
+                shape = line.get("name", "").rsplit(", ", 1)[-1]
+                on = ((line.get("data") or {}).get("ratios") or {}).get("enabled")
+                if on is not None and shape in COST_GOALS:
+                    print(_goal(f"check cost {line['name']}", on, COST_GOALS[shape], "x stock"))
     lb = _load(d / "launch_bound.json")
     if lb:
         for label, r in lb.get("results", {}).items():
@@ -231,6 +378,19 @@ def summary(folder: str) -> int:
                 + f" | rows {r['rows']['defaults']}, {r['us_per_row']['defaults']:.2f} us/row"
                 + (f" | budget chose 1 in {r['budget_every']}" if "budget_every" in r else "")
             )
+            if str(lb.get("info", {}).get("device", "")).startswith("cuda"):
+                print(_goal(f"launch-bound {label} defaults", q["defaults"], LB_GOAL, "x stock"))
+                extra = r.get("extra_us", {})
+                if "torch.profiler" in extra:
+                    print(
+                        _goal(
+                            f"launch-bound {label} defaults' added us vs half torch.profiler's",
+                            extra["defaults"],
+                            extra["torch.profiler"] / 2,
+                            "us",
+                        )
+                    )
+    _summary_issue52(d)
     fid = _load(d / "fidelity.json")
     if fid:
         info = fid["info"]
@@ -274,6 +434,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     w = sub.add_parser("loaders")
     w.add_argument("folder")
     w.add_argument("--device", default="cpu")
+    v = sub.add_parser("verdict")
+    v.add_argument("folder")
+    v.add_argument("--expect", required=True, choices=("launch-bound", "device-bound"))
+    v.add_argument("--device", default="cuda")
+    v.add_argument("--json", metavar="FILE", help="write the verdict here")
     sub.add_parser("summary").add_argument("folder")
     sub.add_parser("first-sync").add_argument("mode", choices=("warn", "error"))
     a = p.parse_args(argv)
@@ -283,6 +448,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return first_sync(a.mode)
     if a.cmd == "run-folder":
         return run_folder(a.folder, a.device)
+    if a.cmd == "verdict":
+        return verdict(a.folder, a.expect, a.device, a.json)
     if a.cmd == "loaders":
         return loaders(a.folder, a.device)
     return summary(a.folder)

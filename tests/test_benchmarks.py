@@ -254,9 +254,9 @@ def test_instructions_counts_every_variant_and_orders_them():
 
 
 def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
-    """scripts/gpu.sh, the one command of a GPU session (issue 44), with --device cpu: the
-    same steps, smallest sizes; every step exits 0 and its results come back as the three
-    files of $OUT (the device tool returns at most 8)."""
+    """scripts/gpu.sh, the one command of a GPU session (issues 44 and 52), with --device
+    cpu: issue 52's steps, smallest sizes; every step exits 0 and its results come back as
+    the three files of $OUT (the device tool returns at most 8)."""
     pytest.importorskip("torch_geometric")
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=python_path())
@@ -277,19 +277,118 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
         "facts.json",
         "check.json",
         "launch_bound.json",
-        "fidelity.json",
-        "memory.json",
         "cuda_step.json",
+        "device_cost.json",
         "pytest-gpu.xml",
         "run-cora/trace.json.gz",
         "run-arxiv/page.html",
-        "run-loaders/run.json",
+        "verdict-cora.json",
+        "verdict-arxiv.json",
     } <= names
+    assert not {"fidelity.json", "memory.json", "run-loaders/run.json"} & names  # --all's
     lines = steps.strip().splitlines()
-    assert len(lines) == 14 and all("| exit 0 |" in line for line in lines), steps
+    assert len(lines) == 11 and all("| exit 0 |" in line for line in lines), steps
     summary = (out / "summary.txt").read_text()
-    assert "check | 5. Environment" in summary and "launch-bound | PyG GCNConv" in summary
-    assert "fidelity | 30 iterations, 1 in 3" in summary
+    assert "check | 4. Cost" in summary and "launch-bound | PyG GCNConv" in summary
+    assert "cuda_step | ns a call" in summary and "device_cost | arxiv: no device here" in summary
+    assert "verdict | cora: expected launch-bound: PASS (no section)" in summary
+
+
+def test_gpu_checks_verdict_judges_the_training_regions_by_their_device_time(tmp_path):
+    """scripts/gpu_checks.py verdict: the regions inside the study's epoch, each with its
+    verdict, the majority of their device time against --expect; on the CPU, no section."""
+    from instrumented_convs.report import Row, Summary
+
+    def row(name, depth, total, caught, kind="region"):
+        return Row(
+            name=name, step=name, depth=depth, scope="", kind=kind, count=4, total=total,
+            self_time=0.0, mean=total / 4, min=0.0, max=0.0, std=0.0, fraction=0.0,
+            self_fraction=0.0, host=total / 10, device_calls=4, lag=4e-3, caught=caught,
+        )  # fmt: skip
+
+    rows = [
+        row("epoch", 0, 0.1, 0),
+        row("epoch/forward", 1, 0.05, 4),
+        row("epoch/forward/GCNConv", 2, 0.04, 0, "step"),
+        row("epoch/loss", 1, 0.001, 0),
+        row("epoch/backward", 1, 0.04, 4),
+        row("epoch/optimizer.step", 1, 0.009, 0),
+    ]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    data = {"format": "instrumented_convs.run", "version": 1, "kind": "run"}
+    (folder / "run.json").write_text(json.dumps({**data, "summary": Summary(rows).to_dict()}))
+    checks = os.path.join(ROOT, "scripts", "gpu_checks.py")
+    out = tmp_path / "v.json"
+    proc = run_script(
+        checks, "verdict", str(folder), "--expect", "launch-bound", "--json", str(out)
+    )
+    assert "epoch/forward: launch-bound" in proc.stdout and "PASS: 90%" in proc.stdout
+    got = json.loads(out.read_text())
+    assert got["passed"] and [r["name"] for r in got["regions"]] == [
+        "epoch/forward",
+        "epoch/loss",
+        "epoch/backward",
+        "epoch/optimizer.step",
+    ]
+    proc = run_script(checks, "verdict", str(folder), "--expect", "device-bound", expect=1)
+    assert "FAILED: 10% of the training regions' device time is device-bound" in proc.stdout
+    # a CPU run: no section wanted, one found fails
+    run_script(
+        checks, "verdict", str(folder), "--expect", "launch-bound", "--device", "cpu", expect=1
+    )
+    (folder / "run.json").write_text(json.dumps({**data, "summary": {"rows": []}}))
+    run_script(checks, "verdict", str(folder), "--expect", "launch-bound", "--device", "cpu")
+
+
+def test_device_cost_reports_every_variant_and_a_conclusion_on_the_cpu(tmp_path):
+    """benchmarks/device_cost.py (issue 52) on the CPU: both shapes, every variant's medians
+    and ratios to stock (wall and host: no device here), a conclusion per shape."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "dc.json"
+    proc = run_script("benchmarks/device_cost.py", "--device", "cpu", "--quick", "--json", str(out))
+    got = json.loads(out.read_text())
+    assert set(got["shapes"]) == {"cora", "arxiv"}
+    for r in got["shapes"].values():
+        assert list(r["median_ms"]) == got["info"]["variants"]
+        assert set(r["ratio"]) == set(got["info"]["variants"]) - {"stock"}
+        assert all(set(q) == {"wall", "host"} for q in r["ratio"].values())
+        assert r["conclusion"]["text"].startswith("no device here")
+    assert proc.stdout.count("conclusion:") == 2
+
+
+def test_cuda_step_twin_clock_puts_the_clock_back_and_the_goals_judge_the_c_step():
+    """benchmarks/cuda_step.py: twin_clock replaces the clock's choice (and with
+    record=False the event record) only inside; the goals set the C clock's step against
+    its two raw records (issue 52: at most 1.5 us more, at most 6 us)."""
+    import importlib.util
+
+    from instrumented_convs.core.clocks import events
+
+    path = os.path.join(ROOT, "benchmarks", "cuda_step.py")
+    spec = importlib.util.spec_from_file_location("cuda_step", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    native, record = events.native, events.record_event
+    with mod.twin_clock(record=False):
+        assert events.native() is False and events.record_event(0) is None
+    assert events.native is native and events.record_event is record
+    found = mod.goals({mod.RAW_RECORD: 2000.0, mod.C_STEP: 5400.0, mod.C_STEP + mod.NESTED: 6100.0})
+    assert found["steps"][mod.C_STEP] == {
+        "step_ns": 5400.0,
+        "records_ns": 4000.0,
+        "difference_ns": 1400.0,
+    }
+    verdicts = [(g["step"], g["goal"], g["pass"]) for g in found["goals"]]
+    assert verdicts == [
+        (mod.C_STEP, "step <= 2 records + 1.5 us", True),
+        (mod.C_STEP, "step <= 6 us", True),
+        (mod.C_STEP + mod.NESTED, "step <= 2 records + 1.5 us", False),
+        (mod.C_STEP + mod.NESTED, "step <= 6 us", False),
+    ]
+    unmeasured = mod.goals({mod.TWIN_STEP: 20000.0})
+    assert all(g["pass"] is None for g in unmeasured["goals"])
+    assert "NOT MEASURED" in "\n".join(mod.goal_lines(unmeasured))
 
 
 def test_cycle_cost_reports_each_variant_and_the_goals(tmp_path):
