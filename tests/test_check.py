@@ -633,8 +633,8 @@ def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatc
     monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: self)
     s = cost.section(CUDA, True)
     got = {x.name: (x.status, x.data.get("promise")) for x in s.lines}
-    assert got["PyG GCN, cora"] == (PASS, 1.35)  # what an H100 measured (docs/performance.md)
-    assert got["PyG GCN, arxiv"] == (FAIL, 1.04)  # 1.08 > 1.04: worse than measured there
+    assert got["PyG GCN, cora"] == (PASS, 1.16)  # what an H200 measured (docs/performance.md)
+    assert got["PyG GCN, arxiv"] == (FAIL, 1.02)  # 1.08 > 1.02: worse than measured there
     assert {n for _, n, _ in seen} == {2708, 169_343}
 
 
