@@ -297,6 +297,7 @@ def test_the_peak_given_in_place_of_the_probe_and_on_which_device_it_is_probed(m
     import argparse
 
     from instrumented_convs import roofline
+    from instrumented_convs.commands.errors import UserError
     from instrumented_convs.commands.launch import peaks
 
     probed = Peak(20.0, 100.0, "probe on here")
@@ -318,7 +319,7 @@ def test_the_peak_given_in_place_of_the_probe_and_on_which_device_it_is_probed(m
     assert seen == ["cpu", "cuda"]
     peaks.run_peak(argparse.Namespace(peak_gbs=3.0, peak_tflops=4.0))  # both given: no probe
     assert seen == ["cpu", "cuda"]
-    with pytest.raises(SystemExit):
+    with pytest.raises(UserError, match="--peak-gbs takes a positive number"):
         peaks.run_peak(argparse.Namespace(peak_gbs=-1.0, peak_tflops=None))
 
 

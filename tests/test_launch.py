@@ -94,7 +94,12 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     assert run["args"] == ["--epochs", "3"] and run["command"][-3:] == [script, "--epochs", "3"]
     assert run["versions"]["torch"] == torch.__version__
     assert run["settings"]["enabled"] is True and run["settings"]["backward_every"] == 16
-    assert (tmp_path / "out" / "summary.txt").read_text().startswith("--- Timer summary")
+    # the title run printed: one title for the run's table wherever it is shown
+    assert (
+        (tmp_path / "out" / "summary.txt")
+        .read_text()
+        .startswith(f"--- instrumented_convs run: {script} ")
+    )
 
     # The timeline: every call, nested per thread, arrows from forwards to their backward.
     trace = read_trace(tmp_path / "out" / "trace.json.gz")
@@ -251,14 +256,14 @@ def test_only_exclude_and_a_name_that_matches_nothing(tmp_path):
         "-o",
         "out",
         "--only",
-        "GCNConv,GCNconv",
+        "GCNConv,ChebConv",
         "--exclude",
         "GATConv",
         script,
         "--epochs",
         "1",
     )
-    assert "--only GCNconv matched no conv layer" in proc.stderr
+    assert "--only ChebConv matched no conv layer" in proc.stderr
     c = counts(Summary.load(tmp_path / "out"))
     assert ("forward/GCNConv", "forward") in c
     assert not any(name.endswith(("SAGEConv", "GATConv", "GINConv")) for name, _ in c)
@@ -523,16 +528,15 @@ def test_summary_load_reads_folders_files_gzip_and_refuses_what_it_cannot(tmp_pa
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no run.json"):
         Summary.load(tmp_path / "empty")
-    with pytest.raises(ValueError, match="not a run"):
-        cli_main(["view", str(plain)])
+    assert cli_main(["view", str(plain)]) == 1  # a line, no traceback (test_cli_errors.py)
 
 
 def test_view_prints_the_selected_rows(tmp_path, capsys):
     folder = _saved_run(tmp_path)
     assert cli_main(["view", str(folder), "--unit", "us"]) == 0
     assert "(times in us)" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="ranks"):
-        cli_main(["view", str(folder), "--rank", "1"])
+    assert cli_main(["view", str(folder), "--rank", "1"]) == 2
+    assert "this run has the ranks [0], not 1" in capsys.readouterr().err
 
 
 def test_view_prints_any_renderer_by_name(tmp_path, capsys):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from ..errors import PROG, USAGE, HelpFormatter, UserError, described, error_note
 from . import accuracy, cost, cuda, environment, equivalence
 from ._report import FAIL, PASS, SKIPPED, Line, Report, Section
 
@@ -88,8 +89,10 @@ def run(
 
 def _main(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"check: --device {args.device}, but torch sees no CUDA device", file=sys.stderr)
-        return 2
+        raise UserError(
+            f"--device {args.device}, but torch sees no CUDA device (a torch built with CUDA?)",
+            USAGE,
+        )
     bar = _Progress(sys.stderr.isatty() and not args.no_progress)
     try:
         report = run(args.device, args.quick, args.sections, bar)
@@ -107,12 +110,28 @@ def add_command(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     """Add ``check`` to the package's command line (``instrumented_convs.commands.cli``)."""
     p = sub.add_parser(
         "check",
+        formatter_class=HelpFormatter,
+        usage=f"{PROG} check [options]",
         help="check this library's claims on this machine (run it first on a GPU)",
-        description=__doc__.split("\n\n")[0],
+        description=described(
+            "Checks the library's claims on this machine, in five sections (equivalence,\n"
+            "accuracy, CUDA, cost, environment), each a table of lines PASS, FAIL or SKIPPED.",
+            f"{PROG} check",
+            f"{PROG} check --device cuda --json check.json   (for a bug report)",
+            f"{PROG} check --quick --sections equivalence accuracy",
+        ),
+        epilog="Exit code 0 when no line failed, 1 when one did; docs/check.md says what each "
+        "line means\nand what to send when one fails.\n\n" + error_note(),
     )
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--quick", action="store_true", help="smaller graphs, fewer rounds")
     p.add_argument("--json", metavar="FILE", help="write every line and its figures here")
-    p.add_argument("--sections", nargs="+", choices=list(SECTIONS), help="only these")
+    p.add_argument(
+        "--sections",
+        nargs="+",
+        choices=list(SECTIONS),
+        metavar="SECTION",
+        help=f"only these sections, of: {', '.join(SECTIONS)} (default: all)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     return {"check": _main}

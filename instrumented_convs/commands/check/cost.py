@@ -13,7 +13,7 @@ from ._report import FAIL, PASS, SKIPPED, Section
 
 __all__ = ["PROMISES", "verdict", "section"]
 
-#: What the docs promise, the defaults' epoch against stock's: the README's figures on the
+#: What the docs promise, the defaults' epoch against stock's: README's cost table on the
 #: CPU (the launch-bound proxy, Cora's shape), docs/performance.md's (arxiv's shape on the
 #: CPU; on a GPU, what the C clock measured: Cora's target, 1.08, is not met there; see its
 #: "GPU" section).

@@ -7,15 +7,22 @@ What ``run`` and ``view`` print is a renderer's, named by ``--format``; the olde
 from __future__ import annotations
 
 import argparse
+import difflib
+import gzip
+import importlib
+import importlib.util
+import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ... import configure, registry
-from ...report import RENDERERS, RenderInput, render
+from ...layers import InstrumentedLayer
+from ...report import RENDERERS, RUN_FILE, RenderInput, Summary, render
+from ..errors import PROG, USAGE, UserError
 from .hooks import Hooks
 from .parsers import (
     add_diff_parser,
@@ -24,10 +31,11 @@ from .parsers import (
     add_view_parser,
     names,
 )
-from .peaks import run_peak, view_peak
+from .peaks import check_peaks, run_peak, view_peak
 from .runs import (
     SavedRun,
     default_folder,
+    ended_title,
     job_rank,
     load,
     merge_folder,
@@ -92,19 +100,70 @@ def run_main(args: argparse.Namespace) -> int:
 
 
 def _check_run(args: argparse.Namespace) -> None:
-    """Refuse what ``run`` cannot do; the formats asked for turn on what they record."""
-    if args.backward_every is not None and args.backward_every < 1:
-        raise SystemExit("run: --backward-every takes a positive number")
-    if args.trace_limit < 0:
-        raise SystemExit("run: --trace-limit takes a number >= 0")
-    if args.record_every is not None and args.record_every < 1:
-        raise SystemExit("run: --record-every takes a positive number")
-    if args.budget is not None and not 0 < args.budget < 1:
-        raise SystemExit("run: --budget takes a fraction between 0 and 1 (0.01: 1%)")
-    if args.iteration is not None and args.record_every is None and args.budget is None:
-        raise SystemExit("run: --iteration names what --record-every or --budget draws")
+    """Refuse what ``run`` cannot do, before anything runs or is written; the formats asked
+    for turn on what they record."""
+    refused = [
+        (args.backward_every is not None and args.backward_every < 1)
+        and "--backward-every takes a positive number",
+        args.trace_limit < 0 and "--trace-limit takes a number >= 0",
+        (args.record_every is not None and args.record_every < 1)
+        and "--record-every takes a positive number",
+        (args.budget is not None and not 0 < args.budget < 1)
+        and "--budget takes a fraction between 0 and 1 (0.01: 1%)",
+        (args.iteration is not None and args.record_every is None and args.budget is None)
+        and "--iteration names what --record-every or --budget draws: give one of them",
+    ]
+    for message in refused:
+        if message:
+            raise UserError(message, USAGE)
+    check_peaks(args)
+    _check_target(args.target, args.module)
+    for flag in ("only", "exclude"):
+        _check_convs(flag, names(getattr(args, flag)) or [])
     for flag, name in RUN_ALIASES:  # --format roofline counts, as --counters does
         setattr(args, flag, getattr(args, flag) or name in args.format)
+
+
+def _check_target(target: str, module: bool) -> None:
+    """Refuse a script that does not exist (a folder is one with a ``__main__.py``, as for
+    python), or a module that cannot be found (only its top-level name is looked up: nothing
+    is imported before the hooks are in place)."""
+    if module:
+        top = target.split(".")[0]
+        if not top or importlib.util.find_spec(top) is None:
+            raise UserError(f"-m {target}: no module named {top!r} (is it installed?)", USAGE)
+    elif not os.path.isfile(target) and not os.path.isfile(os.path.join(target, "__main__.py")):
+        what = "a folder without __main__.py" if os.path.isdir(target) else "no such file"
+        raise UserError(f"{target}: {what}; give a Python script (or -m module)", USAGE)
+
+
+#: Where the conv classes ``--only``/``--exclude`` may name are: each framework's module,
+#: and ours of its layers.
+_FRAMEWORKS = (("torch_geometric", "instrumented_convs.pyg"), ("dgl", "instrumented_convs.dgl"))
+
+
+def _check_convs(flag: str, asked: List[str]) -> None:
+    """Refuse a name in ``--only``/``--exclude`` that is no conv class of PyG or DGL (as
+    installed here), with the closest names; a class the script then builds none of is
+    said after the run."""
+    left: Set[str] = set(asked)
+    known: Set[str] = set()
+    for framework, ours in _FRAMEWORKS:
+        if not left or importlib.util.find_spec(framework) is None:
+            continue
+        try:
+            module = importlib.import_module(ours)
+        except ImportError:  # a broken install: instrument() says so when the script runs
+            continue
+        for name in module.__all__:
+            cls = getattr(module, name)
+            if isinstance(cls, type) and issubclass(cls, InstrumentedLayer):
+                known.add(cls._ic_stock.__name__)
+        left -= known
+    for name in sorted(left):
+        close = difflib.get_close_matches(name, sorted(known), n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else "class names, as GCNConv,SAGEConv"
+        raise UserError(f"--{flag} {name}: no PyG or DGL conv class of that name ({hint})", USAGE)
 
 
 def _configure_run(args: argparse.Namespace) -> Any:
@@ -167,6 +226,7 @@ def _run_record(
         error=outcome.error,
         exit_code=outcome.code,
         module=args.module,
+        title=ended_title(args.target, outcome.how, outcome.code),
     )
     if hooks.recorder is not None:
         loaders = hooks.recorder.result()
@@ -226,9 +286,7 @@ def _print_run(args: argparse.Namespace, saved: SavedRun, outcome: Outcome) -> N
     """The table titled with the script and its ending, the loaders' split where the run
     had loaders, then each format asked for (``--format``, ``--counters``, ``--memory``)."""
     summary = saved_summary(saved, by=args.by, unit=args.unit)
-    ended = "" if outcome.how == "returned" else f", exit code {outcome.code}"
-    title = f"instrumented_convs run: {args.target}{ended}"
-    inp = saved_render_input(saved, summary, options={"title": title})
+    inp = saved_render_input(saved, summary)
     names = ["text"] + (["workers"] if RENDERERS["workers"].wants(inp) else [])
     asked = list(args.format) + [name for flag, name in RUN_ALIASES if getattr(args, flag)]
     for name in names + [n for n in dict.fromkeys(asked) if n not in names]:
@@ -240,9 +298,8 @@ def _tensorboard(folder: str) -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as e:
-        raise SystemExit(
-            f"run: --tensorboard needs TensorBoard ({e}): "
-            "pip install 'instrumented_convs[tensorboard]'"
+        raise UserError(
+            f"--tensorboard needs TensorBoard ({e}): pip install 'instrumented_convs[tensorboard]'"
         ) from None
     rank, world = job_rank()
     return SummaryWriter(str(Path(folder) / f"rank{rank}") if world is not None else folder)
@@ -254,10 +311,8 @@ def view_main(args: argparse.Namespace) -> int:
     name, to = _view_format(args)
     if name == "trace":
         return _view_trace(args.run, to)
-    saved = load(args.run)
+    saved = open_run(args.run)
     inp = _view_input(args, saved, name)
-    if inp is None:
-        return 1
     if to is not None:
         RENDERERS[name].write(inp, to)
         print(f"{name} written to {to}")
@@ -277,42 +332,89 @@ def _view_format(args: argparse.Namespace) -> Tuple[str, Optional[str]]:
 
 def _view_trace(path: str, to: str) -> int:
     """``view --trace FILE``: the saved timeline, copied to ``FILE``."""
+    open_run(path)  # a run, or why not
     try:
         trace = saved_chrome_trace(path)
     except FileNotFoundError as exc:
-        logger.error("view: %s", exc)
-        return 1
+        raise UserError(str(exc)) from exc
     written = RENDERERS["trace"].write(RenderInput(timeline=trace), to)
     print(f"timeline written to {written}")
     return 0
 
 
-def _view_input(args: argparse.Namespace, saved: SavedRun, name: str) -> Optional[RenderInput]:
+def _view_input(args: argparse.Namespace, saved: SavedRun, name: str) -> RenderInput:
     """What the renderer ``name`` reads of ``saved``: the summary (its rank, its rows as
     selected), the peak and the times of the counters' table, the loaders (each worker's
-    table); None where the run has nothing for it."""
+    table); a :class:`UserError` where the run has nothing for it."""
     if name == "workers":
         if not saved.get("workers"):
-            logger.error("view: %s recorded no data loader", args.run)
-            return None
+            raise UserError(f"{args.run} recorded no data loader: the script used none")
         summary = saved_summary(saved, by=args.by, unit=args.unit)
         return saved_render_input(saved, summary, options={"each": True})
-    summary = saved_summary(saved, by=args.by, unit=args.unit, rank=args.rank)
+    summary = _summary(saved, args.by, args.unit, args.rank)
     if args.prefix or args.depth is not None or args.phase:
         summary = summary.select(args.prefix, args.depth, args.phase)
     inp = saved_render_input(saved, summary)
     if name == "roofline":
         inp.peak = view_peak(args, saved)
-        inp.times = saved_summary(load(args.times), by=args.by) if args.times else None
+        inp.times = saved_summary(open_run(args.times), by=args.by) if args.times else None
     return inp
+
+
+def open_run(path: str) -> SavedRun:
+    """The saved run at ``path`` (a run folder or its file), or a :class:`UserError` that
+    says what ``path`` is instead and what to give."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{path}: no such file or folder; give a run folder (ic-runs/...)", USAGE)
+    if p.is_dir() and not (p / RUN_FILE).exists():
+        ranks = len(list(p.glob("rank*.json")))
+        raise UserError(
+            f"{path} has no {RUN_FILE} but {ranks} rank file(s) (a torchrun run that did not "
+            f"finish?): merge them with {PROG} merge {path}"
+            if ranks
+            else f"{path} has no {RUN_FILE}: not a run folder; give a folder that run saved"
+        )
+    try:
+        return load(p)
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
+        raise UserError(_unreadable(p, e)) from e
+    except ValueError as e:  # not a run; a run of a newer version
+        raise UserError(str(e)) from e
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """What a run file that does not parse is: cut short (a run that did not finish saving,
+    a copy cut off) or not a run's JSON at all."""
+    file = path / RUN_FILE if path.is_dir() else path
+    with open(file, "rb") as f:
+        start = f.read(64).lstrip()
+    where = (
+        f" at line {error.lineno}, column {error.colno}"
+        if isinstance(error, json.JSONDecodeError)
+        else ""
+    )
+    if start.startswith(b"{") or start.startswith(b"\x1f\x8b"):
+        return (
+            f"{file} is cut short or corrupt (it stops being JSON{where}): the run may be "
+            "incomplete; run the script again, or view another run"
+        )
+    return f"{file} is not JSON{where}: not a run; give a run folder or its run.json"
+
+
+def _summary(saved: SavedRun, by: str, unit: Optional[str], rank: Optional[int]) -> Summary:
+    """The saved run's summary, ``--rank``'s alone where given (a rank it has)."""
+    if rank is None:
+        return saved_summary(saved, by=by, unit=unit)
+    try:
+        return saved_summary(saved, by=by, unit=unit, rank=rank)
+    except ValueError as e:  # a rank it does not have
+        raise UserError(f"--rank {rank}: {e}", USAGE) from e
 
 
 def diff_main(args: argparse.Namespace) -> int:
     """``diff``: two saved runs side by side; exit code 1 past ``--fail-above``."""
-    a, b = (
-        saved_summary(load(path), by=args.by, unit=args.unit, rank=args.rank)
-        for path in (args.a, args.b)
-    )
+    a, b = (_summary(open_run(path), args.by, args.unit, args.rank) for path in (args.a, args.b))
     result = a.diff(b, min_change=args.min_change / 100)
     print(result.table(title=f"{args.a} -> {args.b}"))
     if args.html:
@@ -329,7 +431,21 @@ def diff_main(args: argparse.Namespace) -> int:
 
 def merge_main(args: argparse.Namespace) -> int:
     """``merge``: a run folder's rank files into its run.json."""
-    merged = merge_folder(args.folder, wait=args.wait)
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        what = "not a folder" if folder.exists() else "no such folder"
+        raise UserError(f"{folder}: {what}; give the run folder holding rank<N>.json", USAGE)
+    if not any(folder.glob("rank*.json")):
+        hint = (
+            f"; it is a run already: {PROG} view {folder}"
+            if (folder / RUN_FILE).exists()
+            else ": merge reads the folder of a run under torchrun"
+        )
+        raise UserError(f"{folder} has no rank files (rank<N>.json){hint}")
+    try:
+        merged = merge_folder(folder, wait=args.wait)
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
+        raise UserError(f"{folder}: a rank file is cut short or corrupt ({e})") from e
     if merged["ranks_missing"]:
         logger.warning("merge: no file from ranks %s: merged without them", merged["ranks_missing"])
     print(saved_summary(merged, by=merged.get("by") or "step", unit=merged.get("unit")))

@@ -8,12 +8,14 @@ import argparse
 from typing import Any, List, Optional
 
 from ...report import RENDERERS
+from ..errors import PROG, HelpFormatter, described, error_note
 from .hooks import BACKWARD, DATA, FORWARD, NO_GRAD, OPTIMIZER
 from .peaks import add_peak_options
 from .runs import TRACE_LIMIT
 
 __all__ = [
     "PROG",
+    "RUN_DESCRIPTION",
     "RUN_HELP",
     "add_run_parser",
     "add_view_parser",
@@ -23,43 +25,32 @@ __all__ = [
     "printable",
 ]
 
-PROG = "python -m instrumented_convs"
+#: ``run --help``'s first lines: what it does, then examples.
+RUN_DESCRIPTION = described(
+    "Runs a training script unmodified, as python would, with every PyG and DGL conv layer it\n"
+    "builds instrumented and its loop's phases timed; prints the table and saves the run.",
+    f"{PROG} run train.py --epochs 50",
+    f"{PROG} run --warmup 5 --record-every 10 train.py --epochs 5000",
+    f"{PROG} view ic-runs/train-20261125-101500 --by layer",
+)
+#: ``run --help``'s text after the flags: what it records and saves, at length.
 RUN_HELP = f"""\
-Runs a training script unmodified, as `python script.py args` would (or `-m module`), with
-every PyG and DGL conv layer it builds instrumented (however it was built: torch_geometric.nn,
-dgl.nn, PyG's own models), and the loop's phases timed without user code: {FORWARD!r} (the
-outermost module call with grad enabled), {NO_GRAD!r} (evaluation), {BACKWARD!r},
-{OPTIMIZER!r} and {DATA!r} (a data loader's next batch: the sampler's steps inside, where
-they run in this process). A loader's worker processes (num_workers > 0; fork or spawn) are
-recorded too: each batch a worker makes, with its sampler's steps, sent back and saved with
-the run; under the table, per loader, how an iteration splits between waiting for data and
-the rest, with a verdict (data-bound, compute-bound), and the workers' table (`view RUN
---workers`: each worker's own). At exit (normal, exception, Ctrl-C,
-sys.exit) prints the table (and the formats --format names) and saves the run in a folder
-(-o, or ic-runs/<script>-<time>):
-run.json (summary, raw statistics, command, versions, device, settings), summary.txt,
-page.html (the run as a page: icicle, table, per-rank totals; works offline), and
-trace.json.gz, the timeline of every call (up to --trace-limit calls), a Chrome trace for
-ui.perfetto.dev or chrome://tracing.
+What it times: every conv layer the script builds (torch_geometric.nn, dgl.nn, PyG's own
+models), and the loop's phases without user code: {FORWARD!r} (the outermost module call
+with grad enabled), {NO_GRAD!r} (evaluation), {BACKWARD!r}, {OPTIMIZER!r} and
+{DATA!r} (a loader's next batch; its worker processes too: view RUN --workers).
 
-To leave it on for a long run, --record-every K records one training iteration in K (from one
-optimizer step to the next, drawn at random; the first few always) and runs the stock code in
-the others; --budget 0.01 chooses K to keep the added time under 1%. The table is scaled to
-the whole run (rows marked ~, with their standard error).
+What it saves, at exit (normal, exception, Ctrl-C, sys.exit), in -o DIR or
+ic-runs/<script>-<time>: run.json (summary, statistics, command, versions, device, settings),
+summary.txt, page.html (works offline) and trace.json.gz (a Chrome trace for ui.perfetto.dev).
 
-A torch.compile'd model or function is a step of its own, "compiled NAME", timed from the
-eager code around it, forward and backward; the conv layers inside are listed under the table
-as run compiled, with their calls, and graph breaks are attributed to the layer that caused
-them. --eager-breakdown runs the recorded iterations eagerly to give their steps.
+--record-every K records one iteration in K and runs the stock code in the others (--budget
+0.01: K chosen to add under 1%); the table is scaled to the whole run (rows marked ~). A
+torch.compile'd model is a step of its own, "compiled NAME"; --eager-breakdown gives its steps.
+Under torchrun each rank saves rank<N>.json and rank 0 merges them (where a rank did not
+finish: merge DIR). The exit code is the script's.
 
-Under torchrun (torchrun --nproc-per-node 2 -m instrumented_convs run train.py) every rank
-saves rank<N>.json and rank 0 writes the merged run.json; `{PROG} merge DIR` merges whatever
-ranks saved when one did not reach the end. Example:
-
-  {PROG} run --warmup 5 train.py --epochs 50
-  {PROG} run --record-every 10 train.py --epochs 5000
-  {PROG} view ic-runs/train-20261125-101500 --by layer
-"""
+{error_note()}"""
 
 
 def names(text: Optional[str]) -> Optional[List[str]]:
@@ -87,26 +78,45 @@ def add_run_parser(sub: Any) -> None:
     """``run``: its options, then the script and the script's own arguments."""
     run = sub.add_parser(
         "run",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
         help="profile a training script without changing it; saves the run",
-        description=RUN_HELP,
+        description=RUN_DESCRIPTION,
+        epilog=RUN_HELP,
         usage=f"{PROG} run [options] (script.py | -m module) [args ...]",
     )
     run.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m")
-    run.add_argument("-o", "--output", metavar="DIR", help="the run folder (default: a new one)")
-    run.add_argument("--only", metavar="A,B", help="instrument these conv classes only")
+    run.add_argument(
+        "-o", "--output", metavar="DIR", help="the run folder (default: ic-runs/<script>-<time>)"
+    )
+    run.add_argument(
+        "--only", metavar="A,B", help="instrument these conv classes only (GCNConv,SAGEConv)"
+    )
     run.add_argument("--exclude", metavar="A,B", help="leave these conv classes stock")
     run.add_argument(
         "--warmup", type=int, default=0, metavar="N", help="drop the first N optimizer steps"
     )
-    run.add_argument("--by", choices=("step", "layer"), default="step", help="table rows")
-    run.add_argument("--unit", choices=("s", "ms", "us", "ns"), help="the table's time unit")
+    _add_table_options(run)
     run.add_argument("--no-backward", action="store_true", help="do not time backward steps")
     run.add_argument("--backward-every", type=int, metavar="N", help="time one layer backward in N")
     _add_cycle_options(run)
     _add_output_options(run)
     run.add_argument("target", help="the script (or, with -m, the module)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+
+
+def _add_table_options(parser: argparse.ArgumentParser) -> None:
+    """``--by`` and ``--unit``: the table's rows and its time unit."""
+    parser.add_argument(
+        "--by",
+        choices=("step", "layer"),
+        default="step",
+        help="a row per step path, or per step and layer",
+    )
+    parser.add_argument(
+        "--unit",
+        choices=("s", "ms", "us", "ns"),
+        help="the table's time unit (default: chosen from the times)",
+    )
 
 
 def _add_cycle_options(run: argparse.ArgumentParser) -> None:
@@ -193,15 +203,26 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
 def add_view_parser(sub: Any) -> None:
     """``view``: which rows of a saved run, and in which format."""
     view = sub.add_parser(
-        "view", help="print the table of a saved run", description="Prints a saved run's table."
+        "view",
+        formatter_class=HelpFormatter,
+        help="print the table of a saved run",
+        usage=f"{PROG} view RUN [options]",
+        description=described(
+            "Prints a saved run's table (or another format), summarised again as asked.",
+            f"{PROG} view ic-runs/train-20261125-101500",
+            f"{PROG} view ic-runs/train-20261125-101500 --by layer --unit ms",
+            f"{PROG} view ic-runs/train-20261125-101500 --prefix forward/conv1 --format csv",
+        ),
+        epilog=error_note(),
     )
-    view.add_argument("run", help="a run folder, or its run.json / rank<N>.json")
-    view.add_argument("--by", choices=("step", "layer"), default="step")
-    view.add_argument("--unit", choices=("s", "ms", "us", "ns"))
+    view.add_argument("run", metavar="RUN", help="a run folder, or its run.json / rank<N>.json")
+    _add_table_options(view)
     view.add_argument("--rank", type=int, help="one rank's own table (a run under torchrun)")
-    view.add_argument("--prefix", help="only the rows under this step path")
+    view.add_argument("--prefix", help="only the rows under this step path (forward/conv1)")
     view.add_argument("--depth", type=int, help="only rows down to this depth (0: top level)")
-    view.add_argument("--phase", choices=("forward", "backward"))
+    view.add_argument(
+        "--phase", choices=("forward", "backward"), help="only the rows of this phase"
+    )
     view.add_argument(
         "--format",
         choices=printable(),
@@ -240,12 +261,24 @@ def add_merge_parser(sub: Any) -> None:
     """``merge``: a folder's rank files, and how long to wait for them."""
     merge = sub.add_parser(
         "merge",
+        formatter_class=HelpFormatter,
         help="merge a torchrun run's rank files into its run.json",
-        description="Merges the rank<N>.json files of a run folder into run.json and prints it.",
+        usage=f"{PROG} merge FOLDER [--wait S]",
+        description=described(
+            "Merges the rank<N>.json files of a torchrun run's folder into its run.json, and\n"
+            "prints the table: for a run where a rank did not reach the end.",
+            f"{PROG} merge ic-runs/train-20261125-101500",
+            f"{PROG} merge ic-runs/train-20261125-101500 --wait 30",
+        ),
+        epilog=error_note(),
     )
-    merge.add_argument("folder")
+    merge.add_argument("folder", metavar="FOLDER", help="the run folder holding rank<N>.json")
     merge.add_argument(
-        "--wait", type=float, default=0.0, metavar="S", help="wait for missing ranks' files"
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for the missing ranks' files",
     )
 
 
@@ -253,22 +286,29 @@ def add_diff_parser(sub: Any) -> None:
     """``diff``: two runs, what counts as a change, and when to fail."""
     cmp = sub.add_parser(
         "diff",
+        formatter_class=HelpFormatter,
         help="two saved runs side by side: the change per step and whether it is real",
-        description=(
-            "Pairs the steps of run A (the baseline) and run B by path: mean time per call in "
-            "each,\nthe change and its share, and a verdict from both runs' spread and counts: "
-            "slower,\nfaster, unchanged, too noisy, added, missing. Exit code 1 with "
-            "--fail-above P when a\nstep is judged slower by more than P%."
+        usage=f"{PROG} diff A B [options]",
+        description=described(
+            "Pairs the steps of run A (the baseline) and run B by path: time per call in each,\n"
+            "the change, and a verdict from both runs' spread and counts.",
+            f"{PROG} diff ic-runs/before ic-runs/after",
+            f"{PROG} diff ic-runs/before ic-runs/after --by layer --html diff.html",
+            f"{PROG} diff ic-runs/before ic-runs/after --fail-above 10   (CI: exit code 1)",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Verdicts: slower, faster, unchanged, too noisy, added, missing. Exit code 1 "
+        "with --fail-above P\nwhen a step is judged slower by more than P%.\n\n" + error_note(),
     )
-    cmp.add_argument("a", help="the baseline run (folder or file)")
-    cmp.add_argument("b", help="the run compared with it")
-    cmp.add_argument("--by", choices=("step", "layer"), default="step")
-    cmp.add_argument("--unit", choices=("s", "ms", "us", "ns"))
+    cmp.add_argument("a", metavar="A", help="the baseline run (folder or file)")
+    cmp.add_argument("b", metavar="B", help="the run compared with it")
+    _add_table_options(cmp)
     cmp.add_argument("--rank", type=int, help="compare one rank's own rows")
     cmp.add_argument(
-        "--min-change", type=float, default=5.0, metavar="P", help="a change that counts, %%"
+        "--min-change",
+        type=float,
+        default=5.0,
+        metavar="P",
+        help="the smallest change in percent that counts as slower or faster",
     )
     cmp.add_argument(
         "--fail-above", type=float, metavar="P", help="exit 1 if a step is slower by over P%%"

@@ -10,8 +10,9 @@ from typing import Any, Dict, Optional
 
 from ...report import Peak
 from ...roofline import device_of_run, given, probe
+from ..errors import USAGE, UserError
 
-__all__ = ["add_peak_options", "run_peak", "view_peak"]
+__all__ = ["add_peak_options", "check_peaks", "run_peak", "view_peak"]
 
 
 def add_peak_options(parser: argparse.ArgumentParser) -> None:
@@ -31,11 +32,13 @@ def add_peak_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check(args: argparse.Namespace) -> None:
+def check_peaks(args: argparse.Namespace) -> None:
+    """Refuse a ``--peak-gbs``/``--peak-tflops`` that is not a positive number."""
     for flag in ("peak_gbs", "peak_tflops"):
         value = getattr(args, flag)
         if value is not None and not value > 0:
-            raise SystemExit(f"--{flag.replace('_', '-')} takes a positive number")
+            name = flag.replace("_", "-")
+            raise UserError(f"--{name} takes a positive number, not {value:g}", USAGE)
 
 
 def run_peak(args: argparse.Namespace) -> Peak:
@@ -43,7 +46,7 @@ def run_peak(args: argparse.Namespace) -> Peak:
     (:func:`instrumented_convs.roofline.probe`) of the device the script used (a GPU run is
     read against its GPU, never against the CPU), with ``--peak-gbs``/``--peak-tflops`` in
     place of the probe's figures where given (with both given, nothing is probed)."""
-    _check(args)
+    check_peaks(args)
     both = args.peak_gbs is not None and args.peak_tflops is not None
     peak = None if both else probe(device=device_of_run())
     out = given(peak, args.peak_gbs, args.peak_tflops)
@@ -54,6 +57,6 @@ def run_peak(args: argparse.Namespace) -> Peak:
 def view_peak(args: argparse.Namespace, run: Dict[str, Any]) -> Optional[Peak]:
     """The peak a ``view --counters`` reads a saved run against: the run's own, with the
     figures given on the command line in its place."""
-    _check(args)
+    check_peaks(args)
     saved = Peak(**run["peak"]) if run.get("peak") else None
     return given(saved, args.peak_gbs, args.peak_tflops)

@@ -53,6 +53,8 @@ __all__ = [
     "summary_of",
     "run_data",
     "run_meta",
+    "run_title",
+    "ended_title",
     "write_run",
     "saved_chrome_trace",
     "saved_page_html",
@@ -136,6 +138,23 @@ def run_meta(
         **extra,
         **environment(),
     }
+
+
+def run_title(saved: SavedRun) -> Optional[str]:
+    """The title of a run's table wherever it is shown (``run``'s end, ``view``, the folder's
+    summary.txt): the one ``run`` saved, or for a run saved without one, made the same way
+    from its script and ending. None for a run ``run`` did not make (Lightning, a notebook)."""
+    if saved.get("title"):
+        return str(saved["title"])
+    if not saved.get("target") or "lightning" in saved or "cell" in saved:
+        return None
+    return ended_title(saved["target"], saved.get("ended_by", "returned"), saved.get("exit_code"))
+
+
+def ended_title(target: str, ended_by: str, exit_code: Optional[int]) -> str:
+    """``instrumented_convs run: SCRIPT``, and its exit code where it did not return."""
+    ended = "" if ended_by == "returned" else f", exit code {exit_code}"
+    return f"instrumented_convs run: {target}{ended}"
 
 
 def _snapshot(stats: Sequence[EntryStats]) -> Dict[str, Any]:
@@ -239,7 +258,8 @@ def saved_render_input(
     """What the renderers read of a saved run (``summary``: how it is summarised): its
     command, ending, time, versions, device and settings under the page's title, its data
     loaders' records and the machine's peaks where it has them; ``fields``: the other fields
-    of the :class:`~instrumented_convs.report.RenderInput` (``timeline``...)."""
+    of the :class:`~instrumented_convs.report.RenderInput` (``timeline``...); the table's
+    title is :func:`run_title`'s unless ``options`` gives one."""
     target = saved.get("target") or "run"
     meta = []
     if saved.get("command"):
@@ -282,12 +302,16 @@ def saved_render_input(
             f"(one layer call in {every} is timed step by step)."
         )
     fields.setdefault("peak", Peak(**saved["peak"]) if saved.get("peak") else None)
+    options = dict(fields.pop("options", None) or {})
+    if run_title(saved) is not None:
+        options.setdefault("title", run_title(saved))
     return RenderInput(
         summary,
         title=title or str(target),
         meta=meta,
         note=note,
         loaders=saved.get("workers"),
+        options=options,
         **fields,
     )
 

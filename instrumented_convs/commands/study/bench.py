@@ -169,9 +169,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser, default_shapes: Sequenc
         default=list(default_shapes),
         choices=sorted(SHAPES),
         metavar="SHAPE",
-        help="generated graph shapes to time, any of: "
-        + ", ".join(sorted(SHAPES))
-        + " (default: %(default)s)",
+        help="generated graph shapes to time, any of: " + ", ".join(sorted(SHAPES)),
     )
     parser.add_argument(
         "--cases",
@@ -179,7 +177,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser, default_shapes: Sequenc
         default=[c[2] for c in CASES],
         choices=[c[2] for c in CASES],
         metavar="CASE",
-        help="any of: " + ", ".join(repr(c[2]) for c in CASES),
+        help="the input kinds to time, any of: "
+        + ", ".join(repr(c[2]) for c in CASES)
+        + " (default: all)",
     )
     parser.add_argument(
         "--rounds", type=int, default=15, help="interleaved rounds (epochs per variant)"

@@ -17,6 +17,7 @@ import torch
 from instrumented_convs import registry
 from instrumented_convs.report import Summary
 
+from ..errors import PROG, HelpFormatter, Parser, call, described, error_note
 from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
 from .loop import TrainResult, train
 from .models import MODELS, build_model, require_torch_sparse
@@ -32,59 +33,66 @@ __all__ = [
     "study_main",
 ]
 
-PROG = "python -m instrumented_convs"
 #: The study ran 100 epochs; demo and compare default to a few, enough for a first look.
 DEMO_EPOCHS = 3
 COMPARE_DATASETS = ("synthetic-arxiv", "ogbn-arxiv", "synthetic-cora", "cora")
-DEMO_HELP = (
-    "Start here. Trains the study's 3-layer GCN (in -> 128 -> 128 -> classes, ReLU, log_softmax,\n"
-    "Adam) on a generated graph of ogbn-arxiv's shape (169,343 nodes, 128 features, 40 classes),\n"
-    f"{DEMO_EPOCHS} timed epochs with the instrumented PyG GCNConv and as many with DGL "
-    "GraphConv.\n"
-    "Prints each framework's accuracy, epoch-phase table and per-step table, then one table of\n"
-    "both frameworks' time per epoch aligned by role (normalisation, dense transform, sparse\n"
-    "aggregation, ...). Needs torch-geometric and dgl; torch-sparse only for --with-sparse."
+DEMO_HELP = described(
+    "Start here: the study's 3-layer GCN on a generated graph of ogbn-arxiv's shape, timed with\n"
+    "PyG GCNConv and DGL GraphConv; each framework's tables, then both side by side.",
+    f"{PROG} demo",
+    f"{PROG} demo --quick",
+    f"{PROG} demo --device cuda --epochs 10",
 )
-COMPARE_HELP = (
-    "Runs the study (as examples/arxiv.py does) with the instrumented PyG GCNConv and DGL\n"
-    "GraphConv (--model sage: SAGEConv, mean aggregation) on the same data, prints each\n"
-    "framework's accuracy and tables, then one table of both frameworks' time per epoch aligned\n"
-    "by role, and with --plot FILE.png a stacked bar chart."
+#: ``demo --help``'s text after the flags.
+DEMO_MORE = (
+    "The model: in -> 128 -> 128 -> classes, ReLU, log_softmax, Adam; the graph: 169,343 nodes,\n"
+    f"128 features, 40 classes; {DEMO_EPOCHS} timed epochs per framework. It prints each "
+    "framework's\naccuracy, epoch-phase table and per-step table, then one table of both "
+    "frameworks' time per\nepoch aligned by role (normalisation, dense transform, sparse "
+    "aggregation, ...).\nNeeds torch-geometric and dgl; torch-sparse only for --with-sparse.\n\n"
+    + error_note()
 )
-#: ``bench --help``'s description (before its defaults).
-BENCH_HELP = (
-    "What instrumentation costs a training epoch: stock layers vs instrumented, side by side.\n"
-    "\n"
-    "For each graph shape (generated, of ogbn-arxiv's or Cora's shape) and each input kind (PyG\n"
-    "edge_index, PyG SparseTensor, DGL graph), four copies of the study's 3-layer GCN with the\n"
-    "same weights:\n"
-    "\n"
-    "- ``stock``: torch_geometric.nn.GCNConv / dgl.nn.GraphConv;\n"
-    "- ``enabled``: instrumented_convs' layers, recording forward and backward, NVTX on (the\n"
-    "  nvtx package if installed);\n"
-    "- ``no backward``: the same with backward timing off (``configure(backward=False)``): the\n"
-    "  difference to ``enabled`` is what timing the backward costs;\n"
-    "- ``disabled``: instrumented_convs' layers inside ``configure(enabled=False)``;\n"
-    "- ``stock again``: a second stock copy, timed like the others: its ratio to ``stock`` is the\n"
-    "  noise floor of the measurement (an A/A comparison).\n"
-    "\n"
-    "After warm-up, one training epoch (zero_grad, forward, NLL loss, backward, Adam step) of\n"
-    "each is timed in turn, A B C D E E D C B A ..., so drifts of the machine hit all alike. The\n"
-    "table gives each variant's median epoch time and interquartile range, and the ratios to\n"
-    "stock as the median of the per-round ratios. On CUDA the epoch is timed with CUDA events\n"
-    "around it (a synchronize per epoch, outside the measured code)."
+COMPARE_HELP = described(
+    "The study (as examples/arxiv.py runs it) with PyG and DGL on the same data: each\n"
+    "framework's accuracy and tables, then both frameworks' time per epoch aligned by role.",
+    f"{PROG} compare --epochs 100",
+    f"{PROG} compare --model sage --brief --plot breakdown.png",
+    f"{PROG} compare --dataset cora --root data --with-sparse",
 )
+#: ``bench --help``'s first lines (its examples name the defaults).
+BENCH_HELP = described(
+    "What instrumentation costs a training epoch here: stock layers against instrumented\n"
+    "ones, the same 3-layer GCN and weights, side by side.",
+    f"{PROG} bench",
+    f"{PROG} bench --quick",
+    f"{PROG} bench --shapes synthetic-arxiv synthetic-cora --device cuda",
+)
+#: ``bench --help``'s text after the flags: the variants and how they are timed.
 BENCH_DEFAULTS = (
-    "\n\nDefault: Cora's shape (quick everywhere); add --shapes synthetic-arxiv "
-    "synthetic-cora for the\nstudy's size too (minutes on a CPU)."
+    "For each graph shape and input kind (PyG edge_index, PyG SparseTensor, DGL graph), five\n"
+    "variants of the model:\n"
+    "  stock        torch_geometric.nn.GCNConv / dgl.nn.GraphConv\n"
+    "  enabled      instrumented_convs' layers, recording forward and backward, NVTX on\n"
+    "  no backward  the same with backward timing off: the difference is backward's cost\n"
+    "  disabled     instrumented_convs' layers inside configure(enabled=False)\n"
+    "  stock again  a second stock copy: its ratio to stock is the noise floor (A/A)\n"
+    "After warm-up, one training epoch of each is timed in turn, A B C D E E D C B A ..., so "
+    "the\nmachine's drifts hit all alike; the table gives each variant's median epoch time, its\n"
+    "interquartile range and the median of its per-round ratios to stock. On CUDA the epoch is\n"
+    "timed with CUDA events around it. Default: Cora's shape (quick everywhere); add --shapes\n"
+    "synthetic-arxiv synthetic-cora for the study's size too (minutes on a CPU).\n\n" + error_note()
 )
 
 
 # -- one run of the study ----------------------------------------------------------------------
 def add_study_arguments(
-    parser: argparse.ArgumentParser, datasets: Tuple[str, ...], default_dataset: str, epochs: int
+    parser: argparse.ArgumentParser,
+    datasets: Tuple[str, ...],
+    default_dataset: str,
+    epochs: int,
+    sparse: bool = True,
 ) -> None:
-    """Add the study's flags to an ``argparse`` parser."""
+    """Add the study's flags to an ``argparse`` parser (``--sparse`` too, with ``sparse``)."""
     parser.add_argument(
         "--platform",
         choices=("pyg", "dgl"),
@@ -96,7 +104,7 @@ def add_study_arguments(
         choices=datasets,
         default=default_dataset,
         help="the real dataset (needs its files under --root; no download here) or a "
-        "generated graph of the same shape (the default)",
+        "generated graph of the same shape",
     )
     parser.add_argument(
         "--model",
@@ -113,13 +121,14 @@ def add_study_arguments(
         "--warmup", type=int, default=1, help="untimed epochs before the timed ones"
     )
     parser.add_argument("--lr", type=float, default=0.01, help="Adam learning rate")
-    parser.add_argument(
-        "--sparse",
-        action="store_true",
-        help="PyG only: feed a torch_sparse.SparseTensor adj_t instead of edge_index "
-        "(the study's T.ToSparseTensor() setup; fused message_and_aggregate; "
-        "needs torch-sparse)",
-    )
+    if sparse:
+        parser.add_argument(
+            "--sparse",
+            action="store_true",
+            help="PyG only: feed a torch_sparse.SparseTensor adj_t instead of edge_index "
+            "(the study's T.ToSparseTensor() setup; fused message_and_aggregate; "
+            "needs torch-sparse)",
+        )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the generated graph and of the model"
@@ -412,12 +421,13 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     """
     from .bench import add_bench_arguments
 
-    raw = argparse.RawDescriptionHelpFormatter
     demo = sub.add_parser(
         "demo",
-        formatter_class=raw,
+        formatter_class=HelpFormatter,
+        usage=f"{PROG} demo [options]",
         help="start here: the 3-layer GCN study for PyG and DGL, tables and side by side",
         description=DEMO_HELP,
+        epilog=DEMO_MORE,
     )
     demo.add_argument(
         "--epochs",
@@ -442,12 +452,14 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     cmp = sub.add_parser(
         "compare",
-        formatter_class=raw,
+        formatter_class=HelpFormatter,
+        usage=f"{PROG} compare [options]",
         help="the study for PyG and DGL side by side, with every flag "
         "(dataset, epochs, device, plot)",
         description=COMPARE_HELP,
+        epilog=error_note(),
     )
-    add_study_arguments(cmp, COMPARE_DATASETS, "synthetic-arxiv", epochs=DEMO_EPOCHS)
+    add_study_arguments(cmp, COMPARE_DATASETS, "synthetic-arxiv", DEMO_EPOCHS, sparse=False)
     cmp.add_argument(
         "--plot",
         metavar="FILE.png",
@@ -458,12 +470,17 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
         action="store_true",
         help="also run PyG with SparseTensor input (needs torch-sparse)",
     )
+    cmp.add_argument(  # its older name, kept for the scripts that use it
+        "--sparse", dest="with_sparse", action="store_true", help=argparse.SUPPRESS
+    )
     cmp.add_argument("--brief", action="store_true", help="print only the side-by-side table")
     bench = sub.add_parser(
         "bench",
-        formatter_class=raw,
+        formatter_class=HelpFormatter,
+        usage=f"{PROG} bench [options]",
         help="what the instrumentation costs on this machine: stock vs instrumented epochs",
-        description=BENCH_HELP + BENCH_DEFAULTS,
+        description=BENCH_HELP,
+        epilog=BENCH_DEFAULTS,
     )
     add_bench_arguments(bench, default_shapes=("synthetic-cora",))
     return {"demo": _demo, "compare": _compare, "bench": _bench}
@@ -471,10 +488,8 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """The study's commands alone (``demo``, ``compare``, ``bench``): parse and dispatch."""
-    parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, description=DESCRIPTION
-    )
+    parser = Parser(prog=PROG, formatter_class=HelpFormatter, description=DESCRIPTION)
     commands = add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return commands[args.command](args)
+    return call(args.command, commands[args.command], args)
