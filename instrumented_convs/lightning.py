@@ -16,7 +16,7 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import torch
 
-from . import configure, instrument, region, registry, uninstrument
+from . import Settings, configure, instrument, region, registry, uninstrument
 from .commands.launch import (
     TRACE_LIMIT,
     Hooks,
@@ -140,8 +140,16 @@ class _Profiler:
             )
         if isinstance(only, str) or isinstance(exclude, str):
             raise TypeError("only= and exclude= take a collection of class names, not one string")
-        if warmup < 0 or timeline < 0:
-            raise ValueError("warmup= and timeline= take numbers >= 0")
+        _check_own(warmup=warmup, timeline=timeline, merge_timeout=merge_timeout)
+        if not isinstance(tensorboard, (bool, str, os.PathLike)):
+            raise TypeError(
+                "ConvProfiler: tensorboard takes True, False or a folder, "
+                f"not {type(tensorboard).__name__} {tensorboard!r}"
+            )
+        try:
+            Settings.check(**switches)  # as configure will at set-up, now
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"ConvProfiler: {e}") from None
         self.only = None if only is None else list(only)
         self.exclude = list(exclude)
         self.warmup = warmup
@@ -384,6 +392,19 @@ class _Profiler:
             return
         self._text = saved_summary(saved).table(title=f"instrumented_convs: {target}")
         logger.info("ConvProfiler: saved in %s", folder)
+
+
+def _check_own(**numbers: Any) -> None:
+    """``warmup`` and ``timeline``: whole numbers >= 0; ``merge_timeout``: seconds >= 0."""
+    for name, value in numbers.items():
+        whole = name != "merge_timeout"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            wanted = "a whole number (an int)" if whole else "seconds (a float)"
+            raise TypeError(
+                f"ConvProfiler: {name} takes {wanted}, not {type(value).__name__} {value!r}"
+            )
+        if value < 0:
+            raise ValueError(f"ConvProfiler: {name} takes a number >= 0, not {value!r}")
 
 
 def _stage(stage: Any) -> str:

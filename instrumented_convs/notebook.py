@@ -78,6 +78,32 @@ def load(path: "str | os.PathLike[str]") -> NotebookRun:
     return NotebookRun(load_run(p), p if p.is_dir() else p.parent)
 
 
+def _whole(least: int) -> Any:
+    """An argparse type: a whole number >= ``least``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"takes a whole number >= {least}, not {text!r}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a fraction in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"takes a fraction in (0, 1) (0.01: 1%), not {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="%%instrumented", add_help=False)
     p.add_argument("-o", "--output", metavar="DIR", help="save the run in DIR (a run folder)")
@@ -85,16 +111,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="show nothing at the end")
     p.add_argument("--only", help="conv classes to instrument (comma-separated)")
     p.add_argument("--exclude", help="conv classes to leave stock (comma-separated)")
-    p.add_argument("--warmup", type=int, default=0, help="optimizer steps whose records drop")
+    p.add_argument("--warmup", type=_whole(0), default=0, help="optimizer steps whose records drop")
     p.add_argument("--by", choices=("step", "layer"), default="step")
     p.add_argument("--no-backward", action="store_true", help="do not time the backward")
-    p.add_argument("--backward-every", type=int, help="time one layer call's backward in N")
+    p.add_argument("--backward-every", type=_whole(1), help="time one layer call's backward in N")
     p.add_argument("--counters", action="store_true", help="count each step's FLOPs and bytes")
     p.add_argument(
         "--memory", action="store_true", help="record what each step keeps for backward, peaks"
     )
-    p.add_argument("--record-every", type=int, help="the duty cycle: one iteration in K")
-    p.add_argument("--budget", type=float, help="the duty cycle under this added share")
+    p.add_argument("--record-every", type=_whole(1), help="the duty cycle: one iteration in K")
+    p.add_argument("--budget", type=_fraction, help="the duty cycle under this added share")
     p.add_argument("--iteration", help="the region that is an iteration of the duty cycle")
     return p
 
@@ -125,8 +151,13 @@ class InstrumentedMagics(Magics):
         ``--warmup N``, ``--by layer``, ``--no-backward``, ``--backward-every N``,
         ``--counters``, ``--memory``, ``--record-every K``, ``--budget B``,
         ``--iteration NAME``."""
+        parser = _parser()
         try:
-            args = _parser().parse_args(shlex.split(line))
+            args = parser.parse_args(shlex.split(line))
+            if args.record_every is not None and args.budget is not None:
+                parser.error("--record-every and --budget both set the duty cycle: give one")
+            if args.iteration is not None and args.record_every is None and args.budget is None:
+                parser.error("--iteration names what --record-every or --budget draws")
         except SystemExit:  # argparse said why on stderr
             return None
         folder = Path(args.output) if args.output else None

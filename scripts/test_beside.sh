@@ -22,7 +22,8 @@ INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/pyt
 # The integrations' packages are no part of main (nothing of the core needs them): a folder over
 # it (scripts/env.sh integrations, built beside the tests above); there they must not skip.
 integrations=$(bash scripts/env.sh integrations)
-INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py tests/test_notebook.py)
+INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py tests/test_notebook.py
+  tests/test_first_five.py)
 echo "== the integrations (Lightning, TensorBoard, Jupyter), with their real packages: $integrations"; stamp
 INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
   -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" "$@"

@@ -80,10 +80,10 @@ def test_the_draw_is_the_same_in_every_process_and_not_aliased():
 
 def test_configure_checks_its_arguments_and_puts_the_cycle_back():
     for bad in (0, -2, 1.5, True, "10"):
-        with pytest.raises(ValueError, match="record_every"):
+        with pytest.raises((TypeError, ValueError), match="record_every"):  # (a type, a range)
             ic.configure(record_every=bad)
     for bad in (0, 1, 1.5, -0.1, True):
-        with pytest.raises(ValueError, match="budget"):
+        with pytest.raises((TypeError, ValueError), match="budget"):
             ic.configure(budget=bad)
     with pytest.raises(ValueError, match="give one of them"):
         ic.configure(record_every=10, budget=0.01)

@@ -138,7 +138,7 @@ def test_turning_it_off_keeps_what_was_recorded_and_on_again_starts_anew():
     assert configure().timeline == 0
     with pytest.raises(ValueError):
         configure(timeline=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         configure(timeline=True)
 
 

@@ -8,7 +8,7 @@ manager that puts them back.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Dict, NamedTuple, Optional, Union
 
 from .compiler.eager import eager
 from .dutycycle.cycle import cycle
@@ -59,6 +59,14 @@ class Settings(NamedTuple):
         _counters(self.counters)
         _memory(self.memory)
 
+    @staticmethod
+    def check(**switches: Any) -> None:
+        """Raise as :func:`configure` would for these switches, changing nothing."""
+        unknown = sorted(set(switches) - set(Settings._fields))
+        if unknown:
+            raise TypeError(f"unknown switches {unknown}; configure takes {Settings._fields}")
+        _check(switches)
+
     def __enter__(self) -> "Settings":
         """The block runs with the switches :func:`configure` set; this is what they were."""
         return self
@@ -66,6 +74,64 @@ class Settings(NamedTuple):
     def __exit__(self, *exc: Any) -> None:
         """Put these switches back (exceptions propagate)."""
         self.restore()
+
+
+#: The switches that take ``True`` or ``False`` (a bool: ``1`` and ``"false"`` are refused).
+_BOOLS = ("enabled", "record_function", "backward", "counters", "statements", "memory")
+#: The switches that take a whole number (an int, not a bool or a float).
+_WHOLE = ("backward_every", "timeline", "record_every")
+
+
+def _typed(name: str, value: Any) -> None:
+    """Raise ``TypeError`` unless ``value`` is of the type switch ``name`` takes."""
+    if value is None or name == "nvtx":  # (nvtx_choice says what nvtx takes)
+        return
+    if name in _BOOLS:
+        ok, wanted = isinstance(value, bool), "True or False (a bool)"
+    elif name in _WHOLE:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        wanted = "a whole number (an int)"
+    elif name == "budget":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        wanted = "a fraction (a float; 0.01 is 1%)"
+    else:  # iteration, compiled
+        ok, wanted = isinstance(value, str), "a string"
+    if not ok:
+        raise TypeError(f"{name} takes {wanted}, not {type(value).__name__} {value!r}")
+
+
+def _check(asked: Dict[str, Any]) -> None:
+    """Raise as :func:`configure` does for the switches ``asked``: ``TypeError`` for a value
+    of the wrong type, ``ValueError`` for one out of range."""
+    for name, value in asked.items():
+        _typed(name, value)
+    record_every, budget = asked.get("record_every"), asked.get("budget")
+    if record_every is not None and record_every < 1:
+        raise ValueError(f"record_every must be a whole number >= 1, not {record_every!r}")
+    if budget is not None:
+        if record_every is not None:
+            raise ValueError(
+                "record_every and budget both choose how often iterations are recorded: "
+                "give one of them"
+            )
+        if not 0 < budget < 1:
+            raise ValueError(f"budget must be a fraction in (0, 1) (0.01: 1%), not {budget!r}")
+    iteration = asked.get("iteration")
+    if iteration is not None and (not iteration or "/" in iteration):
+        raise ValueError(
+            f"iteration names a region: a non-empty string without '/', not {iteration!r}"
+        )
+    compiled = asked.get("compiled")
+    if compiled is not None and compiled not in ("compiled", "eager"):
+        raise ValueError(f"compiled must be 'compiled' or 'eager', not {compiled!r}")
+    every = asked.get("backward_every")
+    if every is not None and every < 1:
+        raise ValueError(f"backward_every must be a whole number >= 1, not {every!r}")
+    timeline = asked.get("timeline")
+    if timeline is not None and timeline < 0:
+        raise ValueError(f"timeline must be a whole number >= 0, not {timeline!r}")
+    if asked.get("nvtx") is not None:
+        nvtx_choice(asked["nvtx"])
 
 
 def _current() -> Settings:
@@ -211,52 +277,27 @@ def configure(
       ``"compiled"`` (the default) turns it off.
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
+    A value of the wrong type (``enabled="false"``, ``record_every=2.5``; ``1`` is no
+    ``True``) raises ``TypeError``, one out of range ``ValueError``, and nothing changes.
     """
+    asked = dict(locals())  # the arguments (no other name is bound yet)
+    _check(asked)
     s = switches
-    if record_every is not None:
-        if isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1:
-            raise ValueError(f"record_every must be a whole number >= 1, not {record_every!r}")
-    if budget is not None:
-        if record_every is not None:
-            raise ValueError(
-                "record_every and budget both choose how often iterations are recorded: "
-                "give one of them"
-            )
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < 1:
-            raise ValueError(f"budget must be a fraction in (0, 1) (0.01: 1%), not {budget!r}")
-    if iteration is not None and (
-        not isinstance(iteration, str) or not iteration or "/" in iteration
-    ):
-        raise ValueError(
-            f"iteration names a region: a non-empty string without '/', not {iteration!r}"
-        )
-    if compiled is not None and compiled not in ("compiled", "eager"):
-        raise ValueError(f"compiled must be 'compiled' or 'eager', not {compiled!r}")
-    if backward_every is not None:
-        if (
-            isinstance(backward_every, bool)
-            or not isinstance(backward_every, int)
-            or backward_every < 1
-        ):
-            raise ValueError(f"backward_every must be a whole number >= 1, not {backward_every!r}")
-    if timeline is not None:
-        if isinstance(timeline, bool) or not isinstance(timeline, int) or timeline < 0:
-            raise ValueError(f"timeline must be a whole number >= 0, not {timeline!r}")
     choice = None if nvtx is None else nvtx_choice(nvtx)
     previous = _current()
     if choice is not None:
         s.nvtx = use_nvtx(choice)
     if enabled is not None:
-        s.wanted = bool(enabled)
+        s.wanted = enabled
         s.apply()
     if record_function is not None:
-        s.record_function = bool(record_function)
+        s.record_function = record_function
     if backward is not None:
-        s.backward = bool(backward)
+        s.backward = backward
     if backward_every is not None:
         s.backward_every = backward_every
     if statements is not None:
-        s.statements = bool(statements)
+        s.statements = statements
     if timeline is not None and timeline != s.timeline:
         _timeline(timeline)
     if backward_every is not None:

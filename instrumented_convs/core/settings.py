@@ -16,11 +16,17 @@ _TRUE = ("1", "true", "yes", "on")
 
 
 def _env_flag(name: str, default: bool) -> bool:
-    """Read a boolean environment variable (``1/true/yes/on`` or ``0/false/no/off``)."""
+    """Read a boolean environment variable (``1/true/yes/on`` or ``0/false/no/off``, any
+    case; empty is off); another word raises ``ValueError`` naming the variable."""
     value = os.environ.get(name)
     if value is None:
         return default
-    return value.strip().lower() not in _FALSE
+    word = value.strip().lower()
+    if word not in _TRUE and word not in _FALSE:
+        raise ValueError(
+            f"{name} takes 1, true, yes or on, or 0, false, no or off (empty: off), not {value!r}"
+        )
+    return word in _TRUE
 
 
 #: NVTX backends by name; ``auto`` is the default's request (see :func:`configure`).

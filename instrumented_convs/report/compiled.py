@@ -8,7 +8,22 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
-__all__ = ["compiled_note", "layer_calls"]
+__all__ = ["compiled_note", "eager_breakdown", "layer_calls", "unscaled"]
+
+
+def eager_breakdown(sampling: Optional[Dict[str, Any]]) -> bool:
+    """Whether a run's recorded iterations ran eagerly (``configure(compiled="eager")``, on a
+    torch that can): its other iterations ran compiled and recorded nothing."""
+    return bool(((sampling or {}).get("eager") or {}).get("available"))
+
+
+def unscaled(stats: List[Any], sampling: Optional[Dict[str, Any]]) -> List[Any]:
+    """``stats`` (a registry snapshot) as a summary reads them: under the eager breakdown
+    every entry weighs 1, since the unrecorded iterations ran compiled, not as the recorded
+    ones did; the rows are the eager iterations' own, the compiled time stated beside."""
+    if not eager_breakdown(sampling):
+        return stats
+    return [s._replace(weight=1.0) if s.weight != 1.0 else s for s in stats]
 
 
 def _calls_of(summary: Any, name: str) -> Optional[float]:
@@ -79,9 +94,9 @@ def compiled_note(summary: Any) -> str:
     if not compiled:
         return ""
     counted, uncounted, estimated = [], [], False
-    eager = ((getattr(summary, "sampling", None) or {}).get("eager") or {}).get("available")
+    eager = eager_breakdown(getattr(summary, "sampling", None))
     for owner, info in sorted(compiled.get("owners", {}).items()):
-        if eager and owner:  # the eager breakdown: their steps are in the table, scaled
+        if eager and owner:  # the eager breakdown: their steps are in the table
             continue
         layers = sorted(info["layers"].items())
         if not owner:

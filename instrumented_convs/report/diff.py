@@ -15,7 +15,13 @@ from ..core.storage.entry import BACKWARD_MARK
 from . import memory, page
 from .columns import UNITS, choose_unit
 
-__all__ = ["DiffRow", "SummaryDiff", "diff"]
+__all__ = ["DiffRow", "SummaryDiff", "diff", "MIN_CHANGE", "MIN_CHANGE_US"]
+
+#: The relative floor: a change under this share of the baseline's mean is no change that
+#: counts (``diff --min-change``, in %, defaults to it).
+MIN_CHANGE = 0.05
+#: The absolute floor, µs a call: a change under it is below what a user can act on.
+MIN_CHANGE_US = 1.0
 
 Key = Tuple[str, str, Optional[str]]  # (path, phase, scope)
 
@@ -42,17 +48,24 @@ def _timed(row: Any) -> int:
     return (row.sampled or row.count) - row.estimated
 
 
-def _verdict(a: Any, b: Any, min_change: float) -> Tuple[Optional[float], ...]:
+def _verdict(
+    a: Any, b: Any, min_change: float, min_change_us: float = MIN_CHANGE_US
+) -> Tuple[Optional[float], ...]:
+    """The change of ``b`` over ``a``, its share, its standard error and the verdict; the
+    floor is the larger of ``min_change`` of a's mean and ``min_change_us`` a call."""
     if _timed(a) == 0 or _timed(b) == 0 or a.mean == 0:
         return None, None, None, "untimed"
     change = b.mean - a.mean
     relative = change / a.mean
+    if (a.mean, a.std, _timed(a)) == (b.mean, b.std, _timed(b)):  # the same calls
+        return change, relative, None, "unchanged"
     if _timed(a) < 2 or _timed(b) < 2:
         return change, relative, None, "too noisy"
     error = math.sqrt(a.std**2 / _timed(a) + b.std**2 / _timed(b))
-    if abs(relative) >= min_change and abs(change) > 3 * error:
+    floor = max(min_change * a.mean, min_change_us * 1e-6)
+    if abs(change) >= floor and abs(change) > 3 * error:
         return change, relative, error, "slower" if change > 0 else "faster"
-    if abs(change) + 3 * error <= min_change * a.mean:
+    if abs(change) + 3 * error <= floor:
         return change, relative, error, "unchanged"
     return change, relative, error, "too noisy"
 
@@ -67,17 +80,26 @@ class SummaryDiff:
         unit: Optional[str] = None,
         a: Any = None,
         b: Any = None,
+        min_change_us: float = MIN_CHANGE_US,
     ):
-        """Wrap paired ``rows``; ``min_change`` is the share of a change that counts; ``a``
-        and ``b``: the two summaries (optional: without them, :meth:`to_html` takes each
-        run's rows from the pairs)."""
+        """Wrap paired ``rows``; ``min_change`` is the share of a change that counts,
+        ``min_change_us`` the µs a call; ``a`` and ``b``: the two summaries (optional:
+        without them, :meth:`to_html` takes each run's rows from the pairs)."""
         self.rows, self.min_change, self.unit = rows, min_change, unit
-        self.a, self.b = a, b
+        self.a, self.b, self.min_change_us = a, b, min_change_us
 
-    def to_html(self, labels: Tuple[str, str] = ("A", "B"), **kwargs: Any) -> str:
+    def to_html(
+        self, labels: Tuple[str, str] = ("A", "B"), *, path: Any = None, **kwargs: Any
+    ) -> Optional[str]:
         """A self-contained HTML page: both runs' icicles on one scale, the change per step
-        and both tables (``page.diff_page``)."""
-        return page.diff_page(self, self.a, self.b, labels, **kwargs)
+        and both tables (``page.diff_page``); written to ``path`` (UTF-8; None returned),
+        else returned, as :meth:`.Summary.to_html`."""
+        html = page.diff_page(self, self.a, self.b, labels, **kwargs)
+        if path is None:
+            return html
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(html)
+        return None
 
     def __iter__(self) -> Any:
         """The paired rows, in tree order."""
@@ -129,8 +151,9 @@ class SummaryDiff:
         for d in self.rows:
             counts[d.verdict] = counts.get(d.verdict, 0) + 1
         lines.append(
-            f"slower/faster: a change of {100 * self.min_change:g}% or more and over 3 standard "
-            "errors; unchanged: within it even 3 standard errors out. "
+            f"The floor: {self.floor_text()}. slower/faster: a change of the floor or more and "
+            "over 3 standard errors; unchanged: within the floor even 3 standard errors out, "
+            "or the same calls (a run with itself). "
             + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items()))
         )
         for side, summary in (("a", self.a), ("b", self.b)):
@@ -150,8 +173,17 @@ class SummaryDiff:
         """The table."""
         return self.table()
 
+    def floor_text(self) -> str:
+        """The floor under which a change is none, in words (the table's and page's)."""
+        return (
+            f"{100 * self.min_change:g}% of a's mean or {self.min_change_us:g} µs a call, "
+            "the larger"
+        )
 
-def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
+
+def diff(
+    a: Any, b: Any, min_change: float = MIN_CHANGE, min_change_us: float = MIN_CHANGE_US
+) -> SummaryDiff:
     """The rows of summaries ``a`` (the baseline) and ``b`` (the candidate), paired by step
     path, phase and layer, in the tree's order (rows only one side has are ``added`` or
     ``missing``), each pair with a verdict from the numbers both runs recorded, in the spirit
@@ -159,10 +191,12 @@ def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
 
     - the change is the difference of mean time per call, ``b - a``, and its share of ``a``;
     - its standard error comes from each side's standard deviation and number of timed calls;
-    - ``slower`` / ``faster``: the change is at least ``min_change`` of ``a`` and more than
-      three standard errors from zero;
-    - ``unchanged``: the change is within ``min_change`` of ``a`` even three standard errors
-      out;
+    - the floor: the larger of ``min_change`` of ``a``'s mean and ``min_change_us`` µs a
+      call (:data:`MIN_CHANGE`, :data:`MIN_CHANGE_US`);
+    - ``slower`` / ``faster``: the change is at least the floor and more than three standard
+      errors from zero;
+    - ``unchanged``: the change is within the floor even three standard errors out, or
+      both rows are the same calls (a run with itself);
     - ``too noisy``: neither can be said (few calls, or a spread wider than the change).
 
     Where either run recorded memory (``configure(memory=True)``), the table is followed by the
@@ -193,7 +227,7 @@ def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
             change = relative = error = None
             verdict = "added" if ra is None else "missing"
         else:
-            change, relative, error, verdict = _verdict(ra, rb, min_change)
+            change, relative, error, verdict = _verdict(ra, rb, min_change, min_change_us)
         rows.append(
             DiffRow(
                 row.name,
@@ -209,4 +243,4 @@ def diff(a: Any, b: Any, min_change: float = 0.05) -> SummaryDiff:
                 verdict,
             )
         )
-    return SummaryDiff(rows, min_change, a.unit or b.unit, a, b)
+    return SummaryDiff(rows, min_change, a.unit or b.unit, a, b, min_change_us)

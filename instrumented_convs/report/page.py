@@ -250,7 +250,7 @@ def diff_page(
     title = title or f"{labels[0]} -> {labels[1]}"
     data = {
         "title": title,
-        "subtitle": f"min change {100 * result.min_change:g}%: smaller changes are unchanged",
+        "subtitle": f"the floor: {result.floor_text()}: smaller changes are unchanged",
         "meta": [[str(k), str(v)] for k, v in meta],
         "runs": [_run(labels[0], rows_a, unit, None), _run(labels[1], rows_b, unit, None)],
         "ranks": None,

@@ -14,6 +14,7 @@ from operator import attrgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.storage.entry import EntryStats
+from .compiled import unscaled
 from .row import FIELDS, Row
 from .summary import Summary
 
@@ -332,9 +333,11 @@ def summarize(
     sample of 1/w of the iterations, without replacement, its calls taken as independent:
     w²(1 - 1/w) calls s², s the calls' standard deviation). ``compiled``: what ran under
     ``torch.compile`` (:attr:`Summary.compiled`), kept with the summary. Each statistic is
-    one of :data:`STATISTICS`.
+    one of :data:`STATISTICS`. Under the eager breakdown nothing is scaled
+    (:func:`~.compiled.unscaled`).
     """
     check_by(by)
+    stats = unscaled(list(stats), sampling)
     members, children_of = _groups(stats, by == "layer")
     merged = _merged(stats, members)
     order = _tree_order(children_of)

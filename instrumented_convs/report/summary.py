@@ -10,7 +10,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import columns, diff, hostdevice, page, saved, tensorboard
 from .columns import UNITS
@@ -21,6 +22,44 @@ from .row import FIELDS, Row, value_of
 __all__ = ["Summary"]
 
 _FIELD_SET = frozenset(FIELDS)
+
+#: Where an export goes: a file's name or path.
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _written(text: str, path: Optional[PathLike]) -> Optional[str]:
+    """``text``, or None once written to ``path`` (UTF-8), as pandas' ``to_csv`` does."""
+    if path is None:
+        return text
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path takes a file name (str or os.PathLike), not {type(path).__name__} "
+            f"{path!r} (to_json's indent is a keyword: to_json(indent=4))"
+        )
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    return None
+
+
+def _filter(
+    rows: List[Row], prefix: Optional[str], max_depth: Optional[int], phase: Optional[str]
+) -> Dict[str, Any]:
+    """What :meth:`Summary.select` chose ``rows`` by, with the paths a user may have meant."""
+    tops = list(dict.fromkeys(r.name for r in rows if r.depth == 0))
+    near: List[str] = []
+    if prefix and not any(r.name == prefix or r.name.startswith(prefix + "/") for r in rows):
+        for name in (r.name for r in rows if prefix in r.name):
+            end = name.find("/", name.index(prefix) + len(prefix))
+            near.append(name if end < 0 else name[:end])
+    return dict(
+        prefix=prefix,
+        max_depth=max_depth,
+        phase=phase,
+        tops=tops[:4],
+        more=len(tops) > 4,
+        near=list(dict.fromkeys(near))[:3],
+        phases=sorted({r.phase for r in rows}),
+    )
 
 
 class Summary:
@@ -78,6 +117,11 @@ class Summary:
         #: ``breaks`` (graph breaks, attributed to conv layers) and ``recompiles`` (the
         #: same of recompiles); see :mod:`.compiled`.
         self.compiled: Optional[Dict[str, Any]] = compiled
+        #: What :meth:`select` chose this summary's rows by, if it did (for an empty table's
+        #: explanation): ``prefix``, ``max_depth``, ``phase``; ``tops``, the first top-level
+        #: paths it chose from (``more``: there are others); ``near``, paths that contain
+        #: a prefix that matched none; ``phases``, those of the rows it chose from.
+        self.filtered: Optional[Dict[str, Any]] = None
 
     # -- access ---------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Row]:
@@ -158,7 +202,7 @@ class Summary:
             if self._per_rank is None
             else [part.select(prefix, max_depth, phase) for part in self._per_rank]
         )
-        return Summary(
+        chosen = Summary(
             rows,
             unit=self.unit,
             by=self.by,
@@ -167,6 +211,10 @@ class Summary:
             sampling=self.sampling,
             compiled=self.compiled,
         )
+        chosen.filtered = self.filtered  # (nothing recorded stays so)
+        if self.rows:
+            chosen.filtered = _filter(self.rows, prefix, max_depth, phase)
+        return chosen
 
     # -- rendering --------------------------------------------------------------------------
     def table(
@@ -217,17 +265,26 @@ class Summary:
         ranks = "" if self._per_rank is None else f", ranks={len(self._per_rank)}"
         return f"Summary({len(self.rows)} rows, total={self.total:.6g}s, by={self.by!r}{ranks})"
 
-    def diff(self, other: "Summary", min_change: float = 0.05) -> SummaryDiff:
+    def diff(
+        self,
+        other: "Summary",
+        min_change: float = diff.MIN_CHANGE,
+        min_change_us: float = diff.MIN_CHANGE_US,
+    ) -> SummaryDiff:
         """This summary (the baseline) and ``other`` side by side: per step the change in
         mean time per call and a verdict (slower, faster, unchanged, too noisy, added,
-        missing); ``min_change`` is the share of a change that counts (see :mod:`.diff`)."""
-        return diff.diff(self, other, min_change)
+        missing); a change under the floor, ``min_change`` of the mean or ``min_change_us``
+        µs a call (the larger), is none (see :mod:`.diff`)."""
+        return diff.diff(self, other, min_change, min_change_us)
 
-    def to_html(self, title: str = "instrumented_convs", **fields: Any) -> str:
+    def to_html(
+        self, title: str = "instrumented_convs", *, path: Optional[PathLike] = None, **fields: Any
+    ) -> Optional[str]:
         """A self-contained HTML page (offline; open it in a browser): the icicle of the step
         tree, the table and, merged over ranks, each rank's totals (the ``page`` renderer;
-        ``fields``: ``meta``, ``note``, ``subtitle``, ``loaders``)."""
-        return render("page", RenderInput(self, title=title, **fields))
+        ``fields``: ``meta``, ``note``, ``subtitle``, ``loaders``). Written to ``path``
+        (None returned), else returned."""
+        return _written(render("page", RenderInput(self, title=title, **fields)), path)
 
     def to_tensorboard(self, writer: Any, step: Optional[int] = None) -> int:
         """Write a point per row to a TensorBoard ``writer`` (a ``SummaryWriter``) at
@@ -269,10 +326,12 @@ class Summary:
             data["host_device"] = verdict
         return data
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
-        """The summary as JSON text (the ``json`` renderer; ``Summary.from_json`` reads it
-        back exactly)."""
-        return render("json", RenderInput(self, options={"indent": indent}))
+    def to_json(
+        self, path: Optional[PathLike] = None, *, indent: Optional[int] = 2
+    ) -> Optional[str]:
+        """The summary as JSON (the ``json`` renderer; ``Summary.from_json`` reads it back
+        exactly): written to ``path`` (UTF-8; None returned), else returned as text."""
+        return _written(render("json", RenderInput(self, options={"indent": indent})), path)
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "Summary":
@@ -314,11 +373,12 @@ class Summary:
         parts = [cls([r for r in rows if r.rank == k], by=by) for k in range(max(ranks) + 1)]
         return cls(merged, by=by, total=total, per_rank=parts)
 
-    def to_csv(self) -> str:
-        """The rows as CSV text with a header line (the ``csv`` renderer: times in seconds,
-        every field, then the columns no field holds; merged over ranks, the merged rows and
-        then each rank's, both of which :meth:`from_csv` rebuilds)."""
-        return render("csv", RenderInput(self))
+    def to_csv(self, path: Optional[PathLike] = None) -> Optional[str]:
+        """The rows as CSV with a header line (the ``csv`` renderer: times in seconds, every
+        field, then the columns no field holds; merged over ranks, the merged rows and then
+        each rank's, both of which :meth:`from_csv` rebuilds): written to ``path`` (UTF-8;
+        None returned), else returned as text."""
+        return _written(render("csv", RenderInput(self)), path)
 
     @classmethod
     def from_csv(cls, text: str, by: str = "step", total: Optional[float] = None) -> "Summary":

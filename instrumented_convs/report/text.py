@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..core.storage.entry import BACKWARD_MARK
 from . import columns, hostdevice
-from .compiled import compiled_note
+from .compiled import compiled_note, eager_breakdown
 
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
 UPSTREAM_MARK = " (upstream code)"
@@ -33,6 +33,8 @@ def sampling_note(sampling: Optional[Dict[str, Any]]) -> str:
     (under a budget) why the rate is what it is."""
     if not sampling:
         return ""
+    eager = sampling.get("eager")
+    ran_eagerly = bool(eager and eager.get("available"))
     rates = [s for s in sampling.get("strata", ()) if s.get("every")]
     every = ", then ".join(f"one in {s['every']}" for s in rates) or f"one in {sampling['every']}"
     name = sampling.get("iteration") or "optimizer step"
@@ -45,36 +47,89 @@ def sampling_note(sampling: Optional[Dict[str, Any]]) -> str:
         f"Sampled: {sampling['recorded']} of {sampling['iterations']} iterations "
         f"({what}) recorded, {every} at random "
         f"after the first {sampling['first']}; what ran before the first iteration ended or "
-        "outside iterations is recorded in full. Rows marked ~ are scaled to the whole run: "
-        "Count and times are estimates, ±SE the standard error of Total (calls taken as "
-        "independent); Min, Max and Std are of the recorded calls."
+        "outside iterations is recorded in full. "
     )
+    if ran_eagerly:  # the others ran compiled: nothing stands for them
+        text += (
+            f"The rows are the {sampling['recorded']} recorded iterations' own, not scaled to "
+            f"the whole run (the other {sampling['iterations'] - sampling['recorded']} ran "
+            "compiled)."
+        )
+    else:
+        text += (
+            "Rows marked ~ are scaled to the whole run: Count and times are estimates, ±SE "
+            "the standard error of Total (calls taken as independent); Min, Max and Std are "
+            "of the recorded calls."
+        )
     if sampling.get("budget") is not None:
         text += f" Budget {100 * sampling['budget']:g}%: {sampling.get('why') or ''}."
-    eager = sampling.get("eager")
     if eager:
-        text += " " + eager_note(eager)
+        text += " " + eager_note(eager, sampling["first"])
     return text
 
 
-def eager_note(eager: Dict[str, Any]) -> str:
-    """What the eager breakdown of compiled models says (``configure(compiled="eager")``)."""
+def eager_note(eager: Dict[str, Any], first: Optional[int] = None) -> str:
+    """What the eager breakdown of compiled models says (``configure(compiled="eager")``):
+    an eager iteration's time (the table's) beside a compiled one's, medians of the
+    iterations after the ``first``; where either kind never ran, why, and what to do."""
     if not eager.get("available"):
         return (
             "compiled='eager' was asked, but this torch has no torch.compiler.set_stance "
             "(2.6+): compiled code ran compiled, its layers not broken down."
         )
-
-    def one(part: Dict[str, Any], name: str) -> str:
-        ms = part.get("ms")
-        return f"{name} {'?' if ms is None else f'{ms:.3g}'} ms ({part['iterations']})"
-
-    return (
-        "Compiled code ran eagerly in the recorded iterations (compiled='eager'): an "
-        f"iteration took {one(eager['compiled'], 'compiled')}, "
-        f"{one(eager['eager'], 'eager')} (medians, of how many iterations; the first ones "
-        "left out); the steps are the eager iterations'."
+    left_out = "the first ones" if first is None else f"the first {first}"
+    times = {
+        name: f"{eager[name]['ms']:.3g} ms ({eager[name]['iterations']})"
+        for name in ("eager", "compiled")
+        if eager[name]["iterations"] and eager[name].get("ms") is not None
+    }
+    text = "Compiled code ran eagerly in the recorded iterations (compiled='eager'): "
+    if len(times) == 2:
+        return text + (
+            f"an iteration took compiled {times['compiled']}, eager {times['eager']} "
+            f"(medians, of how many iterations; {left_out} left out)."
+        )
+    if "eager" in times:
+        return text + (
+            f"an iteration took eager {times['eager']} (median, of how many; {left_out} "
+            "left out). Every iteration was recorded, so none ran compiled to time beside "
+            "it: record fewer (--record-every K, or configure(record_every=K)) for that."
+        )
+    if "compiled" in times:
+        return text + (
+            f"an iteration took compiled {times['compiled']} (median, of how many; "
+            f"{left_out} left out); no iteration after those was recorded, so none ran "
+            "eagerly to time beside it: record more (a smaller --record-every K)."
+        )
+    return text + (
+        f"no iteration after {left_out} ended, so none was timed, eager or compiled: "
+        "a longer run gives both."
     )
+
+
+def empty_note(summary: Any) -> List[str]:
+    """Why a table has no row, and what to try: nothing was recorded, or the filter of
+    ``Summary.select`` (``view --prefix``...) matched no step, with the paths there are."""
+    chosen = getattr(summary, "filtered", None)
+    if not chosen:
+        return [
+            "Nothing was recorded: no instrumented layer ran (import the convs from "
+            "instrumented_convs.pyg or .dgl, or call instrument(model)),",
+            "or recording was off (configure(enabled=True); INSTRUMENTED_CONVS_DISABLE=1 "
+            "turns it off).",
+        ]
+    what = ", ".join(
+        f"{key} {chosen[key]!r}"
+        for key in ("prefix", "phase", "max_depth")
+        if chosen[key] is not None
+    )
+    tops = ", ".join(top + "/" for top in chosen["tops"]) + (", ..." if chosen["more"] else "")
+    lines = [f"The filter ({what}) matched no step: the paths start with {tops}"]
+    if chosen["near"]:
+        lines.append(f"A prefix starts at the top: did you mean {', '.join(chosen['near'])}?")
+    elif chosen["phase"] is not None and chosen["phase"] not in chosen["phases"]:
+        lines.append(f"No {chosen['phase']} step was recorded.")
+    return lines
 
 
 class TableRenderer:
@@ -100,14 +155,17 @@ class TableRenderer:
         unit, scale = columns.unit_of(rows, self.unit)
         world = getattr(summary, "world_size", None)
         over = getattr(summary, "over", "ranks")
+        sampling = getattr(summary, "sampling", None)
         shown = columns.shown(
             world is not None,
             self.spread,
-            sampled=getattr(summary, "sampling", None) is not None,
+            sampled=sampling is not None and not eager_breakdown(sampling),
             memory=columns.recorded_memory(rows),
             device=columns.timed_on_device(rows),
         )
         lines = self._grid(summary, shown, unit, scale)
+        if not rows:  # the title, and why there is nothing under it
+            return "\n".join(lines[:1] + empty_note(summary))
         lines += columns.footnotes(
             shown,
             total=f"{summary.total / scale:.3f} {unit}",
