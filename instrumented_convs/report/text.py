@@ -164,8 +164,12 @@ class TableRenderer:
             device=columns.timed_on_device(rows),
         )
         lines = self._grid(summary, shown, unit, scale)
-        if not rows:  # the title, and why there is nothing under it
-            return "\n".join(lines[:1] + empty_note(summary))
+        notes = [text for note in NOTES for text in note(summary)]
+        if not rows:  # the title, and why there is nothing under it (a note may say: compiled)
+            filtered = getattr(summary, "filtered", None)
+            return "\n".join(
+                lines[:1] + (empty_note(summary) if filtered or not notes else []) + notes
+            )
         lines += columns.footnotes(
             shown,
             total=f"{summary.total / scale:.3f} {unit}",
@@ -174,8 +178,7 @@ class TableRenderer:
             over=over,
             one=over[:-1],
         )
-        lines += [text for note in NOTES for text in note(summary)]
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
 
     def _grid(
         self, summary: Any, shown: List[columns.Column], unit: str, scale: float

@@ -15,9 +15,16 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from instrumented_convs import registry
+from instrumented_convs.commands.errors import (
+    PROG,
+    HelpFormatter,
+    Parser,
+    call,
+    described,
+    error_note,
+)
 from instrumented_convs.report import Summary
 
-from ..errors import PROG, HelpFormatter, Parser, call, described, error_note
 from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
 from .loop import TrainResult, train
 from .models import MODELS, build_model, require_torch_sparse
