@@ -6,8 +6,10 @@ place of its copied, timer-laden source (:func:`add_commands`, :func:`study_main
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import textwrap
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -244,8 +246,6 @@ def report(run: StudyRun) -> str:
 
 def write_json(run: StudyRun, path: str) -> None:
     """Write the run's accuracies and summary to ``path``."""
-    import json
-
     payload = {
         "platform": run.platform,
         "sparse": run.sparse,
@@ -396,8 +396,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _wrap(text: str) -> str:
-    import textwrap
-
     return textwrap.fill(text, width=100)
 
 
