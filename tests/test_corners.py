@@ -15,9 +15,10 @@ import instrumented_convs as ic
 from instrumented_convs.commands.cli import main as cli_main
 from instrumented_convs.commands.launch.runs import write_run
 from instrumented_convs.core.compiler import dynamo, eager
-from instrumented_convs.report import Row, Summary
+from instrumented_convs.report import Summary
 
 from .helpers import run_script, train_losses
+from .test_diff import row as _row
 
 # -- the eager breakdown ----------------------------------------------------------------------
 
@@ -89,25 +90,6 @@ def test_the_eager_breakdown_with_every_iteration_recorded_says_what_there_is():
 
 
 # -- diff's floor -----------------------------------------------------------------------------
-
-
-def _row(name: str, mean: float, std: float = 0.0, count: int = 100) -> Row:
-    return Row(
-        name=name,
-        step=name.rsplit("/", 1)[-1],
-        depth=name.count("/"),
-        scope=None,
-        kind="step",
-        count=count,
-        total=mean * count,
-        self_time=mean * count,
-        mean=mean,
-        min=mean,
-        max=mean,
-        std=std,
-        fraction=0.0,
-        self_fraction=0.0,
-    )
 
 
 def _verdicts(a: list, b: list, **kw) -> dict:
