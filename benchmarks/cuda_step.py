@@ -13,7 +13,11 @@ reversed every other round), medians of ``--rounds``:
   clock and by its Python twin (``torch.cuda.Event`` objects: :func:`twin_clock`), each at
   the top level and nested in another;
 
-and sets the C clock's step against its two raw records (issue 52's goals: a step at most
+then, in situ, what the C clock's queue did during those steps (``speedups.cuda_tally``:
+its records' and polls' time a step, reads that found a pair unfinished, pairs folded), what
+reading a pair costs from C when the device has run it (``speedups.cuda_bench_reads``: with
+nothing asked before, after a query of the newest end, after a wait for it), and
+sets the C clock's step against its two raw records (issue 52's goals: a step at most
 1.5 us more than its two records, and at most 6 us in all; a PASS/FAIL line each). Then it
 runs ``--epochs`` training epochs of the launch-bound proxy's 3-layer PyG GCN
 (benchmarks/launch_bound.py), stock and ours with the defaults, under ``cProfile`` and prints
@@ -157,10 +161,14 @@ def _resolve_loop(device: torch.device, n: int) -> Callable[[], float]:
     return timed
 
 
+def index_of(device: torch.device) -> int:
+    """The CUDA device's index (the current one where the device names none)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def driver_parts(device: torch.device, n: int) -> Dict[str, float]:
     """ns a call of each CUDA call a C step makes, timed in C (``speedups.cuda_bench_parts``)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return dict(speedups.cuda_bench_parts(index, n))
+    return dict(speedups.cuda_bench_parts(index_of(device), n))
 
 
 def _cuda_steps(
@@ -187,6 +195,36 @@ def _cuda_steps(
                 return loop()
 
     return {name: top, name + NESTED: nested}
+
+
+def in_situ(device: torch.device, n: int, rounds: int) -> Dict[str, Dict[str, float]]:
+    """The C clock's steps (top level, nested) under ``speedups.cuda_tally``: per step, its
+    time (the tally's clock reads in it), the records' and polls' time, and the queue's counts;
+    medians of ``rounds``."""
+    out: Dict[str, Dict[str, float]] = {}
+    for name, timed in _cuda_steps(C_STEP, device, n, None).items():
+        rows: List[Dict[str, float]] = []
+        for _ in range(rounds):
+            speedups.cuda_tally(True)
+            ns = timed()
+            t = speedups.cuda_tally(False)
+            registry.reset()
+            torch.cuda.synchronize(device)
+            steps = n + (1 if name.endswith(NESTED) else 0)
+            rows.append(
+                {
+                    "step_ns": ns,
+                    "records_ns": t["record_ns"] / steps,
+                    "ns_a_record": t["record_ns"] / max(t["records"], 1),
+                    "polls_ns": t["poll_ns"] / steps,
+                    "polls": t["polls"] / steps,
+                    "unready": t["unready"] / steps,
+                    "folded": t["folded"] / steps,
+                    "waits": t["waits"] / steps,
+                }
+            )
+        out[name] = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    return out
 
 
 def goals(got: Dict[str, float]) -> Dict[str, Any]:
@@ -289,6 +327,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("Each CUDA call of a C step, timed in C (ns a call):")
         for k, v in driver.items():
             print(f"  {k:40s} {v:10.0f}")
+    situ = in_situ(device, args.n, args.rounds) if native else {}
+    if situ:
+        print("In situ, the C clock's queue a step (speedups.cuda_tally; its clock reads in):")
+        for name, f in situ.items():
+            print(f"  {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in f.items()))
+    reads = dict(speedups.cuda_bench_reads(index_of(device), 2000, 50.0)) if native else {}
+    if reads:
+        print("Reading 2,000 pairs the device has run, from C (ns a pair: its time and its lag):")
+        for k, v in reads.items():
+            print(
+                f"  {k:40s} first read {v['first read']:7.0f}, second {v['second read']:7.0f}, "
+                f"not ready {v['not ready']}"
+            )
     found = goals(got)
     if device.type == "cuda":
         print("A step on the CUDA clock against its two raw event records (issue 52's goals):")
@@ -305,6 +356,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "c_clock": native,
                     "parts_ns": got,
                     "driver_ns": driver,
+                    "in_situ": situ,
+                    "reads_ns": reads,
                     **found,
                     "epochs": args.epochs,
                     "profiles": profiles,

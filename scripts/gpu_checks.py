@@ -307,6 +307,12 @@ def _summary_issue52(d: Path) -> None:
                 f"cuda_step | {name}: {f['step_ns']:.0f} ns, 2 raw records {f['records_ns']:.0f} "
                 f"ns, difference {f['difference_ns']:.0f} ns"
             )
+        for name, f in cs.get("reads_ns", {}).items():
+            figures = ", ".join(f"{k} {v:.0f}" for k, v in f.items())
+            print(f"cuda_step | reading a pair the device has run, {name}: {figures}")
+        for name, f in cs.get("in_situ", {}).items():
+            figures = ", ".join(f"{k} {v:.3g}" for k, v in f.items())
+            print(f"cuda_step | in situ, {name}: {figures}")
         if str(cs.get("device", "")).startswith("cuda"):
             for g in cs.get("goals", []):
                 if g["pass"] is None:

@@ -653,10 +653,10 @@ _UNREAD = tuple(c for c in _COUNTED if c not in ("cuEventQuery", "cuEventElapsed
 
 
 def test_polling_folds_finished_pairs_without_waiting(fake_driver):
-    """poll_at: folds the finished front, never synchronizes, never queries."""
+    """poll_at: folds the finished front, never synchronizes; C queries the newest end once."""
     r = agree(fake_driver, polling, calls=_UNREAD)
     assert r["obs"] == [3, 2, 0, 4, 4]
-    assert r["calls"]["cuEventQuery"] == 0
+    assert r["calls"]["cuEventQuery"] == 1
 
 
 def finished_poll(b: Backend) -> List[int]:
@@ -670,11 +670,11 @@ def finished_poll(b: Backend) -> List[int]:
 
 
 def test_a_poll_reads_finished_pairs_with_two_driver_calls_each(fake_driver):
-    """C: a finished pair costs its own time and its lag's, no query (the first pair's end
-    becomes the lags' reference: one read less)."""
+    """C: a finished pair costs its own time and its lag's (the first pair's end becomes the
+    lags' reference: one read less), the poll one query of the newest end."""
     r = agree(fake_driver, finished_poll, calls=_UNREAD)
     assert r["obs"] == [10, 0]
-    assert r["calls"]["cuEventQuery"] == 0 and r["calls"]["cuEventElapsedTime"] == 19
+    assert r["calls"]["cuEventQuery"] == 1 and r["calls"]["cuEventElapsedTime"] == 19
 
 
 def hard_limit(b: Backend) -> List[int]:
@@ -715,6 +715,54 @@ def test_the_queue_and_the_pool_stay_bounded(fake_driver):
     r = agree(fake_driver, bounded, calls=_UNREAD)
     assert r["obs"] == [63, 500]
     assert r["calls"]["cuEventCreate"] < 2 * 64 + 4
+
+
+def behind(b: Backend) -> List[int]:
+    """A device far behind (each step 1 ms of work, 10 us of host): no pair finishes."""
+    registry.pending.poll_at, registry.pending.hard_limit = 16, 4096
+    try:
+        for _ in range(400):
+            with step("x", device="cuda"):
+                b.launch(0, 1 * MS)
+                b.clock.advance(10 * US)
+        return [len(registry.pending)]
+    finally:
+        registry.pending.poll_at, registry.pending.hard_limit = 2048, 65536
+
+
+def test_a_device_behind_is_not_asked_at_every_step(fake_driver):
+    """Past poll_at with nothing finished, a poll waits for a quarter of poll_at more pairs:
+    a driver read every 4 steps here, not one a step (a read that flushes the driver's work)."""
+    runs = {}
+    for make in (lambda: native_clock(fake_driver), twin_clock):
+        with make() as b:
+            speedups.cuda_tally(True)
+            obs = behind(b)
+            runs[b.name] = (obs, b.counts(), speedups.cuda_tally(False))
+    assert runs["C"][0] == runs["twin"][0] == [400]
+    reads = {"C": runs["C"][1]["cuEventElapsedTime"], "twin": runs["twin"][1]["cuEventQuery"]}
+    assert reads["C"] == reads["twin"] and reads["C"] <= (400 - 16) // 4 + 1
+    tally = runs["C"][2]  # the C queue's own account of the same
+    assert tally["polls"] == tally["unready"] == reads["C"]
+    assert tally["folded"] == tally["waits"] == 0
+    assert tally["records"] == 800  # (its ns read the fake host clock, which stood still)
+
+
+def test_the_read_benchmark_reads_every_pair_in_its_three_settings(fake_driver):
+    """cuda_bench_reads (benchmarks/cuda_step.py): the fake device stands still while the
+    host sleeps, so only the round that waits for the newest end reads every pair."""
+    with native_clock(fake_driver) as b:
+        b.set_latency(0, 3 * US)
+        got = speedups.cuda_bench_reads(0, 50, 1.0)
+        assert b.counts()["cuEventSynchronize"] == 4  # the third round's wait, each round's end
+    assert list(got) == [
+        "nothing asked before",
+        "after a query of the newest end",
+        "after a wait for it",
+    ]
+    assert got["nothing asked before"]["not ready"] == 2 * 2 * 50
+    assert got["after a wait for it"]["not ready"] == 0
+    assert all(r["first read"] >= 0 and r["second read"] >= 0 for r in got.values())
 
 
 def drain_at_summary(b: Backend) -> List[int]:

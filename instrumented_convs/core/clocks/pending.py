@@ -82,12 +82,14 @@ class PendingTimes:
     end event has completed (``query()``, which never blocks) are folded into their entries.
     Only when ``hard_limit`` pairs are pending does it wait, and then only for the oldest
     pair: that bounds memory in a program that never lets the GPU catch up, without a
-    device-wide synchronize. ``drain()`` (from ``summary()``) waits for each
-    remaining pair and folds everything. A pair whose time cannot be read (its events were
-    recorded on different streams that did not meet, say) is folded as untimed.
+    device-wide synchronize. After a poll the next waits for a quarter of ``poll_at`` more
+    pairs: a device that is behind is not asked at every step. ``drain()`` (from
+    ``summary()``) waits for each remaining pair and folds everything. A pair whose time
+    cannot be read (its events were recorded on different streams that did not meet, say) is
+    folded as untimed.
     """
 
-    __slots__ = ("_queue", "_poll_at", "_hard_limit", "pool", "_fold", "_lags")
+    __slots__ = ("_queue", "_poll_at", "_hard_limit", "_next_poll", "pool", "_fold", "_lags")
 
     def __init__(
         self,
@@ -106,9 +108,11 @@ class PendingTimes:
         self.pool = events if pool is None else pool
         self._lags: Dict[int, DeviceLag] = {}
         self._poll_at, self._hard_limit = poll_at, hard_limit
+        self._next_poll = poll_at
         self._tell_c()
 
     def _tell_c(self) -> None:
+        self._next_poll = self._poll_at
         if speedups is not None and self.pool is events:
             speedups.cuda_limits(self._poll_at, self._hard_limit)
             speedups.cuda_lag_floor(LAG_FLOOR_NS, LAG_BUCKET_NS)
@@ -164,7 +168,7 @@ class PendingTimes:
             return
         queue = self._queue
         queue.append((entry, start, end, device, sampled, slot, t1, host))
-        if len(queue) >= self._poll_at:
+        if len(queue) >= self._next_poll:
             self.poll()
 
     def _resolve(self, item: Pair) -> None:
@@ -206,6 +210,8 @@ class PendingTimes:
             item[_END].synchronize()  # waits for this one event only, not the whole device
             self._resolve(item)
             folded += 1
+        more = max(self._poll_at // 4, 1)
+        self._next_poll = min(max(len(queue) + more, self._poll_at), self._hard_limit)
         return folded
 
     def drain(self) -> int:
@@ -225,5 +231,6 @@ class PendingTimes:
         """Forget every pending pair (used by ``registry.reset()``) and the lags' zeros."""
         self._queue.clear()
         self._lags.clear()
+        self._next_poll = self._poll_at
         if self._native():
             speedups.cuda_clear()

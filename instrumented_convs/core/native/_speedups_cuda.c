@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifndef _WIN32
 #include <dlfcn.h>
 #endif
@@ -42,6 +43,12 @@ static PyObject *g_get_device = NULL, *g_raw_stream = NULL, *g_fold_device = NUL
 static PyObject *s_start_ms = NULL, *s_end_ms = NULL, *s_ref = NULL;
 static Py_ssize_t o_host = -1, o_dcalls, o_lag, o_caught;
 static long long g_lag_floor = 50000, g_bucket_ns = 1000000000LL;
+/* the queue's length at which the next poll comes (see cuda_poll_queue) */
+static Py_ssize_t g_next_poll = 2048;
+/* what the queue did (cuda_tally): polls, reads that found a pair unfinished, pairs folded,
+ * waits; with g_tally on, the ns spent in records and in polls, and how many records */
+static long long g_polls, g_unready, g_folded, g_waits, g_records, g_record_ns, g_poll_ns;
+static int g_tally = 0;
 
 /* -- contexts and pools, per device ---------------------------------------------------- */
 
@@ -121,15 +128,31 @@ static int check_bound(int dev) {
 /* Record an event of device dev's pool on its current stream: 1 (*out set), 0 while the stream
  * captures a CUDA graph (nothing recorded, at a step's end too: an event recorded into a graph
  * keeps the times of its last use, which would read as the step's), -1 with an exception. */
-int cuda_record_now(int dev, void **out) {
-    if (check_bound(dev) < 0) return -1;
+static int record_now(int dev, void **out);
+
+/* Device dev's current stream, read with torch's raw reader: 0, or -1 with an exception. */
+static int raw_stream_of(int dev, CUstream *out) {
     PyObject *idx = PyLong_FromLong(dev);
     PyObject *s = idx ? PyObject_CallOneArg(g_raw_stream, idx) : NULL;
     Py_XDECREF(idx);
     if (s == NULL) return -1;
-    CUstream stream = PyLong_AsVoidPtr(s);
+    *out = PyLong_AsVoidPtr(s);
     Py_DECREF(s);
-    if (stream == NULL && PyErr_Occurred()) return -1;
+    return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+int cuda_record_now(int dev, void **out) {
+    if (!g_tally) return record_now(dev, out);
+    long long t0 = now_ns();
+    int r = record_now(dev, out);
+    g_record_ns += now_ns() - t0;
+    g_records++;
+    return r;
+}
+
+static int record_now(int dev, void **out) {
+    CUstream stream;
+    if (check_bound(dev) < 0 || raw_stream_of(dev, &stream) < 0) return -1;
     int pushed = enter_ctx(dev), rc = -1, capturing = 0;
     if (pushed < 0) return -1;
     CUresult r = cu.StreamIsCapturing(stream, &capturing);
@@ -298,7 +321,12 @@ int cuda_pend(PyObject *entry, void *start, void *end, int dev, long long t1, lo
     p->host = host;
     p->dev = dev;
     p->sampled = (char)sampled;
-    return g_len >= g_poll_at && cuda_poll_queue() < 0 ? -1 : 0;  /* a count folded is no error */
+    if (g_len < g_next_poll) return 0;
+    if (!g_tally) return cuda_poll_queue() < 0 ? -1 : 0;  /* a count folded is no error */
+    long long t0 = now_ns();
+    Py_ssize_t n = cuda_poll_queue();
+    g_poll_ns += now_ns() - t0;
+    return n < 0 ? -1 : 0;
 }
 
 /* Wait for events end and start (NULL: none) of device dev with the GIL released, as torch's
@@ -337,26 +365,45 @@ static int fold_front(CUresult r, float ms) {
     return rc;
 }
 
+/* After a poll the next comes when a quarter of poll_at more pairs wait (at least poll_at,
+ * at most hard_limit): a device that is behind is not asked at every step, each asking
+ * being a driver call that also submits the work batched so far. */
+static void next_poll(void) {
+    Py_ssize_t more = g_poll_at / 4 > 1 ? g_poll_at / 4 : 1, at = g_len + more;
+    g_next_poll = at < g_poll_at ? g_poll_at : at > g_hard_limit ? g_hard_limit : at;
+}
+
 /* Fold the finished pairs at the front (pairs on one stream finish in order: stop at the first
  * that has not), then wait for the oldest while hard_limit are waiting. How many, or -1. */
 Py_ssize_t cuda_poll_queue(void) {
     Py_ssize_t folded = 0;
     float ms;
+    g_polls++;
+    if (g_len) {  /* the newest end first: the driver learns at once how far the device got,
+                     and reading each pair it has run costs a quarter (cuda_bench_reads) */
+        Pair *back = &g_q[(g_head + g_len - 1) % g_cap];
+        int pushed = enter_ctx(back->dev);
+        if (pushed < 0) PyErr_Clear();
+        else { cu.EventQuery(back->end); leave_ctx(pushed); }
+    }
     while (g_len) {
         CUresult r = read_front(&ms);
-        if (r == CU_NOT_READY) break;  /* any other answer: fold it now (an error: untimed) */
-        if (fold_front(r, ms) < 0) return -1;
+        if (r == CU_NOT_READY) { g_unready++; break; }  /* any other answer: fold it now (an error: untimed) */
+        if (fold_front(r, ms) < 0) { g_folded += folded; next_poll(); return -1; }
         folded++;
     }
     while (g_len >= g_hard_limit) {
         CUevent end = g_q[g_head].end;
         wait_for(g_q[g_head].dev, end, NULL);  /* this event only, not the whole device */
+        g_waits++;
         if (g_len && g_q[g_head].end == end) {  /* else another thread read it meanwhile */
             CUresult r = read_front(&ms);
-            if (fold_front(r, ms) < 0) return -1;
+            if (fold_front(r, ms) < 0) { g_folded += folded; next_poll(); return -1; }
             folded++;
         }
     }
+    g_folded += folded;
+    next_poll();
     return folded;
 }
 
@@ -398,6 +445,7 @@ static PyObject *py_clear(PyObject *mod, PyObject *unused) {
         d->ref = NULL;
         for (int k = 0; k < LAG_BUCKETS; k++) d->bucket[k] = LLONG_MIN;
     }
+    g_next_poll = g_poll_at;
     Py_RETURN_NONE;
 }
 
@@ -408,6 +456,7 @@ static PyObject *py_limits(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "nn", &poll_at, &hard)) return NULL;
     g_poll_at = poll_at < 1 ? 1 : poll_at;
     g_hard_limit = hard < 1 ? 1 : hard;
+    g_next_poll = g_poll_at;
     Py_RETURN_NONE;
 }
 
@@ -579,6 +628,19 @@ static PyObject *py_lag_floor(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* What the queue did since the last call (benchmarks/cuda_step.py), then its counts zeroed:
+ * on (optional) also times each record and poll from here on (two clock reads each). */
+static PyObject *py_tally(PyObject *mod, PyObject *args) {
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p", &on)) return NULL;
+    PyObject *d = Py_BuildValue("{sLsLsLsLsLsLsL}", "polls", g_polls, "unready", g_unready, "folded", g_folded,
+                                "waits", g_waits, "records", g_records, "record_ns", g_record_ns,
+                                "poll_ns", g_poll_ns);
+    g_polls = g_unready = g_folded = g_waits = g_records = g_record_ns = g_poll_ns = 0;
+    if (on >= 0) g_tally = on;
+    return d;
+}
+
 /* What the raw records cost alone (benchmarks/cuda_step.py): n events of device dev's pool
  * recorded on its current stream, as a step records them, in ns per record. */
 static PyObject *py_bench_records(PyObject *mod, PyObject *args) {
@@ -586,13 +648,8 @@ static PyObject *py_bench_records(PyObject *mod, PyObject *args) {
     Py_ssize_t n;
     if (!PyArg_ParseTuple(args, "in", &dev, &n) || check_bound(dev) < 0) return NULL;
     CUevent ev = NULL;
-    if (cuda_record_now(dev, &ev) < 0) return NULL;  /* the context and the pool warm */
-    PyObject *idx = PyLong_FromLong(dev);
-    PyObject *s = idx ? PyObject_CallOneArg(g_raw_stream, idx) : NULL;
-    Py_XDECREF(idx);
-    if (s == NULL) return NULL;
-    CUstream stream = PyLong_AsVoidPtr(s);
-    Py_DECREF(s);
+    CUstream stream;
+    if (cuda_record_now(dev, &ev) < 0 || raw_stream_of(dev, &stream) < 0) return NULL;  /* warm */
     long long t0 = now_ns();
     for (Py_ssize_t i = 0; i < n; i++) cu.EventRecord(ev, stream);
     long long t1 = now_ns();
@@ -645,6 +702,62 @@ static PyObject *py_bench_parts(PyObject *mod, PyObject *args) {
                          "cuEventCreate+cuEventDestroy", t[5], "get_device()", t[6], "raw_stream(dev)", t[7]);
 }
 
+/* What reading recorded pairs costs from C (benchmarks/cuda_step.py), in ns a pair: n pairs
+ * recorded back to back after a reference event, the device left settle_ms to run them (no
+ * driver call meanwhile), then each pair read as the queue reads it (its own time, then its
+ * end against the reference) twice over; first with nothing asked before, then after a query
+ * of the newest end, then after a wait for it. Each round's reads that were not ready count. */
+static PyObject *py_bench_reads(PyObject *mod, PyObject *args) {
+    int dev;
+    Py_ssize_t n;
+    double settle_ms;
+    CUstream stream;
+    if (!PyArg_ParseTuple(args, "ind", &dev, &n, &settle_ms) || check_bound(dev) < 0 || n < 1
+        || raw_stream_of(dev, &stream) < 0)
+        return NULL;
+    CUevent *ev = calloc((size_t)(2 * n + 1), sizeof(CUevent));
+    if (ev == NULL) return PyErr_NoMemory();
+    int pushed = enter_ctx(dev);
+    if (pushed < 0) { free(ev); return NULL; }
+    PyObject *out = PyDict_New();
+    Py_ssize_t made = 0;
+    for (; out != NULL && made < 2 * n + 1; made++)
+        if (cu.EventCreate(&ev[made], 0) != CU_OK) { cu_fail(-1, "cuEventCreate"); Py_CLEAR(out); }
+    static const char *names[] = {"nothing asked before", "after a query of the newest end", "after a wait for it"};
+    for (int mode = 0; out != NULL && mode < 3; mode++) {
+        CUevent ref = ev[2 * n], newest = ev[2 * n - 1];
+        cu.EventRecord(ref, stream);
+        for (Py_ssize_t i = 0; i < 2 * n; i++) cu.EventRecord(ev[i], stream);
+#ifndef _WIN32
+        Py_BEGIN_ALLOW_THREADS
+        struct timespec ts = {(time_t)(settle_ms / 1000), (long)(fmod(settle_ms, 1000.0) * 1e6)};
+        nanosleep(&ts, NULL);
+        Py_END_ALLOW_THREADS
+#endif
+        if (mode == 1) cu.EventQuery(newest);
+        if (mode == 2) cu.EventSynchronize(newest);
+        double t[2];
+        long long unready = 0;
+        float ms;
+        for (int pass = 0; pass < 2; pass++) {
+            long long t0 = now_ns();
+            for (Py_ssize_t i = 0; i < n; i++) {
+                unready += cu.EventElapsed(&ms, ev[2 * i], ev[2 * i + 1]) != CU_OK;
+                unready += cu.EventElapsed(&ms, ref, ev[2 * i + 1]) != CU_OK;
+            }
+            t[pass] = (double)(now_ns() - t0) / (double)n;
+        }
+        cu.EventSynchronize(newest);
+        PyObject *v = Py_BuildValue("{sdsdsL}", "first read", t[0], "second read", t[1], "not ready", unready);
+        if (v == NULL || PyDict_SetItemString(out, names[mode], v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    for (Py_ssize_t i = 0; i < made; i++) cu.EventDestroy(ev[i]);
+    free(ev);
+    leave_ctx(pushed);
+    return out;
+}
+
 PyMethodDef cuda_methods[] = {
     {"cuda_load", py_load, METH_VARARGS, "Load the CUDA driver (a path, default libcuda.so.1): None, or why not."},
     {"cuda_bind", py_bind, METH_VARARGS, "Hand over get_device(), raw_stream(dev), fold_device(...) and Entry."},
@@ -662,6 +775,8 @@ PyMethodDef cuda_methods[] = {
     {"cuda_query", py_query, METH_O, "Whether an event has completed."},
     {"cuda_elapsed", py_elapsed, METH_VARARGS, "Milliseconds from event a to event b."},
     {"cuda_lag_floor", py_lag_floor, METH_VARARGS, "Set the lag's floor and the zero's bucket, in ns."},
+    {"cuda_tally", py_tally, METH_VARARGS, "What the queue did since the last call ([on]: time records, polls)."},
+    {"cuda_bench_reads", py_bench_reads, METH_VARARGS, "ns a pair read (its time, its lag) in three settings."},
     {"cuda_bench_records", py_bench_records, METH_VARARGS, "ns per raw event record on dev's current stream."},
     {NULL},
 };
