@@ -8,16 +8,20 @@ manager that puts them back.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any, Dict, NamedTuple, Optional, Union
 
 from .compiler.eager import eager
 from .dutycycle.cycle import cycle
-from .labels.nvtx import use_nvtx
+from .labels.nvtx import mark_settings, use_nvtx
 from .meters import counters, memory
-from .settings import nvtx_choice, switches
+from .settings import nvtx_choice, record_mode, switches
 from .storage import timeline
 
 __all__ = ["Settings", "configure"]
+
+logger = logging.getLogger(__name__)
 
 
 class Settings(NamedTuple):
@@ -40,6 +44,7 @@ class Settings(NamedTuple):
     iteration: Optional[str] = None  #: the region that is an iteration (None: optimizer steps)
     compiled: str = "compiled"  #: ``eager``: recorded iterations run compiled code eagerly
     memory: bool = False  #: steps record what they keep for backward, and their peaks
+    record: str = "all"  #: ``ranges``: steps push NVTX ranges and record nothing
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -50,6 +55,7 @@ class Settings(NamedTuple):
             self.record_function,
             self.statements,
         )
+        s.ranges, s.every_before_ranges = self.record == "ranges", None
         s.apply()
         _cycle(self.record_every, self.budget, self.iteration)
         eager.set(self.compiled == "eager", cycle.now)
@@ -58,6 +64,7 @@ class Settings(NamedTuple):
         _timeline(self.timeline)
         _counters(self.counters)
         _memory(self.memory)
+        _mark()
 
     @staticmethod
     def check(**switches: Any) -> None:
@@ -94,7 +101,7 @@ def _typed(name: str, value: Any) -> None:
     elif name == "budget":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         wanted = "a fraction (a float; 0.01 is 1%)"
-    else:  # iteration, compiled
+    else:  # iteration, compiled, record
         ok, wanted = isinstance(value, str), "a string"
     if not ok:
         raise TypeError(f"{name} takes {wanted}, not {type(value).__name__} {value!r}")
@@ -132,6 +139,8 @@ def _check(asked: Dict[str, Any]) -> None:
         raise ValueError(f"timeline must be a whole number >= 0, not {timeline!r}")
     if asked.get("nvtx") is not None:
         nvtx_choice(asked["nvtx"])
+    if asked.get("record") is not None:
+        record_mode(asked["record"])
 
 
 def _current() -> Settings:
@@ -150,7 +159,42 @@ def _current() -> Settings:
         cycle.iteration,
         "eager" if eager.asked else "compiled",
         s.memory,
+        "ranges" if s.ranges else "all",
     )
+
+
+def _mark() -> None:
+    """Say in the NVTX stream what shapes the ranges (report.nsys reads it back)."""
+    s = switches
+    mark_settings(
+        record="ranges" if s.ranges else "all",
+        enabled=s.wanted,
+        backward=s.backward,
+        backward_every=s.backward_every,
+        record_every=cycle.every if cycle.budget is None else "budget",
+        rank=os.environ.get("RANK", "none"),  # torchrun's: the report's processes in order
+    )
+
+
+def _record(mode: str, every_given: bool) -> None:
+    """Enter or leave the ranges mode: every call's backward has ranges in it (its
+    ``backward_every`` put back after, unless one was given meanwhile)."""
+    s = switches
+    if (mode == "ranges") == s.ranges:
+        return
+    s.ranges = mode == "ranges"
+    if s.ranges and not every_given:
+        s.every_before_ranges, s.backward_every = s.backward_every, 1
+    elif not s.ranges and s.every_before_ranges is not None and not every_given:
+        s.backward_every = s.every_before_ranges
+    if not s.ranges:
+        s.every_before_ranges = None
+    s.apply()
+    if s.ranges and s.nvtx == "none":
+        logger.warning(
+            "record='ranges' pushes NVTX ranges and records nothing, and no NVTX tool is "
+            "attached (nsys profile ...): steps do nothing now"
+        )
 
 
 def _cycle(every: int, budget: Optional[float], iteration: Optional[str]) -> None:
@@ -204,6 +248,7 @@ def configure(
     iteration: Optional[str] = None,
     compiled: Optional[str] = None,
     memory: Optional[bool] = None,
+    record: Optional[str] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -276,6 +321,12 @@ def configure(
       beside a compiled one's. Without a duty cycle it starts one at ``record_every=10``.
       ``"compiled"`` (the default) turns it off.
 
+    - ``record="ranges"``: steps push their NVTX ranges, every call's backward included
+      (``backward_every=1`` unless given), and record nothing else: the least cost under
+      Nsight Systems, whose report ``view`` reads back as the table, with device times
+      (docs/nsys.md). With no NVTX tool attached steps then do nothing. ``"all"`` (the
+      default) records times; ``INSTRUMENTED_CONVS_RECORD=ranges`` starts so.
+
     Used as ``with configure(...):``, the switches are put back when the block ends.
     A value of the wrong type (``enabled="false"``, ``record_every=2.5``; ``1`` is no
     ``True``) raises ``TypeError``, one out of range ``ValueError``, and nothing changes.
@@ -287,6 +338,7 @@ def configure(
     previous = _current()
     if choice is not None:
         s.nvtx = use_nvtx(choice)
+        s.apply()
     if enabled is not None:
         s.wanted = enabled
         s.apply()
@@ -321,4 +373,10 @@ def configure(
         if compiled == "eager" and not cycle.on:
             _cycle(10, None, cycle.iteration)  # the eager breakdown needs undrawn iterations
         eager.set(compiled == "eager", cycle.now)
+    if record is not None:
+        _record(record, backward_every is not None)
+    _mark()
     return previous
+
+
+_mark()  # the switches at import, for a report read back

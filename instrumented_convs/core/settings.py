@@ -82,6 +82,23 @@ def _env_every(name: str, default: int) -> int:
     return every
 
 
+#: What steps record: ``all`` (times, the default) or ``ranges`` (NVTX ranges only, for
+#: Nsight Systems: see :func:`~instrumented_convs.configure`).
+RECORD_MODES = ("all", "ranges")
+
+
+def record_mode(value: str, name: str = "record") -> str:
+    """``value`` as one of :data:`RECORD_MODES`, else ``ValueError`` naming ``name``."""
+    if value in RECORD_MODES:
+        return value
+    raise ValueError(f"{name} must be one of {', '.join(map(repr, RECORD_MODES))}, not {value!r}")
+
+
+def _env_record(name: str) -> str:
+    value = os.environ.get(name)
+    return "all" if value is None or not value.strip() else record_mode(value.strip().lower(), name)
+
+
 class Switches:
     """The switches as the hot path reads them (see :func:`~instrumented_convs.configure` for
     what each means); one instance, :data:`switches`, changed only by ``configure``."""
@@ -99,6 +116,8 @@ class Switches:
         "counters",
         "memory",
         "every_before_counters",
+        "ranges",
+        "every_before_ranges",
     )
 
     def __init__(self) -> None:
@@ -122,10 +141,18 @@ class Switches:
         self.memory: bool = False  #: steps record what they keep for backward, and peaks
         #: ``backward_every`` as it was before the counters set it to 1 (put back after).
         self.every_before_counters: Optional[int] = None
+        #: Steps push their NVTX ranges and record nothing (``record="ranges"``); with no
+        #: NVTX backend in use they do nothing at all (:meth:`apply`).
+        self.ranges: bool = _env_record("INSTRUMENTED_CONVS_RECORD") == "ranges"
+        #: ``backward_every`` as it was before ``record="ranges"`` set it to 1.
+        self.every_before_ranges: Optional[int] = None
+        if self.ranges:  # every call's backward has its ranges
+            self.every_before_ranges, self.backward_every = self.backward_every, 1
 
     def apply(self) -> None:
-        """Set :attr:`enabled` from what the user wants and what the duty cycle drew."""
-        self.enabled = self.wanted and self.drawn
+        """Set :attr:`enabled` from what the user wants and what the duty cycle drew (and, in
+        the ranges mode, whether ranges are pushed at all)."""
+        self.enabled = self.wanted and self.drawn and not (self.ranges and self.nvtx == "none")
 
     def __repr__(self) -> str:
         """``Switches(enabled=True, ...)``."""

@@ -16,7 +16,7 @@ from ..labels import nvtx, profiler
 from ..settings import switches
 from ..storage import registry as registry_module
 from ..storage import timeline
-from .stack import CPU, CUDA, LABELLED, PUSHED, SAMPLED, UNTIMED, Frame
+from .stack import CPU, CUDA, LABELLED, PUSHED, RANGED, SAMPLED, UNTIMED, Frame
 
 __all__ = [
     "open_frame",
@@ -42,8 +42,13 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     """
     flags = 0
     if nvtx.live:
-        nvtx.push(label)
+        entry = frame.entry  # the layer and the kind, for a report read back (report.nsys)
+        nvtx.push(label, entry.scope, entry.kind == "region")
         flags = PUSHED
+        if switches.ranges:  # the range is all it records: no label, no clock, no event
+            frame.flags, frame.mode, frame.event = PUSHED | RANGED, CPU, None
+            frame.start = clock.cpu_now()  # (the tool's own time of the steps around)
+            return
     if switches.record_function and profiler.profiler_state._is_profiler_enabled:
         try:
             frame.rf = profiler.open_record_function(label)
@@ -127,7 +132,10 @@ def _record_frame(
     link: Any,
     own: int = 0,
 ) -> None:
-    """Record a closed frame's time in the registry, and on the timeline when it records."""
+    """Record a closed frame's time in the registry, and on the timeline when it records
+    (a frame of the ranges mode records nothing)."""
+    if frame.flags & RANGED:
+        return
     sampled = bool(frame.flags & SAMPLED)
     if mode == CPU:
         if sampled:

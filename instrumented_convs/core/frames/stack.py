@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 #: Clock modes of a frame: the CPU clock, a CUDA event pair, not timed, the bottom sentinel.
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
 #: Bits of ``Frame.flags``: what the frame opened besides its clock, so its close undoes that
-#: (an NVTX range, a profiler label); SAMPLED: a backward frame of a call timed at random.
-PUSHED, LABELLED, SAMPLED = 1, 2, 4
+#: (an NVTX range, a profiler label); SAMPLED: a backward frame of a call timed at random;
+#: RANGED: a frame of the ranges mode (``record="ranges"``), its range all it records.
+PUSHED, LABELLED, SAMPLED, RANGED = 1, 2, 4, 8
 
 
 class Frame:

@@ -43,17 +43,25 @@ def color_of(name: str) -> int:
 
 
 class NvtxBackend:
-    """Push/pop NVTX ranges through ``push(name)`` and ``pop()``, plain callables for speed."""
+    """Push/pop NVTX ranges through ``push(name, scope, region)`` and ``pop()``, plain
+    callables for speed: ``scope`` (the layer, or None) and ``region`` (a region, not a step)
+    let a report read back say which layer and what kind (see :data:`PAYLOAD_REGION`)."""
 
     name = "none"
 
     def __init__(self) -> None:
         """A backend that does nothing (subclasses replace ``push`` and ``pop``)."""
-        self.push: Callable[[str], Any] = _noop_push
+        self.push: Callable[..., Any] = _noop_push
         self.pop: Callable[[], Any] = _noop_pop
+        self.mark: Callable[[str], Any] = _noop_mark
 
 
-def _noop_push(name: str) -> None:
+#: A region's range carries this payload, a step's 0; the layer is the range's category
+#: (report.nsys reads both back).
+PAYLOAD_REGION = 1
+
+
+def _noop_push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
     return None
 
 
@@ -61,10 +69,14 @@ def _noop_pop() -> None:
     return None
 
 
+def _noop_mark(text: str) -> None:
+    return None
+
+
 class _NvtxPackageBackend(NvtxBackend):
     """The ``nvtx`` package: ranges in the domain ``instrumented_convs``, one colour per step
-    name, the event attributes built once per name and cached (a push then costs little
-    when no tool is attached)."""
+    name, the layer as the range's category and a region's payload, the event attributes
+    built once per name, layer and kind and cached (a push then costs two lookups)."""
 
     name = "nvtx"
 
@@ -84,21 +96,40 @@ class _NvtxPackageBackend(NvtxBackend):
 
             push_range = functools.partial(_push, domain=domain.handle)
             pop_range = functools.partial(_pop, domain.handle)
-        attrs: Dict[str, Any] = {}
+        attrs: Dict[Any, Dict[str, Any]] = {}  # scope (a region: REGION) -> name -> attributes
+        empty: Dict[str, Any] = {}
 
-        def attributes(name: str) -> Any:
-            a = attrs.get(name)
+        def attributes(name: str, scope: Optional[str] = None, region: bool = False) -> Any:
+            per = attrs.setdefault(_REGION if region else scope, {})
+            a = per.get(name)
             if a is None:
-                a = attrs[name] = domain.get_event_attributes(message=name, color=color_of(name))
+                a = per[name] = domain.get_event_attributes(
+                    message=name,
+                    color=color_of(name),
+                    category=scope,
+                    payload=PAYLOAD_REGION if region else 0,
+                )
             return a
 
-        def push(name: str, _get: Callable[[str], Any] = attrs.get) -> None:
-            a = _get(name)
-            push_range(a if a is not None else attributes(name))
+        def push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
+            a = attrs.get(_REGION if region else scope, empty).get(name)
+            push_range(a if a is not None else attributes(name, scope, region))
+
+        try:
+            from nvtx._lib import mark as _mark  # type: ignore[import-not-found]
+        except ImportError:  # another nvtx layout: no marks
+            _mark = None
+
+        def mark(text: str) -> None:
+            if _mark is not None:
+                _mark(
+                    domain.get_event_attributes(message=text, color=color_of(text)), domain.handle
+                )
 
         self.attributes = attributes
         self.push = push
         self.pop = pop_range
+        self.mark = mark
 
 
 class _TorchNvtxBackend(NvtxBackend):
@@ -109,8 +140,16 @@ class _TorchNvtxBackend(NvtxBackend):
 
     def __init__(self) -> None:
         super().__init__()
-        self.push = torch.cuda.nvtx.range_push
+        range_push = torch.cuda.nvtx.range_push
+
+        def push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
+            range_push(name)
+
+        self.push = push
         self.pop = torch.cuda.nvtx.range_pop
+
+
+_REGION = object()  # the attributes' key of regions (a scope is a string or None)
 
 
 def _force_domain(name: str) -> Optional[Any]:
@@ -202,9 +241,30 @@ def use_nvtx(choice: str) -> str:
     backend = _pick(choice)
     push, pop = backend.push, backend.pop
     live = backend.name != "none"
-    if speedups is not None:
-        speedups.set_nvtx_live(live)
+    if speedups is not None:  # the fast path pushes through the backend's own calls
+        speedups.set_nvtx_live(live, backend.push, backend.pop)
     return backend.name
 
 
+#: The start of the mark that says the switches (:func:`mark_settings`; report.nsys reads it).
+SETTINGS_MARK = "settings: "
+#: The mark of ``registry.reset()`` (:func:`mark_reset`).
+RESET_MARK = "reset"
+
+
+def mark_settings(**settings: Any) -> None:
+    """An NVTX mark in our domain saying what shapes the ranges (``backward_every=16``...),
+    so that a report read back says which rows hold only some calls."""
+    if live:
+        backend.mark(SETTINGS_MARK + " ".join(f"{k}={v}" for k, v in settings.items()))
+
+
+def mark_reset() -> None:
+    """An NVTX mark in our domain where the registry was reset: a report read back drops the
+    ranges that ended before it, as the process dropped their times."""
+    if live:
+        backend.mark(RESET_MARK)
+
+
 switches.nvtx = use_nvtx(NVTX_REQUEST)  # what the environment asks (INSTRUMENTED_CONVS_NVTX)
+switches.apply()

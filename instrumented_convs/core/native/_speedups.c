@@ -25,11 +25,12 @@ PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 Py_ssize_t g_fold_at = 64;
 int g_nvtx_live = 1;
+PyObject *g_nvtx_push = NULL, *g_nvtx_pop = NULL;
 PyObject *g_timeline = NULL;
 static PyObject *g_timeline_full = NULL;
 static Py_ssize_t g_timeline_limit = 0;
 Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
-PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
+PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward, *s_ranges;
 
 static int truthy_attr(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -281,9 +282,16 @@ static PyObject *set_clock(PyObject *mod, PyObject *fn) {
     Py_RETURN_NONE;
 }
 
-static PyObject *set_nvtx_live(PyObject *mod, PyObject *arg) {
-    int r = PyObject_IsTrue(arg);
+/* set_nvtx_live(live[, push, pop]): whether NVTX ranges are pushed, and the backend's calls
+ * for the fast path to push them itself (without them a step that pushes takes Python's). */
+static PyObject *set_nvtx_live(PyObject *mod, PyObject *args) {
+    PyObject *live, *push = Py_None, *pop = Py_None;
+    if (!PyArg_ParseTuple(args, "O|OO", &live, &push, &pop)) return NULL;
+    int r = PyObject_IsTrue(live);
     if (r < 0) return NULL;
+    int calls = r && push != Py_None && pop != Py_None;
+    Py_XSETREF(g_nvtx_push, calls ? Py_NewRef(push) : NULL);
+    Py_XSETREF(g_nvtx_pop, calls ? Py_NewRef(pop) : NULL);
     g_nvtx_live = r;
     Py_RETURN_NONE;
 }
@@ -331,7 +339,7 @@ static PyMethodDef module_methods[] = {
     {"seq_nr", read_seq, METH_NOARGS, "Autograd's sequence counter of this thread, as the fast path reads it."},
     {"seq_is_native", seq_is_native, METH_NOARGS, "Whether the fast path reads the counter without a Python call."},
     {"set_clock", set_clock, METH_O, "The CPU clock clocks.cpu.set_cpu_clock() set."},
-    {"set_nvtx_live", set_nvtx_live, METH_O, "Whether NVTX ranges are pushed (the fast path leaves them to Python)."},
+    {"set_nvtx_live", set_nvtx_live, METH_VARARGS, "Whether NVTX ranges are pushed ([push, pop]: the fast path pushes them)."},
     {"set_timeline", set_timeline, METH_VARARGS, "Record each fast exit on the timeline (see storage.timeline)."},
     {"time_methods", time_methods, METH_VARARGS, "Time owner's methods until restore() (see layers.generic.install)."},
     {"time_children", time_children, METH_VARARGS, "Time children's forward until restore() (see layers.generic.install)."},
@@ -352,7 +360,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_prof_on, "_is_profiler_enabled"); INTERN(s_fold, "fold");
     INTERN(s_enter, "_enter");
     INTERN(s_exit, "_exit"); INTERN(s_tls_key, "instrumented_convs.core.native._speedups.stack");
-    INTERN(s_forward, "forward");
+    INTERN(s_forward, "forward"); INTERN(s_ranges, "ranges");
 #undef INTERN
     if (PyType_Ready(&FrameType) < 0 || PyType_Ready(&StepBaseType) < 0 || PyType_Ready(&ThreadStateType) < 0
         || PyType_Ready(&TimedType) < 0 || PyType_Ready(&CountHookType) < 0

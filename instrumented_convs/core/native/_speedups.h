@@ -22,6 +22,8 @@ static inline PyObject *Py_XNewRef(PyObject *o) { Py_XINCREF(o); return o; }
 #endif
 
 enum { CPU = 0, CUDA = 1, UNTIMED = 2, BOTTOM = 3 };
+/* Frame.flags bits (core.frames.stack): an NVTX range open; a frame of the ranges mode. */
+enum { PUSHED = 1, RANGED = 8 };
 
 typedef struct {
     PyObject_HEAD
@@ -52,13 +54,15 @@ extern PyTypeObject FrameType, StepBaseType, TimedType, CountHookType, BackwardH
 extern PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 extern PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 extern Py_ssize_t g_fold_at;
-extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed (then Python does it) */
+extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed */
+/* the backend's push(name, scope, region) and pop() when the fast path pushes them, else NULL */
+extern PyObject *g_nvtx_push, *g_nvtx_pop;
 extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
 /* Offsets of the slots of entry.Entry and anchor.Log read here (see slot_offset). */
 extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 /* Interned names (PyInit__speedups). */
-extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward;
+extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward, *s_ranges;
 
 /* _speedups.c */
 int module_flag(PyObject *mod, PyObject *name);

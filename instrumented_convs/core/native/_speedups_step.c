@@ -211,8 +211,16 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     if (!slow)  /* an Entry (else Python reads it) that is not retired */
         slow = (PyObject *)Py_TYPE(parent) != g_entry_type || SLOT(parent, o_retired) != Py_False;
-    if (!slow)
-        slow = g_nvtx_live;
+    if (!slow)  /* ranges pushed by Python's path, unless the backend's calls were handed over */
+        slow = g_nvtx_live && g_nvtx_push == NULL;
+    int ranged = 0;  /* the ranges mode (switches.ranges): the range is all a step records */
+    if (!slow && g_nvtx_push != NULL) {
+        PyObject *v = PyObject_GetAttr(g_config, s_ranges);
+        ranged = v ? PyObject_IsTrue(v) : -1;
+        Py_XDECREF(v);
+        if (ranged < 0) goto done;
+        if (ranged) cuda = 0;  /* no event: the frame is a CPU frame that records nothing */
+    }
     if (!slow) {
         int r = module_flag(g_prof, s_prof_on);
         if (r < 0) goto done;
@@ -254,6 +262,13 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     if (fill_log(frame, self->region, log, &new_log, anchor_seq) < 0) goto done;
     if (frame->start_obj != NULL) Py_CLEAR(frame->start_obj);  /* the int a Python enter left */
     if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
+    if (g_nvtx_push != NULL) {  /* the range, as frames.lifecycle.open_frame pushes it */
+        PyObject *r = PyObject_CallFunctionObjArgs(g_nvtx_push, self->name, self->scope ? self->scope : Py_None,
+                                                   self->region ? Py_True : Py_False, NULL);
+        if (r == NULL) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
+        Py_DECREF(r);
+        frame->flags = ranged ? PUSHED | RANGED : PUSHED;
+    }
     if (cuda) {  /* the start event, recorded before the clock: the host time leaves it out */
         PyObject *dev = self->cuda == Py_True ? self->dev : top->dev;
         Py_XSETREF(frame->dev, Py_NewRef(dev ? dev : Py_None));
@@ -295,7 +310,8 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyList_CheckExact(stack) ? PyList_GET_SIZE(stack) : 0;
     Frame *frame = n ? (Frame *)PyList_GET_ITEM(stack, n - 1) : NULL;
     int slow = frame == NULL || Py_TYPE(frame) != &FrameType || frame->owner != (PyObject *)self
-        || frame->flags || exc_type != Py_None || !frame->has_t0
+        || (frame->flags & ~(PUSHED | RANGED)) || (frame->flags && g_nvtx_pop == NULL)
+        || exc_type != Py_None || !frame->has_t0
         || (frame->mode != CPU && !(frame->mode == CUDA && frame->cu_start != NULL && frame->gpu == NULL));
     if (!slow)
         slow = frame->entry == NULL || (PyObject *)Py_TYPE(frame->entry) != g_entry_type
@@ -316,7 +332,9 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
                                    own shrink of the storage is left to the next resize) */
     PyObject *entry = Py_NewRef(frame->entry);
     int ok;
-    if (frame->mode == CUDA) {  /* the end event, then the pair queued with its host time */
+    if (frame->flags & RANGED) {  /* the ranges mode: nothing recorded but the backward's log */
+        ok = 1;
+    } else if (frame->mode == CUDA) {  /* the end event, then the pair queued with its host time */
         void *start = frame->cu_start, *end = NULL;
         frame->cu_start = NULL;
         int r = cuda_record_now(frame->event_device, &end);
@@ -341,6 +359,17 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(buf);
         if (ok && g_timeline != NULL)
             ok = timeline_add(entry, frame->t0, t1, frame->seq0) == 0;
+    }
+    if (frame->flags & PUSHED) {  /* the range closes after the clock (and a CUDA end event) */
+        PyObject *et = NULL, *ev = NULL, *tb = NULL;
+        if (!ok) PyErr_Fetch(&et, &ev, &tb);
+        PyObject *r = PyObject_CallNoArgs(g_nvtx_pop);
+        if (r == NULL) ok = 0;
+        Py_XDECREF(r);
+        if (et != NULL) {  /* the first error wins */
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
     }
     if (ok && frame->seq0 >= 0) {
         if (frame->anchor) {  /* counted here, else Python walks or counts it (anchor.log_exit) */

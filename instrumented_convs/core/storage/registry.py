@@ -16,6 +16,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 from ..clocks import events as _events
 from ..clocks.events import GpuSlot
 from ..clocks.pending import LAG_FLOOR_NS, PendingTimes
+from ..labels import nvtx as _nvtx
 from . import timeline as _timeline
 from .entry import ASIDE, FOLD_AT, Entry, EntryStats, backward_key, fold_buffer
 
@@ -343,6 +344,7 @@ class Registry:
                 self.strata.append(Stratum(every))
             self.stratum = self.strata[-1]
             self.root = self.stratum.root
+        _nvtx.mark_reset()  # a report read back drops what ended before it
 
     # -- reading ------------------------------------------------------------------------
     def resolve(self) -> int:
