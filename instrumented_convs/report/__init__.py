@@ -10,6 +10,7 @@ from ..core.storage.entry import BACKWARD_MARK, EntryStats
 from . import columns
 from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff
+from .nsys import ReportError, is_report, read_report
 from .page import in_notebook
 from .renderers import RENDERERS, Renderer, RenderInput, Run, register, render, write_folder
 from .roofline import Peak
@@ -58,6 +59,9 @@ __all__ = [
     "merge_traces",
     "read_trace",
     "write_trace",
+    "read_report",
+    "is_report",
+    "ReportError",
     "in_notebook",
     "pipeline",
     "workers_summary",

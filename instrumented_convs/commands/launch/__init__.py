@@ -1,8 +1,8 @@
 """Profile a training script nobody changed: ``python -m instrumented_convs run script.py``.
 
 The hooks (:mod:`.hooks`) instrument what the script builds and time its loop, :mod:`.script`
-runs it as ``python`` would, :mod:`.runs` saves and reads run folders, :mod:`.cli` holds the
-command lines. Below is what the integrations (:mod:`instrumented_convs.lightning`, the
+runs it as ``python`` would, :mod:`.runs` saves and reads run folders, :mod:`.cli` and :mod:`.view`
+hold the command lines. Below is what the integrations (:mod:`instrumented_convs.lightning`, the
 notebook) use of it.
 """
 

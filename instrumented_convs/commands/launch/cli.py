@@ -1,4 +1,5 @@
-"""``run``, ``view``, ``merge``, ``diff``: profile an unmodified script; read and compare runs.
+"""``run``, ``view``, ``merge``, ``diff``: profile an unmodified script (here); read and
+compare runs (:mod:`.view`).
 
 What ``run`` and ``view`` print is a renderer's, named by ``--format``; the older flags
 (``--json``, ``--html``, ``--counters``, ``--memory``, ``--workers``, ``--trace``) name one.
@@ -8,20 +9,21 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import gzip
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set
 
 from ... import configure, registry
 from ...layers import InstrumentedLayer
-from ...report import RENDERERS, RUN_FILE, RenderInput, Summary, render
+from ...report import (
+    RENDERERS,
+    render,
+)
 from ..errors import PROG, USAGE, UserError
 from .hooks import Hooks
 from .parsers import (
@@ -31,7 +33,7 @@ from .parsers import (
     add_view_parser,
     names,
 )
-from .peaks import check_peaks, run_peak, view_peak
+from .peaks import check_peaks, run_peak
 from .runs import (
     SavedRun,
     default_folder,
@@ -40,27 +42,17 @@ from .runs import (
     load,
     merge_folder,
     run_meta,
-    saved_chrome_trace,
     saved_render_input,
     saved_summary,
     write_run,
 )
 from .script import Outcome, run_target
+from .view import diff_main, merge_main, view_main
 
 __all__ = ["add_commands", "run_main", "view_main", "merge_main", "diff_main"]
 
 logger = logging.getLogger(__name__)
 
-#: The flags of ``view`` that name a format, in the order they win; one given a FILE writes
-#: the format there.
-VIEW_ALIASES = (
-    ("trace", "trace"),
-    ("workers", "workers"),
-    ("html", "page"),
-    ("counters", "roofline"),
-    ("memory", "memory"),
-    ("json", "json"),
-)
 #: The flags of ``run`` that name a format to print at the end, and what they record for it:
 #: ``--counters`` is ``--format roofline``, ``--memory`` is ``--format memory``.
 RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"))
@@ -112,6 +104,10 @@ def _check_run(args: argparse.Namespace) -> None:
         and "--budget takes a fraction between 0 and 1 (0.01: 1%)",
         (args.iteration is not None and args.record_every is None and args.budget is None)
         and "--iteration names what --record-every or --budget draws: give one of them",
+        (args.record == "ranges" and (args.counters or args.memory))
+        and "--record ranges records no counters or memory: drop --counters/--memory",
+        (args.record == "ranges" and (args.record_every is not None or args.budget is not None))
+        and "--record ranges pushes a range for every call: drop --record-every/--budget",
     ]
     for message in refused:
         if message:
@@ -171,9 +167,10 @@ def _configure_run(args: argparse.Namespace) -> Any:
     configure(
         backward=False if args.no_backward else None,
         backward_every=args.backward_every,
-        timeline=args.trace_limit,
+        timeline=0 if args.record == "ranges" else args.trace_limit,
         counters=True if args.counters else None,
         memory=True if args.memory else None,
+        record=args.record,
     )
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 
@@ -200,6 +197,12 @@ def _warn_after_run(args: argparse.Namespace, hooks: Hooks) -> None:
             flag,
             ",".join(missing),
             ", ".join(sorted(hooks.built)) or "none",
+        )
+    if args.record == "ranges":
+        logger.warning(
+            "run: --record ranges: the steps pushed NVTX ranges and recorded nothing here; "
+            "the table is in the Nsight Systems report: %s view REPORT.nsys-rep",
+            PROG,
         )
     if args.warmup and hooks.steps < args.warmup:
         logger.warning(
@@ -303,150 +306,3 @@ def _tensorboard(folder: str) -> Any:
         ) from None
     rank, world = job_rank()
     return SummaryWriter(str(Path(folder) / f"rank{rank}") if world is not None else folder)
-
-
-def view_main(args: argparse.Namespace) -> int:
-    """``view``: a saved run, summarised again as asked, in the format asked (``--format``,
-    or the flag that names one; ``--html`` and ``--trace`` write theirs to a file)."""
-    name, to = _view_format(args)
-    if name == "trace":
-        return _view_trace(args.run, to)
-    saved = open_run(args.run)
-    inp = _view_input(args, saved, name)
-    if to is not None:
-        RENDERERS[name].write(inp, to)
-        print(f"{name} written to {to}")
-        return 0
-    print(render(name, inp))
-    return 0
-
-
-def _view_format(args: argparse.Namespace) -> Tuple[str, Optional[str]]:
-    """The format ``view`` was asked for, and the file to write it to (None: print it)."""
-    for flag, name in VIEW_ALIASES:
-        value = getattr(args, flag)
-        if value:
-            return name, value if isinstance(value, str) else None
-    return args.format, None
-
-
-def _view_trace(path: str, to: str) -> int:
-    """``view --trace FILE``: the saved timeline, copied to ``FILE``."""
-    open_run(path)  # a run, or why not
-    try:
-        trace = saved_chrome_trace(path)
-    except FileNotFoundError as exc:
-        raise UserError(str(exc)) from exc
-    written = RENDERERS["trace"].write(RenderInput(timeline=trace), to)
-    print(f"timeline written to {written}")
-    return 0
-
-
-def _view_input(args: argparse.Namespace, saved: SavedRun, name: str) -> RenderInput:
-    """What the renderer ``name`` reads of ``saved``: the summary (its rank, its rows as
-    selected), the peak and the times of the counters' table, the loaders (each worker's
-    table); a :class:`UserError` where the run has nothing for it."""
-    if name == "workers":
-        if not saved.get("workers"):
-            raise UserError(f"{args.run} recorded no data loader: the script used none")
-        summary = saved_summary(saved, by=args.by, unit=args.unit)
-        return saved_render_input(saved, summary, options={"each": True})
-    summary = _summary(saved, args.by, args.unit, args.rank)
-    if args.prefix or args.depth is not None or args.phase:
-        summary = summary.select(args.prefix, args.depth, args.phase)
-    inp = saved_render_input(saved, summary)
-    if name == "roofline":
-        inp.peak = view_peak(args, saved)
-        inp.times = saved_summary(open_run(args.times), by=args.by) if args.times else None
-    return inp
-
-
-def open_run(path: str) -> SavedRun:
-    """The saved run at ``path`` (a run folder or its file), or a :class:`UserError` that
-    says what ``path`` is instead and what to give."""
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{path}: no such file or folder; give a run folder (ic-runs/...)", USAGE)
-    if p.is_dir() and not (p / RUN_FILE).exists():
-        ranks = len(list(p.glob("rank*.json")))
-        raise UserError(
-            f"{path} has no {RUN_FILE} but {ranks} rank file(s) (a torchrun run that did not "
-            f"finish?): merge them with {PROG} merge {path}"
-            if ranks
-            else f"{path} has no {RUN_FILE}: not a run folder; give a folder that run saved"
-        )
-    try:
-        return load(p)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
-        raise UserError(_unreadable(p, e)) from e
-    except ValueError as e:  # not a run; a run of a newer version
-        raise UserError(str(e)) from e
-
-
-def _unreadable(path: Path, error: Exception) -> str:
-    """What a run file that does not parse is: cut short (a run that did not finish saving,
-    a copy cut off) or not a run's JSON at all."""
-    file = path / RUN_FILE if path.is_dir() else path
-    with open(file, "rb") as f:
-        start = f.read(64).lstrip()
-    where = (
-        f" at line {error.lineno}, column {error.colno}"
-        if isinstance(error, json.JSONDecodeError)
-        else ""
-    )
-    if start.startswith(b"{") or start.startswith(b"\x1f\x8b"):
-        return (
-            f"{file} is cut short or corrupt (it stops being JSON{where}): the run may be "
-            "incomplete; run the script again, or view another run"
-        )
-    return f"{file} is not JSON{where}: not a run; give a run folder or its run.json"
-
-
-def _summary(saved: SavedRun, by: str, unit: Optional[str], rank: Optional[int]) -> Summary:
-    """The saved run's summary, ``--rank``'s alone where given (a rank it has)."""
-    if rank is None:
-        return saved_summary(saved, by=by, unit=unit)
-    try:
-        return saved_summary(saved, by=by, unit=unit, rank=rank)
-    except ValueError as e:  # a rank it does not have
-        raise UserError(f"--rank {rank}: {e}", USAGE) from e
-
-
-def diff_main(args: argparse.Namespace) -> int:
-    """``diff``: two saved runs side by side; exit code 1 past ``--fail-above``."""
-    a, b = (_summary(open_run(path), args.by, args.unit, args.rank) for path in (args.a, args.b))
-    result = a.diff(b, min_change=args.min_change / 100)
-    print(result.table(title=f"{args.a} -> {args.b}"))
-    if args.html:
-        Path(args.html).write_text(result.to_html(labels=(args.a, args.b)))
-        print(f"page written to {args.html}")
-    if args.fail_above is not None:
-        worse = result.worse_than(args.fail_above / 100)
-        if worse:
-            for d in worse:
-                logger.warning("diff: %s is %.1f%% slower", d.name, 100 * (d.relative or 0))
-            return 1
-    return 0
-
-
-def merge_main(args: argparse.Namespace) -> int:
-    """``merge``: a run folder's rank files into its run.json."""
-    folder = Path(args.folder)
-    if not folder.is_dir():
-        what = "not a folder" if folder.exists() else "no such folder"
-        raise UserError(f"{folder}: {what}; give the run folder holding rank<N>.json", USAGE)
-    if not any(folder.glob("rank*.json")):
-        hint = (
-            f"; it is a run already: {PROG} view {folder}"
-            if (folder / RUN_FILE).exists()
-            else ": merge reads the folder of a run under torchrun"
-        )
-        raise UserError(f"{folder} has no rank files (rank<N>.json){hint}")
-    try:
-        merged = merge_folder(folder, wait=args.wait)
-    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
-        raise UserError(f"{folder}: a rank file is cut short or corrupt ({e})") from e
-    if merged["ranks_missing"]:
-        logger.warning("merge: no file from ranks %s: merged without them", merged["ranks_missing"])
-    print(saved_summary(merged, by=merged.get("by") or "step", unit=merged.get("unit")))
-    return 0

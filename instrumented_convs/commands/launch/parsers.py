@@ -98,6 +98,13 @@ def add_run_parser(sub: Any) -> None:
     _add_table_options(run)
     run.add_argument("--no-backward", action="store_true", help="do not time backward steps")
     run.add_argument("--backward-every", type=int, metavar="N", help="time one layer backward in N")
+    run.add_argument(
+        "--record",
+        choices=("all", "ranges"),
+        default="all",
+        help="ranges: under nsys profile, push every call's NVTX range and record nothing "
+        "else (the least cost; view the report for the table: docs/nsys.md)",
+    )
     _add_cycle_options(run)
     _add_output_options(run)
     run.add_argument("target", help="the script (or, with -m, the module)")
@@ -212,10 +219,16 @@ def add_view_parser(sub: Any) -> None:
             f"{PROG} view ic-runs/train-20261125-101500",
             f"{PROG} view ic-runs/train-20261125-101500 --by layer --unit ms",
             f"{PROG} view ic-runs/train-20261125-101500 --prefix forward/conv1 --format csv",
+            f"{PROG} view report.nsys-rep --warmup 1   # an Nsight Systems report (docs/nsys.md)",
         ),
         epilog=error_note(),
     )
-    view.add_argument("run", metavar="RUN", help="a run folder, or its run.json / rank<N>.json")
+    view.add_argument(
+        "run",
+        metavar="RUN",
+        help="a run folder, its run.json / rank<N>.json, or an Nsight Systems report "
+        "(.sqlite, or .nsys-rep where nsys is installed)",
+    )
     _add_table_options(view)
     view.add_argument("--rank", type=int, help="one rank's own table (a run under torchrun)")
     view.add_argument("--prefix", help="only the rows under this step path (forward/conv1)")
@@ -253,6 +266,18 @@ def add_view_parser(sub: Any) -> None:
     )
     view.add_argument(
         "--times", metavar="RUN", help="with --counters: times from RUN, a run without them"
+    )
+    view.add_argument(
+        "--warmup",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a report: drop each process's first N iterations (its outermost steps)",
+    )
+    view.add_argument(
+        "--save",
+        metavar="FOLDER",
+        help="a report: write it as a run folder (run.json, page.html, trace.json.gz) for diff",
     )
     add_peak_options(view)
 

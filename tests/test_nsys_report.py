@@ -1,0 +1,212 @@
+"""An Nsight Systems report read back as our table (report.nsys, ``view REPORT``): a real
+report of nsys 2022.4 (Debian's, as CI installs it; tests/golden/nsys, trimmed to the tables
+read) against the table the same process saved, and the command line around it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from instrumented_convs.commands.cli import main as cli_main
+from instrumented_convs.commands.launch.runs import saved_summary
+from instrumented_convs.report import ReportError, read_report
+
+from .helpers import ROOT
+from .nsys_reports import Launch, Proc, RangeSpec, build_report
+
+GOLDEN = Path(__file__).parent / "golden" / "nsys"
+REPORT = GOLDEN / "cora_nvtx.sqlite"
+#: The run's own entries (``python -m instrumented_convs run`` under ``nsys profile``).
+EXPECTED = json.loads((GOLDEN / "cora_nvtx_expected.json").read_text())["entries"]
+
+
+def _entries(saved):
+    s = saved["snapshots"][0]
+    return [dict(zip(s["fields"], e)) for e in s["entries"]]
+
+
+def test_the_report_gives_the_paths_layers_phases_and_counts_the_process_recorded():
+    got = _entries(read_report(REPORT))
+    key = ("path", "scope", "phase", "kind", "count")
+    assert [{k: e[k] for k in key} for e in got] == [{k: e[k] for k in key} for e in EXPECTED]
+
+
+def test_its_times_are_the_ranges_which_hold_the_tools_own_time():
+    """A range lasts from its push to its pop: the tool's time inside (its children's
+    enters and exits) is in it, which the process's own clock leaves out. So a row reads
+    at least the process's time, and the outermost rows (no step inside to pay for) within
+    a tenth of a percent."""
+    got = _entries(read_report(REPORT))
+    for g, e in zip(got, EXPECTED):
+        assert g["total"] >= e["total"] - 1000, g["path"]  # clocks a microsecond apart
+    for path in ("epoch",):
+        g = next(x for x in got if x["path"] == path)
+        e = next(x for x in EXPECTED if x["path"] == path)
+        assert abs(g["total"] - e["total"]) <= 0.001 * e["total"]
+
+
+def test_warmup_drops_the_first_iterations_with_all_under_them():
+    rows = {(r.name, r.phase): r for r in saved_summary(read_report(REPORT, warmup=1)).rows}
+    assert rows[("epoch", "forward")].count == 2
+    assert rows[("epoch/forward/forward/GCNConv", "forward")].count == 6
+    assert rows[("epoch/backward/backward/GCNConv", "backward")].count == 6
+
+
+def test_by_layer_keeps_each_layers_rows(capsys):
+    assert cli_main(["view", str(REPORT), "--by", "layer", "--depth", "3", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    for scope in ("convs.0", "convs.1", "convs.2"):
+        assert f"epoch/forward/forward/GCNConv,GCNConv,3,{scope},step,3," in out
+
+
+def test_view_prints_the_table_and_saves_a_run_folder_that_diff_reads(tmp_path, capsys):
+    folder = tmp_path / "from-report"
+    assert cli_main(["view", str(REPORT), "--save", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "Nsight Systems report" in out and "GCNConv [backward]" in out
+    assert {"run.json", "page.html", "trace.json.gz"} <= {p.name for p in folder.iterdir()}
+    assert cli_main(["diff", str(folder), str(REPORT)]) == 0
+    assert "propagate" in capsys.readouterr().out
+
+
+def test_a_run_folders_flags_are_refused_for_a_run_folder(tmp_path, capsys):
+    folder = tmp_path / "r"
+    assert cli_main(["view", str(REPORT), "--save", str(folder)]) == 0
+    capsys.readouterr()
+    assert cli_main(["view", str(folder), "--warmup", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--warmup reads an Nsight Systems report" in err and "Traceback" not in err
+
+
+def test_what_a_report_lacks_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "old.sqlite"
+    shutil.copy(REPORT, bad)
+    with sqlite3.connect(bad) as c:
+        c.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN category")
+    with pytest.raises(ReportError, match="NVTX_EVENTS table has no column category"):
+        read_report(bad)
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()
+    assert cli_main(["view", str(empty)]) != 0
+    err = capsys.readouterr().err
+    assert "no NVTX_EVENTS table" in err and "Traceback" not in err and len(err.splitlines()) <= 3
+
+
+def test_a_nsys_rep_without_nsys_says_how_to_export(tmp_path):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"not read")
+    env = dict(os.environ, PATH="/nonexistent", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "instrumented_convs", "view", str(rep)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "needs the nsys command" in done.stderr and "nsys export --type sqlite" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# -- reports built in nsys's schema (tests/nsys_reports.py): CUDA, threads, processes -------
+
+US = 1000
+
+
+def _cuda_report(path: Path, late: int) -> Path:
+    """One process: an epoch region, a layer whose two kernels run ``late`` ns after the
+    range ends (0: inside it), its backward on autograd's thread under ``backward``."""
+    layer = RangeSpec(
+        "GCNConv",
+        10 * US,
+        60 * US,
+        scope="conv1",
+        payload=0,
+        launches=[
+            Launch(12 * US, 14 * US, 20 * US + late, 30 * US + late),
+            Launch(40 * US, 42 * US, 45 * US + late, 55 * US + late, kind="memcpy"),
+        ],
+    )
+    main = [
+        RangeSpec("epoch", 0, 200 * US, payload=1),
+        layer,
+        RangeSpec("backward", 100 * US, 190 * US, payload=1),
+    ]
+    auto = [
+        RangeSpec(
+            "GCNConv [backward]",
+            110 * US,
+            150 * US,
+            scope="conv1",
+            payload=0,
+            launches=[Launch(112 * US, 113 * US, 120 * US, 250 * US)],
+        )
+    ]
+    return build_report(path, [Proc(pid=7, threads={7: main, 8: auto})])
+
+
+def test_device_times_come_from_the_work_each_range_launched(tmp_path):
+    saved = read_report(_cuda_report(tmp_path / "cuda.sqlite", late=0))
+    assert saved["report"]["device_times"] is True
+    got = {(e["path"], e["phase"]): e for e in _entries(saved)}
+    conv = got[("epoch/GCNConv", "forward")]
+    assert conv["scope"] == "conv1" and conv["kind"] == "step"
+    assert conv["total"] == 35 * US  # the span: first kernel's start to the copy's end
+    assert conv["host"] == 50 * US and conv["dcalls"] == 1
+    assert conv["caught"] == 1 and conv["lag"] == 0
+    back = got[("epoch/backward/GCNConv", "backward")]  # autograd's thread, under backward
+    assert back["total"] == 130 * US and back["host"] == 40 * US
+    assert back["lag"] == 100 * US and back["caught"] == 0  # its kernel ended 100 us after
+    epoch = got[("epoch", "forward")]
+    assert epoch["kind"] == "region" and epoch["dcalls"] == 1
+    assert epoch["total"] == 230 * US  # all it holds: the layer's and the backward's work
+    region = got[("epoch/backward", "forward")]  # its work is on autograd's thread
+    assert region["total"] == 130 * US and region["host"] == 90 * US
+
+
+def test_the_table_says_launch_bound_or_device_bound_from_a_report(tmp_path, capsys):
+    assert cli_main(["view", str(_cuda_report(tmp_path / "a.sqlite", late=0))]) == 0
+    assert "Host" in capsys.readouterr().out
+    late = read_report(_cuda_report(tmp_path / "b.sqlite", late=400 * US))
+    conv = next(e for e in _entries(late) if e["path"] == "epoch/GCNConv")
+    assert conv["lag"] == 395 * US and conv["caught"] == 0  # the device far behind
+
+
+def test_processes_in_one_report_merge_as_ranks_do(tmp_path):
+    procs = [
+        Proc(pid=pid, threads={pid: [RangeSpec("epoch", 0, n * US, payload=1)]})
+        for pid, n in ((30, 10), (20, 30))
+    ]
+    saved = read_report(build_report(tmp_path / "two.sqlite", procs, cuda=False))
+    assert saved["kind"] == "merged" and saved["world_size"] == 2
+    assert [p["pid"] for p in saved["report"]["processes"]] == [20, 30]
+    row = saved_summary(saved).rows[0]
+    assert row.count == 2 and row.total == pytest.approx(40e-6)
+    assert saved_summary(saved, rank=0).rows[0].total == pytest.approx(30e-6)
+
+
+def test_ranges_without_our_domain_are_read_as_torch_pushes_them(tmp_path):
+    spec = [RangeSpec("GCNConv", 0, 10 * US), RangeSpec("lin", 2 * US, 5 * US)]
+    saved = read_report(
+        build_report(tmp_path / "t.sqlite", [Proc(pid=5, threads={5: spec})], domain=False)
+    )
+    assert saved["report"]["domain"] is False
+    assert [(e["path"], e["count"]) for e in _entries(saved)] == [
+        ("GCNConv", 1),
+        ("GCNConv/lin", 1),
+    ]
+
+
+@pytest.mark.parametrize("flag", ["--counters", "--memory", "--workers"])
+def test_what_a_report_cannot_hold_is_one_line(flag, capsys):
+    assert cli_main(["view", str(REPORT), flag]) == 2
+    err = capsys.readouterr().err
+    assert "an Nsight Systems report holds the steps' ranges" in err and "Traceback" not in err
