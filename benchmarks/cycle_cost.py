@@ -20,18 +20,14 @@ chose in each process.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import launch_bound as lb  # noqa: E402
+import processes  # noqa: E402
 
 import instrumented_convs as ic  # noqa: E402
 
@@ -85,25 +81,9 @@ def goals(ratio: Dict[str, float]) -> Dict[str, float]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the processes and print the table (``--child``: one process's JSON)."""
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--layers", nargs="+", default=list(lb.LAYERS), choices=list(lb.LAYERS))
-    p.add_argument("--processes", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--block", type=int, default=16)
-    p.add_argument("--quick", action="store_true", help="1 process, 3 rounds: a smoke run")
-    p.add_argument("--json", metavar="FILE")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.processes, args.rounds, args.warmup, args.block = 1, 3, 1, 2
-    lb.BLOCK = args.block
-    torch.set_num_threads(1)
+    args = processes.parse(__doc__, lb.LAYERS, argv)
     if args.child:
-        print(json.dumps(one_process(args.layers[0], args.rounds, args.warmup)))
-        return 0
+        return processes.child(args, one_process)
     print(
         f"The duty cycle at the launch-bound proxy (CPU, 1 thread): {args.processes} "
         f"processes a layer, each {args.rounds} interleaved rounds of {args.block} epochs; "
@@ -116,17 +96,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     results: Dict[str, Any] = {}
     for label in args.layers:
-        runs = []
-        for _ in range(args.processes):
-            cmd = [sys.executable, "-W", "ignore", __file__, "--child", "--layers", label]
-            cmd += ["--rounds", str(args.rounds), "--warmup", str(args.warmup)]
-            cmd += ["--block", str(args.block)]
-            env = dict(os.environ, OMP_NUM_THREADS="1")
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if proc.returncode != 0:
-                print(f"  {label:27s} skipped: {proc.stderr.strip().splitlines()[-1][:90]}")
-                break
-            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        runs = processes.runs(__file__, label, args)
         if not runs:
             continue
         med = {v: statistics.median(r["ratio"][v] for r in runs) for v in VARIANTS[1:]}
@@ -150,9 +120,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"{cell('stock again'):>16s}",
             flush=True,
         )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+    processes.write(args.json, results)
     return 0
 
 

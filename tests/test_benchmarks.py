@@ -415,6 +415,29 @@ def test_cycle_cost_reports_each_variant_and_the_goals(tmp_path):
     assert all(run["budget_every"] >= 1 for run in r["runs"])
 
 
+def test_nsys_cost_reports_each_variant_and_the_ranges_an_epoch_pushes(tmp_path):
+    """benchmarks/nsys_cost.py (issue 54): the ranges mode beside the defaults with and
+    without ranges, every call's, the disabled path and the A/A floor; ranges per epoch."""
+    pytest.importorskip("torch_geometric")
+    pytest.importorskip("nvtx")
+    out = tmp_path / "nc.json"
+    proc = run_script(
+        "benchmarks/nsys_cost.py", "--quick", "--layers", "PyG GCNConv", "--json", str(out)
+    )
+    assert "PyG GCNConv" in proc.stdout and "a range" in proc.stdout
+    r = json.loads(out.read_text())["PyG GCNConv"]
+    assert set(r["median"]) == {
+        "defaults",
+        "defaults + ranges",
+        "every call + ranges",
+        "ranges",
+        "ranges 1 in 16",
+        "disabled",
+        "stock again",
+    }
+    assert r["ranges"] > 38  # 3 layers' steps forward and backward, every call's
+
+
 def test_worker_cost_reports_the_worker_and_the_training_process(tmp_path):
     """benchmarks/worker_cost.py (issue 42), DGL's sampler: the worker's recorded batches
     against stock, the recording's own calls alone, and the training process's CPU."""
