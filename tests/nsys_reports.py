@@ -37,8 +37,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 __all__ = ["Launch", "RangeSpec", "Proc", "gtid", "gpid", "build_report", "SCHEMA"]
 
 #: nsys's NVTX event types (ENUM_NSYS_EVENT_TYPE): category name, push/pop and start/end
-#: range, domain creation.
-CATEGORY, PUSH_POP, START_END, DOMAIN_CREATE = 33, 59, 60, 75
+#: range, mark, domain creation.
+CATEGORY, MARK, PUSH_POP, START_END, DOMAIN_CREATE = 33, 34, 59, 60, 75
 #: The domain id the builder gives ``instrumented_convs``.
 DOMAIN_ID = 1
 #: The bits above 48 of nsys's serialized global ids (2022.4 writes 1 there, on the host).
@@ -197,12 +197,14 @@ class RangeSpec:
 @dataclass
 class Proc:
     """A process: its ranges by thread id, CUDA calls made outside any range by thread id
-    (``launches``), and its name."""
+    (``launches``), its name, and the marks its main thread made in our domain (``(time,
+    text)``: ``settings: rank=1 ...``, ``reset``)."""
 
     pid: int
     threads: Dict[int, Sequence[RangeSpec]] = field(default_factory=dict)
     launches: Dict[int, Sequence[Launch]] = field(default_factory=dict)
     name: str = "python3"
+    marks: Sequence[Tuple[int, str]] = ()
 
 
 def gtid(pid: int, tid: int) -> int:
@@ -294,6 +296,15 @@ class _Writer:
                     self.launch(launch, proc.pid, g, corr)
             for launch in proc.launches.get(tid, ()):
                 self.launch(launch, proc.pid, g, corr)
+        for t, text in proc.marks:  # (the domain made by the process's ranges first)
+            self.add(
+                "NVTX_EVENTS",
+                start=t,
+                eventType=MARK,
+                textId=self.string(text),
+                globalTid=gtid(proc.pid, proc.pid),
+                domainId=DOMAIN_ID,
+            )
 
     def nvtx(self, spec: RangeSpec, g: int, domain: bool) -> None:
         """A range's row (and, first, its domain's and category's)."""

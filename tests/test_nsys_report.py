@@ -83,7 +83,7 @@ def test_a_run_folders_flags_are_refused_for_a_run_folder(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["view", str(folder), "--warmup", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--warmup reads an Nsight Systems report" in err and "Traceback" not in err
+    assert "--warmup: Nsight Systems reports only" in err and "Traceback" not in err
 
 
 def test_what_a_report_lacks_is_one_line(tmp_path, capsys):
@@ -210,3 +210,19 @@ def test_what_a_report_cannot_hold_is_one_line(flag, capsys):
     assert cli_main(["view", str(REPORT), flag]) == 2
     err = capsys.readouterr().err
     assert "an Nsight Systems report holds the steps' ranges" in err and "Traceback" not in err
+
+
+def test_a_report_per_rank_merges_in_the_order_of_the_ranks_they_said(tmp_path, capsys):
+    paths = []
+    for rank, pid, n in ((1, 10, 30), (0, 90, 10)):  # rank 1 has the smaller pid
+        mark = [(0, f"settings: record=all backward=True backward_every=1 rank={rank}")]
+        spec = [RangeSpec("epoch", 5, 5 + n * US, payload=1)]
+        procs = [Proc(pid=pid, threads={pid: spec}, marks=mark)]
+        paths.append(str(build_report(tmp_path / f"rank{rank}.sqlite", procs, cuda=False)))
+    assert cli_main(["view", *paths, "--rank", "0", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["count"] == 1 and row["total"] == pytest.approx(10e-6)  # rank 0: pid 90
+    assert cli_main(["view", *paths, "--format", "csv"]) == 0
+    assert "epoch,epoch,0,,region,2," in capsys.readouterr().out
+    assert cli_main(["view", paths[0], str(tmp_path)]) == 2
+    assert "not an Nsight Systems report" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from ..core.storage.entry import BACKWARD_MARK, EntryStats
 from . import columns
 from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff
-from .nsys import ReportError, is_report, read_report
+from .nsys import ReportError, is_report, read_report, read_reports
 from .page import in_notebook
 from .renderers import RENDERERS, Renderer, RenderInput, Run, register, render, write_folder
 from .roofline import Peak
@@ -60,6 +60,7 @@ __all__ = [
     "read_trace",
     "write_trace",
     "read_report",
+    "read_reports",
     "is_report",
     "ReportError",
     "in_notebook",

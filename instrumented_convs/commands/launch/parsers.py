@@ -229,6 +229,12 @@ def add_view_parser(sub: Any) -> None:
         help="a run folder, its run.json / rank<N>.json, or an Nsight Systems report "
         "(.sqlite, or .nsys-rep where nsys is installed)",
     )
+    view.add_argument(
+        "more",
+        nargs="*",
+        metavar="REPORT",
+        help="more Nsight Systems reports (one per rank, say): merged with RUN as ranks are",
+    )
     _add_table_options(view)
     view.add_argument("--rank", type=int, help="one rank's own table (a run under torchrun)")
     view.add_argument("--prefix", help="only the rows under this step path (forward/conv1)")

@@ -9,7 +9,7 @@ import gzip
 import json
 import logging
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from ...report import (
     RENDERERS,
@@ -18,7 +18,7 @@ from ...report import (
     ReportError,
     Summary,
     is_report,
-    read_report,
+    read_reports,
     render,
     write_folder,
 )
@@ -67,7 +67,7 @@ def view_main(args: argparse.Namespace) -> int:
                 f"{what}: run the script with {how} for them",
                 USAGE,
             )
-        saved = open_run(args.run, warmup=args.warmup)
+        saved = open_run(args.run, warmup=args.warmup, more=args.more)
         if args.save:
             _save_report(saved, Path(args.save))
         if name == "trace":
@@ -75,9 +75,10 @@ def view_main(args: argparse.Namespace) -> int:
             print(f"timeline written to {written}")
             return 0
     else:
-        for flag in ("warmup", "save"):
+        for flag in ("warmup", "save", "more"):
             if getattr(args, flag):
-                raise UserError(f"--{flag} reads an Nsight Systems report, not {args.run}", USAGE)
+                what = "more than one RUN" if flag == "more" else f"--{flag}"
+                raise UserError(f"{what}: Nsight Systems reports only, not {args.run}", USAGE)
         if name == "trace":
             return _view_trace(args.run, to)
         saved = open_run(args.run)
@@ -151,14 +152,20 @@ def _save_report(saved: SavedRun, folder: Path) -> None:
     print(f"run folder written to {folder}")
 
 
-def open_run(path: str, warmup: int = 0) -> SavedRun:
+def open_run(path: str, warmup: int = 0, more: Sequence[str] = ()) -> SavedRun:
     """The saved run at ``path`` (a run folder or its file, or an Nsight Systems report read
-    back, each process's first ``warmup`` iterations dropped), or a :class:`UserError` that
-    says what ``path`` is instead and what to give."""
+    back, with the reports ``more`` merged as ranks, each process's first ``warmup``
+    iterations dropped), or a :class:`UserError` that says what ``path`` is instead and what
+    to give."""
     p = Path(path)
     if is_report(path):
+        others = [m for m in more if not is_report(m)]
+        if others:
+            raise UserError(
+                f"{others[0]}: not an Nsight Systems report (.sqlite, .nsys-rep)", USAGE
+            )
         try:
-            return read_report(p, warmup=warmup)
+            return read_reports([p, *map(Path, more)], warmup=warmup)
         except ReportError as e:
             raise UserError(str(e)) from None
     if not p.exists():

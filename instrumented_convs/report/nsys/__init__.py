@@ -12,16 +12,23 @@ import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ...core.storage.entry import BACKWARD_MARK, EntryStats
 from ..saved import FORMAT, VERSION
 from ..stats import merge_ranks, summarize
 from .device import DeviceTime, device_times, has_cuda
-from .ranges import Range, ReportError, read_ranges
+from .ranges import Range, Ranges, ReportError, read_ranges
 from .tree import drop_warmup, snapshots
 
-__all__ = ["REPORT_SUFFIXES", "ReportError", "is_report", "read_report", "to_sqlite"]
+__all__ = [
+    "REPORT_SUFFIXES",
+    "ReportError",
+    "is_report",
+    "read_report",
+    "read_reports",
+    "to_sqlite",
+]
 
 #: The files read as Nsight Systems reports.
 REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -76,10 +83,72 @@ def read_report(path: "str | os.PathLike[str]", warmup: int = 0) -> Dict[str, An
     """The report at ``path`` as a saved run (what ``view``, ``diff`` and the renderers
     read): one snapshot per process (several: merged as ranks are), its timeline under
     ``trace_events``; ``warmup``: each process's first iterations dropped."""
-    p = Path(path)
-    if not p.exists():
+    return read_reports([path], warmup)
+
+
+def read_reports(paths: Sequence["str | os.PathLike[str]"], warmup: int = 0) -> Dict[str, Any]:
+    """Several reports (one per rank, say) as one saved run, their processes merged as ranks
+    are, in the order of the ranks they said (see :func:`read_report`)."""
+    procs: List[Tuple[Tuple[int, int, int], Dict[str, Any]]] = []
+    events: List[Dict[str, Any]] = []
+    seen: List[Dict[str, str]] = []
+    snaps_all: Dict[int, List[EntryStats]] = {}
+    domain, cuda = True, False
+    for n, path in enumerate(paths):
+        found, device = _read(Path(path))
+        ranges = found.ranges
+        keep = drop_warmup(ranges, warmup, found.resets)
+        snaps = snapshots(ranges, device, keep)
+        for pid, snap in snaps.items():
+            rank = _rank(found.settings.get(pid, []))
+            item = {"pid": pid, "name": found.processes.get(pid), "file": str(path), "snap": snap}
+            procs.append(((rank, n, pid), item))
+            snaps_all[len(snaps_all)] = snap
+        events += chrome_trace(ranges, device, keep, found.processes)["traceEvents"]
+        seen += _in_effect(found.settings, ranges, keep)
+        domain, cuda = domain and found.domain, cuda or device is not None
+    procs.sort(key=lambda x: x[0])
+    snaps = [item["snap"] for _, item in procs]
+    names = ", ".join(str(p) for p in paths)
+    data: Dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "kind": "run" if len(snaps) == 1 else "merged",
+        "target": names,
+        "title": f"Nsight Systems report: {names}",
+        "report": {
+            "files": [str(p) for p in paths],
+            "domain": domain,
+            "device_times": cuda,
+            "warmup": warmup,
+            "processes": [{k: v for k, v in item.items() if k != "snap"} for _, item in procs],
+        },
+        "settings": {"source": "nsys", "device times": cuda},
+        "rank": None,
+        "world_size": None if len(snaps) == 1 else len(snaps),
+        "by": "step",
+        "unit": None,
+        "snapshots": [
+            {"fields": list(EntryStats._fields), "entries": [list(e) for e in snap]}
+            for snap in snaps
+        ],
+    }
+    if len(snaps) > 1:
+        data["ranks_missing"] = []
+        summary = merge_ranks(snaps, by="step")
+    else:
+        summary = summarize(snaps[0], by="step")
+    data["summary"] = summary.to_dict()
+    data["trace_events"] = {"traceEvents": events, "otherData": {"source": "nsys"}}
+    data["notes"] = partial_notes(seen, snaps_all)
+    return data
+
+
+def _read(path: Path) -> Tuple[Ranges, Optional[List[Optional[DeviceTime]]]]:
+    """The ranges of the report at ``path`` and their device times (None: no CUDA in it)."""
+    if not path.exists():
         raise ReportError(f"{path}: no such report")
-    db = to_sqlite(p)
+    db = to_sqlite(path)
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
@@ -89,47 +158,12 @@ def read_report(path: "str | os.PathLike[str]", warmup: int = 0) -> Dict[str, An
             conn.close()
     except sqlite3.DatabaseError as e:
         raise ReportError(f"{db}: not a readable SQLite report ({e})") from None
-    ranges = found.ranges
-    if not ranges:
+    if not found.ranges:
         raise ReportError(
             f"{path}: no NVTX range of instrumented_convs in the report (was the process "
             "profiled with -t nvtx, and did it run instrumented layers?)"
         )
-    keep = drop_warmup(ranges, warmup, found.resets)
-    snaps = snapshots(ranges, device, keep)
-    pids = sorted(snaps, key=lambda pid: (_rank(found.settings.get(pid, [])), pid))
-    data: Dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "kind": "run" if len(pids) == 1 else "merged",
-        "target": str(path),
-        "title": f"Nsight Systems report: {path}",
-        "report": {
-            "file": str(path),
-            "domain": found.domain,
-            "device_times": device is not None,
-            "warmup": warmup,
-            "processes": [{"pid": pid, "name": found.processes.get(pid)} for pid in pids],
-        },
-        "settings": {"source": "nsys", "device times": device is not None},
-        "rank": None,
-        "world_size": None if len(pids) == 1 else len(pids),
-        "by": "step",
-        "unit": None,
-        "snapshots": [
-            {"fields": list(EntryStats._fields), "entries": [list(s) for s in snaps[pid]]}
-            for pid in pids
-        ],
-    }
-    if len(pids) > 1:
-        data["ranks_missing"] = []
-        summary = merge_ranks([snaps[pid] for pid in pids], by="step")
-    else:
-        summary = summarize(snaps[pids[0]], by="step")
-    data["summary"] = summary.to_dict()
-    data["trace_events"] = chrome_trace(ranges, device, keep, found.processes)
-    data["notes"] = partial_notes(_in_effect(found.settings, ranges, keep), snaps)
-    return data
+    return found, device
 
 
 def _rank(marks: List[Tuple[int, Dict[str, str]]]) -> int:
