@@ -160,7 +160,7 @@ def test_device_times_come_from_the_work_each_range_launched(tmp_path):
     conv = got[("epoch/GCNConv", "forward")]
     assert conv["scope"] == "conv1" and conv["kind"] == "step"
     assert conv["total"] == 35 * US  # the span: first kernel's start to the copy's end
-    assert conv["host"] == 50 * US and conv["dcalls"] == 1
+    assert conv["host"] == 50 * US and conv["dcalls"] == 1 and conv["busy"] == 20 * US
     assert conv["caught"] == 1 and conv["lag"] == 0
     back = got[("epoch/backward/GCNConv", "backward")]  # autograd's thread, under backward
     assert back["total"] == 130 * US and back["host"] == 40 * US
@@ -174,7 +174,9 @@ def test_device_times_come_from_the_work_each_range_launched(tmp_path):
 
 def test_the_table_says_launch_bound_or_device_bound_from_a_report(tmp_path, capsys):
     assert cli_main(["view", str(_cuda_report(tmp_path / "a.sqlite", late=0))]) == 0
-    assert "Host" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| Host |" in out.replace("  ", " ") or " Host " in out
+    assert " Busy " in out and "Busy: the device's busy time" in out
     late = read_report(_cuda_report(tmp_path / "b.sqlite", late=400 * US))
     conv = next(e for e in _entries(late) if e["path"] == "epoch/GCNConv")
     assert conv["lag"] == 395 * US and conv["caught"] == 0  # the device far behind

@@ -64,6 +64,8 @@ class Column:
     memory: bool = False
     note: bool = False
     device: bool = False
+    #: Shown only where this says so of the table's rows (None: as the flags above say).
+    when: Optional[Callable[[Sequence[Row]], bool]] = None
 
     def of(self, row: Row) -> Any:
         """This column's value for ``row``."""
@@ -83,9 +85,23 @@ COLUMNS: List[Column] = [
         lambda r: r.host if r.device_calls else None,
         estimated=True,
         doc="the CPU's time to issue the calls timed on the device, from the start event's "
-        "record to the end event's, the tool's own left out (their Total is the device's).",
+        "record to the end event's, the tool's own left out (their Total is the device's); "
+        "from an Nsight Systems report, their ranges' durations.",
         note=True,
         device=True,
+    ),
+    Column(
+        "busy",
+        "Busy",
+        "time",
+        lambda r: r.busy if r.busy else None,
+        estimated=True,
+        doc="the device's busy time in the calls timed on it: the summed durations of the "
+        "kernels, copies and memsets they launched (their Total is the span from the first "
+        "one's start to the last one's end), as an Nsight Systems report says.",
+        note=True,
+        device=True,
+        when=lambda rows: any(r.busy for r in rows),
     ),
     Column("self_time", "Self", "time", estimated=True, doc="total less the children's"),
     Column("min", "Min", "time", doc="the shortest timed call"),
@@ -171,11 +187,12 @@ def shown(
     sampled: bool = False,
     memory: bool = False,
     device: bool = False,
+    rows: Sequence[Row] = (),
 ) -> List[Column]:
     """The columns of a table: the merged-only ones for a summary merged over ranks (and
     ``spread``: its Slowest and Spread, unless turned off), the sampled-only ones for a
     sampled run, the memory ones for a run that recorded memory, the device ones for a run
-    with calls timed on a device."""
+    with calls timed on a device, each with a ``when`` only where it says so of ``rows``."""
     return [
         c
         for c in COLUMNS
@@ -183,6 +200,7 @@ def shown(
         and (not c.sampled or sampled)
         and (not c.memory or memory)
         and (not c.device or device)
+        and (c.when is None or c.when(rows))
     ]
 
 

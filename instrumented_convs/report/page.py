@@ -55,6 +55,7 @@ def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Di
         sampled=any(r.sampled for r in rows),
         memory=columns.recorded_memory(rows),
         device=columns.timed_on_device(rows),
+        rows=rows,
     )
     timed = ("time", "slowest", "error")
     headers = [c.header + (f" ({unit})" if c.kind in timed else "") for c in shown]

@@ -79,6 +79,10 @@ class Row:
     device_calls: int = 0
     lag: float = 0.0
     caught: int = 0
+    #: The device's busy time in those calls (s): the summed durations of the kernels,
+    #: copies and memsets they launched, where a report says (an Nsight Systems report read
+    #: back: docs/nsys.md); 0.0 where unknown (the in-process clock times spans only).
+    busy: float = 0.0
     #: The statistics of :data:`~.stats.STATISTICS` that no field above holds (a statistic
     #: added at run time), by name; read as attributes too (``row.name``). Not in
     #: :data:`FIELDS`: written only by a column that shows one (:mod:`.columns`).

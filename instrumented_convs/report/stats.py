@@ -199,6 +199,7 @@ STATISTICS: List[Statistic] = [
     Statistic("device_calls", attrgetter("dcalls"), weigh=_weighed),
     Statistic("lag", lambda s: s.lag * s.weight, start=0.0, row=lambda g, _: g["lag"] * 1e-9),
     Statistic("caught", attrgetter("caught"), weigh=_weighed),
+    Statistic("busy", lambda s: s.busy * s.weight, start=0.0, row=lambda g, _: g["busy"] * 1e-9),
 ]
 _ROW_FIELDS = frozenset(FIELDS)
 

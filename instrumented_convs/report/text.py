@@ -162,6 +162,7 @@ class TableRenderer:
             sampled=sampling is not None and not eager_breakdown(sampling),
             memory=columns.recorded_memory(rows),
             device=columns.timed_on_device(rows),
+            rows=rows,
         )
         lines = self._grid(summary, shown, unit, scale)
         notes = [text for note in NOTES for text in note(summary)]

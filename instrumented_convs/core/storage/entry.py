@@ -121,6 +121,9 @@ class EntryStats(NamedTuple):
     dcalls: int = 0  #: calls timed on the device whose host time and lag were read
     lag: int = 0  #: the sum of their end lags (ns)
     caught: int = 0  #: of those, calls that ended with the device caught up
+    #: The device's busy time in those calls (ns): the summed durations of the work they
+    #: launched, where that is known (an Nsight Systems report read back; report.nsys).
+    busy: int = 0
 
 
 class Entry:

@@ -36,6 +36,7 @@ class _Node:
     dcalls: int = 0
     lag: int = 0
     caught: int = 0
+    busy: int = 0
     children: List[int] = field(default_factory=list)
 
 
@@ -120,6 +121,7 @@ def snapshots(
             node.times.append(d.span)
             node.host += r.end - r.start
             node.dcalls += 1
+            node.busy += d.busy
             late = lag(d, r)
             node.lag += late
             node.caught += late < LAG_FLOOR_NS
@@ -156,6 +158,7 @@ def _stats(nodes: List[_Node]) -> List[EntryStats]:
                 dcalls=node.dcalls,
                 lag=node.lag,
                 caught=node.caught,
+                busy=node.busy,
             )
         )
         stack.extend(reversed(node.children))
