@@ -228,3 +228,75 @@ def test_a_report_per_rank_merges_in_the_order_of_the_ranks_they_said(tmp_path, 
     assert "epoch,epoch,0,,region,2," in capsys.readouterr().out
     assert cli_main(["view", paths[0], str(tmp_path)]) == 2
     assert "not an Nsight Systems report" in capsys.readouterr().err
+
+
+# -- the ranges mode's switches -----------------------------------------------------------
+
+
+def test_the_ranges_mode_puts_backward_every_back_as_it_found_it():
+    import instrumented_convs as ic
+
+    start = ic.configure()
+    try:
+        ic.configure(record="ranges")
+        assert ic.configure().backward_every == 1
+        with ic.configure(enabled=False):  # a block inside the mode keeps what to put back
+            pass
+        ic.configure(record="all")
+        assert ic.configure().backward_every == start.backward_every
+        ic.configure(record="ranges")
+        ic.configure(backward_every=4)  # given meanwhile: kept
+        ic.configure(record="all")
+        assert ic.configure().backward_every == 4
+        ic.configure(backward_every=16)
+        ic.configure(counters=True)  # the counters and the ranges both want 1
+        ic.configure(record="ranges")
+        ic.configure(counters=False)
+        assert ic.configure().backward_every == 1  # the ranges still on
+        ic.configure(record="all")
+        assert ic.configure().backward_every == 16
+    finally:
+        start.restore()
+
+
+def test_every_push_says_the_layer_kind_and_clock_on_either_path(monkeypatch):
+    """A step's first call takes Python's path (its entry is new), the later ones the C fast
+    path: both push the entry's layer (a step inherits its layer's), the kind and the clock,
+    which a report read back groups by."""
+    pytest.importorskip("torch_geometric")
+    import torch
+
+    import instrumented_convs as ic
+    from instrumented_convs.core.labels import nvtx
+    from instrumented_convs.pyg import GCNConv
+
+    pushed = []
+
+    class Recorder(nvtx.NvtxBackend):
+        name = "nvtx"
+
+        def __init__(self):
+            super().__init__()
+            self.push = lambda *a: pushed.append(a)
+            self.pop = lambda: None
+
+    monkeypatch.setattr(nvtx, "_pick", lambda choice: Recorder())
+    conv = GCNConv(4, 4)
+    x, ei = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
+    start = ic.configure()
+    try:
+        ic.configure(nvtx="nvtx")
+        for _ in range(3):
+            with ic.region("epoch"):
+                conv(x, ei).sum().backward()
+    finally:
+        start.restore()
+    by_name = {}
+    for name, scope, region, cpu in pushed:
+        by_name.setdefault(name, set()).add((scope, region, cpu))
+    assert by_name["epoch"] == {(None, True, True)}
+    scope = next(iter(by_name["GCNConv"]))[0]
+    assert scope is not None and by_name["GCNConv"] == {(scope, False, True)}
+    assert by_name["lin"] == {(scope, False, True)}  # three calls, one layer, one kind
+    assert by_name["lin [backward]"] == {(scope, False, True)}
+    assert sum(1 for p in pushed if p[0] == "lin") == 3

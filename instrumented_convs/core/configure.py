@@ -55,7 +55,8 @@ class Settings(NamedTuple):
             self.record_function,
             self.statements,
         )
-        s.ranges, s.every_before_ranges = self.record == "ranges", None
+        if (self.record == "ranges") != s.ranges:  # (staying in it: the value to put back stays)
+            s.ranges, s.every_before_ranges = self.record == "ranges", None
         s.apply()
         _cycle(self.record_every, self.budget, self.iteration)
         eager.set(self.compiled == "eager", cycle.now)
@@ -176,6 +177,25 @@ def _mark() -> None:
     )
 
 
+def _one_every(other_on: bool, other_saved: Optional[int]) -> Optional[int]:
+    """A mode that times every call's backward (the counters, the ranges) starts: the value
+    to put back when it stops (None where the other such mode, on, holds it already)."""
+    s = switches
+    if other_on and other_saved is not None:
+        return None
+    saved, s.backward_every = s.backward_every, 1
+    return saved
+
+
+def _put_back(other_on: bool, saved: int) -> Optional[int]:
+    """Such a mode stops: ``backward_every`` back to ``saved``, unless the other is on (it
+    keeps 1, and ``saved`` is the other's to put back: returned)."""
+    if other_on:
+        return saved
+    switches.backward_every = saved
+    return None
+
+
 def _record(mode: str, every_given: bool) -> None:
     """Enter or leave the ranges mode: every call's backward has ranges in it (its
     ``backward_every`` put back after, unless one was given meanwhile)."""
@@ -184,9 +204,9 @@ def _record(mode: str, every_given: bool) -> None:
         return
     s.ranges = mode == "ranges"
     if s.ranges and not every_given:
-        s.every_before_ranges, s.backward_every = s.backward_every, 1
+        s.every_before_ranges = _one_every(s.counters, s.every_before_counters)
     elif not s.ranges and s.every_before_ranges is not None and not every_given:
-        s.backward_every = s.every_before_ranges
+        s.every_before_counters = _put_back(s.counters, s.every_before_ranges)
     if not s.ranges:
         s.every_before_ranges = None
     s.apply()
@@ -352,14 +372,13 @@ def configure(
         s.statements = statements
     if timeline is not None and timeline != s.timeline:
         _timeline(timeline)
-    if backward_every is not None:
-        s.every_before_counters = None  # the user's value: kept when the counters stop
+    if backward_every is not None:  # the user's value: kept when the counters or ranges stop
+        s.every_before_counters = s.every_before_ranges = None
     if counters is not None and bool(counters) != s.counters:
         if counters and backward_every is None:
-            s.every_before_counters = s.backward_every
-            s.backward_every = 1
+            s.every_before_counters = _one_every(s.ranges, s.every_before_ranges)
         elif not counters and s.every_before_counters is not None:
-            s.backward_every = s.every_before_counters
+            s.every_before_ranges = _put_back(s.ranges, s.every_before_counters)
             s.every_before_counters = None
         _counters(bool(counters))
     if memory is not None and bool(memory) != s.memory:

@@ -94,6 +94,8 @@ def run_main(args: argparse.Namespace) -> int:
 def _check_run(args: argparse.Namespace) -> None:
     """Refuse what ``run`` cannot do, before anything runs or is written; the formats asked
     for turn on what they record."""
+    if args.record is None:  # what the environment set (INSTRUMENTED_CONVS_RECORD)
+        args.record = configure().record
     refused = [
         (args.backward_every is not None and args.backward_every < 1)
         and "--backward-every takes a positive number",

@@ -101,9 +101,9 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument(
         "--record",
         choices=("all", "ranges"),
-        default="all",
         help="ranges: under nsys profile, push every call's NVTX range and record nothing "
-        "else (the least cost; view the report for the table: docs/nsys.md)",
+        "else; view the report for the table (docs/nsys.md). Default: all, or what "
+        "INSTRUMENTED_CONVS_RECORD says",
     )
     _add_cycle_options(run)
     _add_output_options(run)

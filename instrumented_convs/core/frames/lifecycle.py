@@ -42,8 +42,8 @@ def open_frame(frame: Frame, label: str, cuda: bool, dev: Optional[int]) -> None
     """
     flags = 0
     if nvtx.live:
-        entry = frame.entry  # the layer and the kind, for a report read back (report.nsys)
-        nvtx.push(label, entry.scope, entry.kind == "region")
+        entry = frame.entry  # its layer, kind and clock, for a report read back (report.nsys)
+        nvtx.push(label, entry.scope, entry.kind == "region", not cuda)
         flags = PUSHED
         if switches.ranges:  # the range is all it records: no label, no clock, no event
             frame.flags, frame.mode, frame.event = PUSHED | RANGED, CPU, None

@@ -10,7 +10,7 @@ import functools
 import logging
 import os
 import zlib
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -43,9 +43,10 @@ def color_of(name: str) -> int:
 
 
 class NvtxBackend:
-    """Push/pop NVTX ranges through ``push(name, scope, region)`` and ``pop()``, plain
-    callables for speed: ``scope`` (the layer, or None) and ``region`` (a region, not a step)
-    let a report read back say which layer and what kind (see :data:`PAYLOAD_REGION`)."""
+    """Push/pop NVTX ranges through ``push(name, scope, region, cpu)`` and ``pop()``, plain
+    callables for speed: ``scope`` (the layer, or None), ``region`` (a region, not a step)
+    and ``cpu`` (timed on the CPU clock) let a report read back say which layer, what kind
+    and which clock (see :data:`PAYLOAD_REGION`)."""
 
     name = "none"
 
@@ -56,12 +57,14 @@ class NvtxBackend:
         self.mark: Callable[[str], Any] = _noop_mark
 
 
-#: A region's range carries this payload, a step's 0; the layer is the range's category
-#: (report.nsys reads both back).
-PAYLOAD_REGION = 1
+#: The bits of a range's payload: a region (not a step), a step on the CPU clock (not CUDA
+#: events); the layer is the range's category (report.nsys reads them back).
+PAYLOAD_REGION, PAYLOAD_CPU = 1, 2
 
 
-def _noop_push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
+def _noop_push(
+    name: str, scope: Optional[str] = None, region: bool = False, cpu: bool = False
+) -> None:
     return None
 
 
@@ -96,24 +99,27 @@ class _NvtxPackageBackend(NvtxBackend):
 
             push_range = functools.partial(_push, domain=domain.handle)
             pop_range = functools.partial(_pop, domain.handle)
-        attrs: Dict[Any, Dict[str, Any]] = {}  # scope (a region: REGION) -> name -> attributes
+        # payload -> scope -> name -> attributes (built once each)
+        attrs: List[Dict[Optional[str], Dict[str, Any]]] = [{}, {}, {}, {}]
         empty: Dict[str, Any] = {}
 
-        def attributes(name: str, scope: Optional[str] = None, region: bool = False) -> Any:
-            per = attrs.setdefault(_REGION if region else scope, {})
+        def attributes(
+            name: str, scope: Optional[str] = None, region: bool = False, cpu: bool = False
+        ) -> Any:
+            payload = PAYLOAD_REGION * region + PAYLOAD_CPU * cpu
+            per = attrs[payload].setdefault(scope, {})
             a = per.get(name)
             if a is None:
                 a = per[name] = domain.get_event_attributes(
-                    message=name,
-                    color=color_of(name),
-                    category=scope,
-                    payload=PAYLOAD_REGION if region else 0,
+                    message=name, color=color_of(name), category=scope, payload=payload
                 )
             return a
 
-        def push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
-            a = attrs.get(_REGION if region else scope, empty).get(name)
-            push_range(a if a is not None else attributes(name, scope, region))
+        def push(
+            name: str, scope: Optional[str] = None, region: bool = False, cpu: bool = False
+        ) -> None:
+            a = attrs[region + 2 * cpu].get(scope, empty).get(name)
+            push_range(a if a is not None else attributes(name, scope, region, cpu))
 
         try:
             from nvtx._lib import mark as _mark  # type: ignore[import-not-found]
@@ -142,14 +148,16 @@ class _TorchNvtxBackend(NvtxBackend):
         super().__init__()
         range_push = torch.cuda.nvtx.range_push
 
-        def push(name: str, scope: Optional[str] = None, region: bool = False) -> None:
+        def push(
+            name: str, scope: Optional[str] = None, region: bool = False, cpu: bool = False
+        ) -> None:
             range_push(name)
 
         self.push = push
         self.pop = torch.cuda.nvtx.range_pop
 
 
-_REGION = object()  # the attributes' key of regions (a scope is a string or None)
+_FORCED: Dict[str, Any] = {}  # the domains _force_domain made, by name
 
 
 def _force_domain(name: str) -> Optional[Any]:
@@ -164,12 +172,15 @@ def _force_domain(name: str) -> Optional[Any]:
     (``NVTX_INJECTION64_PATH`` is set) we build the Domain without that check; the tool
     then receives the pushes as with nvtx <= 0.2.11.
     """
+    if name in _FORCED:  # one per process: its categories' ids stay those already named
+        return _FORCED[name]
     try:
         from nvtx._lib import lib  # type: ignore[import-not-found]
 
         domain = object.__new__(lib.Domain)
         domain.handle = lib.DomainHandle(name)
         lib.Domain.__init__(domain, name)
+        _FORCED[name] = domain
         return domain
     except Exception as exc:  # another nvtx layout: keep the dummy domain
         logger.debug("could not force an nvtx domain: %s", exc)

@@ -29,7 +29,7 @@ PyObject *g_nvtx_push = NULL, *g_nvtx_pop = NULL;
 PyObject *g_timeline = NULL;
 static PyObject *g_timeline_full = NULL;
 static Py_ssize_t g_timeline_limit = 0;
-Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
+Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs, o_scope;
 PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward, *s_ranges;
 
 static int truthy_attr(PyObject *obj, PyObject *name) {
@@ -241,8 +241,9 @@ static PyObject *bind(PyObject *mod, PyObject *args) {
     o_retired = slot_offset(entry_t, "retired"); o_children = slot_offset(entry_t, "children");
     o_buf = slot_offset(entry_t, "buf"); o_seq0 = slot_offset(log_t, "seq0");
     o_depth0 = slot_offset(log_t, "depth0"); o_items = slot_offset(log_t, "items");
-    o_outputs = slot_offset(log_t, "outputs");
-    if (o_retired < 0 || o_children < 0 || o_buf < 0 || o_seq0 < 0 || o_depth0 < 0 || o_items < 0 || o_outputs < 0) {
+    o_outputs = slot_offset(log_t, "outputs"); o_scope = slot_offset(entry_t, "scope");
+    if (o_retired < 0 || o_children < 0 || o_buf < 0 || o_seq0 < 0 || o_depth0 < 0 || o_items < 0 || o_outputs < 0
+        || o_scope < 0) {
         PyErr_SetString(PyExc_TypeError, "Entry and Log must be classes with __slots__ (see _speedups.c)");
         return NULL;
     }

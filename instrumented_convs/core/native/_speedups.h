@@ -59,7 +59,7 @@ extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed */
 extern PyObject *g_nvtx_push, *g_nvtx_pop;
 extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
 /* Offsets of the slots of entry.Entry and anchor.Log read here (see slot_offset). */
-extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs;
+extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs, o_scope;
 #define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
 /* Interned names (PyInit__speedups). */
 extern PyObject *s_root, *s_backward, *s_prof_on, *s_fold, *s_enter, *s_exit, *s_forward, *s_ranges;

@@ -219,7 +219,6 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
         ranged = v ? PyObject_IsTrue(v) : -1;
         Py_XDECREF(v);
         if (ranged < 0) goto done;
-        if (ranged) cuda = 0;  /* no event: the frame is a CPU frame that records nothing */
     }
     if (!slow) {
         int r = module_flag(g_prof, s_prof_on);
@@ -256,18 +255,21 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
     }
     Py_XSETREF(frame->entry, entry);
     Py_XSETREF(frame->owner, Py_NewRef((PyObject *)self));
-    frame->cuda = (char)cuda;
+    frame->cuda = (char)cuda;  /* what children inherit, in the ranges mode too */
     frame->flags = 0;
     frame->mode = CPU;
     if (fill_log(frame, self->region, log, &new_log, anchor_seq) < 0) goto done;
     if (frame->start_obj != NULL) Py_CLEAR(frame->start_obj);  /* the int a Python enter left */
     if (PyList_Append(stack, (PyObject *)frame) < 0) goto done;
-    if (g_nvtx_push != NULL) {  /* the range, as frames.lifecycle.open_frame pushes it */
-        PyObject *r = PyObject_CallFunctionObjArgs(g_nvtx_push, self->name, self->scope ? self->scope : Py_None,
-                                                   self->region ? Py_True : Py_False, NULL);
+    if (g_nvtx_push != NULL) {  /* the range, as frames.lifecycle.open_frame pushes it: the
+                                   entry's layer (a step inherits its parent's), kind, clock */
+        PyObject *scope = SLOT(entry, o_scope);
+        PyObject *r = PyObject_CallFunctionObjArgs(g_nvtx_push, self->name, scope ? scope : Py_None,
+                                                   self->region ? Py_True : Py_False, cuda ? Py_False : Py_True, NULL);
         if (r == NULL) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
         Py_DECREF(r);
         frame->flags = ranged ? PUSHED | RANGED : PUSHED;
+        if (ranged) cuda = 0;  /* no event: the range is all the frame records */
     }
     if (cuda) {  /* the start event, recorded before the clock: the host time leaves it out */
         PyObject *dev = self->cuda == Py_True ? self->dev : top->dev;
@@ -283,7 +285,19 @@ PyObject *StepBase_enter(StepBase *self, PyObject *unused) {
         frame->event_device = r > 0 ? d : 0;
     }
     long long t0 = now_ns();  /* the clock last */
-    if (t0 == -1 && PyErr_Occurred()) { PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1); goto done; }
+    if (t0 == -1 && PyErr_Occurred()) {  /* undo the frame: its range, its start event */
+        PySequence_DelItem(stack, PyList_GET_SIZE(stack) - 1);
+        if (frame->flags & PUSHED) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            Py_XDECREF(PyObject_CallNoArgs(g_nvtx_pop));
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+        if (frame->mode == CUDA && frame->cu_start != NULL) cuda_put_event(frame->event_device, frame->cu_start);
+        frame->cu_start = NULL;
+        goto done;
+    }
     frame->t0 = t0;
     frame->has_t0 = 1;
     Frame *bottom = (Frame *)PyList_GET_ITEM(stack, 0);  /* the thread's own time: see backward.hooks */

@@ -34,6 +34,8 @@ __all__ = [
 REPORT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 #: Seconds an ``nsys export`` may take.
 EXPORT_LIMIT = 600
+#: The rank of a process that said none (after every rank).
+UNSAID = 1 << 30
 
 
 def is_report(path: "str | os.PathLike[str]") -> bool:
@@ -93,7 +95,7 @@ def read_reports(paths: Sequence["str | os.PathLike[str]"], warmup: int = 0) -> 
     events: List[Dict[str, Any]] = []
     seen: List[Dict[str, str]] = []
     snaps_all: Dict[int, List[EntryStats]] = {}
-    domain, cuda = True, False
+    domain, cuda, unended = True, False, 0
     for n, path in enumerate(paths):
         found, device = _read(Path(path))
         ranges = found.ranges
@@ -107,8 +109,14 @@ def read_reports(paths: Sequence["str | os.PathLike[str]"], warmup: int = 0) -> 
         events += chrome_trace(ranges, device, keep, found.processes)["traceEvents"]
         seen += _in_effect(found.settings, ranges, keep)
         domain, cuda = domain and found.domain, cuda or device is not None
+        unended += found.unended
+    if not procs:
+        raise ReportError(
+            f"--warmup {warmup} drops every iteration of {', '.join(map(str, paths))}: "
+            "give a smaller N"
+        )
     procs.sort(key=lambda x: x[0])
-    snaps = [item["snap"] for _, item in procs]
+    snaps, missing = _by_rank(procs)
     names = ", ".join(str(p) for p in paths)
     data: Dict[str, Any] = {
         "format": FORMAT,
@@ -125,7 +133,7 @@ def read_reports(paths: Sequence["str | os.PathLike[str]"], warmup: int = 0) -> 
         },
         "settings": {"source": "nsys", "device times": cuda},
         "rank": None,
-        "world_size": None if len(snaps) == 1 else len(snaps),
+        "world_size": None if len(snaps) == 1 and not missing else len(snaps),
         "by": "step",
         "unit": None,
         "snapshots": [
@@ -133,15 +141,33 @@ def read_reports(paths: Sequence["str | os.PathLike[str]"], warmup: int = 0) -> 
             for snap in snaps
         ],
     }
-    if len(snaps) > 1:
-        data["ranks_missing"] = []
+    if data["world_size"] is not None:
+        data["ranks_missing"] = missing
         summary = merge_ranks(snaps, by="step")
     else:
         summary = summarize(snaps[0], by="step")
     data["summary"] = summary.to_dict()
     data["trace_events"] = {"traceEvents": events, "otherData": {"source": "nsys"}}
-    data["notes"] = partial_notes(seen, snaps_all)
+    data["notes"] = partial_notes(seen, snaps_all) + (
+        [f"{unended} range(s) never ended (the process stopped inside them): left out."]
+        if unended
+        else []
+    )
     return data
+
+
+def _by_rank(
+    procs: List[Tuple[Tuple[int, int, int], Dict[str, Any]]],
+) -> Tuple[List[Any], List[int]]:
+    """The processes' snapshots at the ranks they said (the ranks none said: missing, an
+    empty snapshot), or in order where any said none (or two said one)."""
+    ranks = [key[0] for key, _ in procs]
+    snaps = [item["snap"] for _, item in procs]
+    if any(r >= UNSAID for r in ranks) or len(set(ranks)) < len(ranks):
+        return snaps, []
+    at = dict(zip(ranks, snaps))
+    world = max(ranks) + 1
+    return [at.get(r, []) for r in range(world)], [r for r in range(world) if r not in at]
 
 
 def _read(path: Path) -> Tuple[Ranges, Optional[List[Optional[DeviceTime]]]]:
@@ -169,7 +195,7 @@ def _read(path: Path) -> Tuple[Ranges, Optional[List[Optional[DeviceTime]]]]:
 def _rank(marks: List[Tuple[int, Dict[str, str]]]) -> int:
     """A process's torchrun rank, as its settings marks say (else after every rank)."""
     said = [m["rank"] for _, m in marks if m.get("rank", "").isdigit()]
-    return int(said[-1]) if said else 1 << 30
+    return int(said[-1]) if said else UNSAID
 
 
 def _in_effect(
@@ -207,7 +233,8 @@ def partial_notes(
         notes.append(
             f"Partial: {', '.join(short)}: only the calls whose backward pushed ranges "
             f"(backward_every={', '.join(every)}: the first calls of each layer, then one in "
-            "N); profile with run --record ranges for every call."
+            "N; forward calls without grad have no backward either); profile with run "
+            "--record ranges for every call."
         )
     cycles = sorted({m["record_every"] for m in seen if m.get("record_every") not in (None, "1")})
     if cycles:

@@ -25,8 +25,9 @@ DOMAIN = "instrumented_convs"
 PUSH_POP, START_END, DOMAIN_CREATE, CATEGORY_NAME, MARK = 59, 60, 75, 33, 34
 #: The start of the mark saying the switches, and the mark of a reset (core.labels.nvtx).
 SETTINGS_MARK, RESET_MARK = "settings: ", "reset"
-#: The payload bit of a region's range (core.labels.nvtx pushes it; a step's payload is 0).
-PAYLOAD_REGION = 1
+#: The payload bits of a region's range and of a step timed on the CPU clock
+#: (core.labels.nvtx pushes them).
+PAYLOAD_REGION, PAYLOAD_CPU = 1, 2
 
 #: What every reading needs: table -> columns.
 NEEDED = {
@@ -61,6 +62,7 @@ class Range:
     backward: bool
     scope: Optional[str]
     region: Optional[bool] = None  #: the range's payload says (None: a range that does not)
+    cpu: bool = False  #: its step was timed on the CPU clock, not with CUDA events (payload)
     parent: int = -1
     depth: int = 0
 
@@ -82,6 +84,7 @@ class Ranges:
     processes: Dict[int, str]
     settings: Dict[int, List[Tuple[int, Dict[str, str]]]]
     resets: Dict[int, int]
+    unended: int = 0
 
 
 def pid_of(gtid: int) -> int:
@@ -114,9 +117,10 @@ def require(conn: sqlite3.Connection, needed: Dict[str, Sequence[str]], what: st
 
 
 def read_ranges(conn: sqlite3.Connection) -> Ranges:
-    """Every range of ours, nested: on its own thread by time, and a thread's outermost range
-    under the deepest range of another thread of its process that holds it in time (autograd
-    runs a CUDA backward on a thread of its own, while the caller waits in ``backward``)."""
+    """Every range of ours, nested: on its own thread by time, and a thread's outermost
+    backward range under the deepest range of another thread of its process that holds it in
+    time (autograd runs a CUDA backward on a thread of its own, while the caller waits in
+    ``backward``). Ranges that never ended (the process stopped inside them) are counted."""
     if "NVTX_EVENTS" not in tables(conn):
         raise ReportError(
             "the report has no NVTX_EVENTS table: it holds no NVTX range (profile with"
@@ -166,7 +170,8 @@ def read_ranges(conn: sqlite3.Connection) -> Ranges:
         name = text[: -len(BACKWARD_MARK)] if back else text
         scope = cats.get((pid, dom or 0, cat)) if cat else None
         region = None if pay is None or not ours else bool(pay & PAYLOAD_REGION)
-        ranges.append(Range(start, end, gtid or 0, name, back, scope, region))
+        cpu = bool(ours and pay and pay & PAYLOAD_CPU)
+        ranges.append(Range(start, end, gtid or 0, name, back, scope, region, cpu))
     if any(r.region for r in ranges):  # a payload seen: a range without one is a step
         for r in ranges:
             r.region = bool(r.region)
@@ -190,7 +195,11 @@ def read_ranges(conn: sqlite3.Connection) -> Ranges:
     processes: Dict[int, str] = {}
     if "PROCESSES" in tables(conn) and {"pid", "name"} <= _columns(conn, "PROCESSES"):
         processes = {pid: name for pid, name in conn.execute("SELECT pid, name FROM PROCESSES")}
-    return Ranges(ranges, ours, processes, settings, resets)
+    unended = conn.execute(
+        f"SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (?, ?) AND end IS NULL AND {where}",
+        (PUSH_POP, START_END, *domains),
+    ).fetchone()[0]
+    return Ranges(ranges, ours, processes, settings, resets, unended)
 
 
 def _nest(ranges: List[Range]) -> None:
@@ -211,13 +220,13 @@ def _nest(ranges: List[Range]) -> None:
     for gtid in by_thread:
         threads_of.setdefault(pid_of(gtid), []).append(gtid)
     starts = {g: [ranges[i].start for i in idx] for g, idx in by_thread.items()}
-    for gtid, idx in by_thread.items():  # a thread's outermost ranges: under another's
+    for gtid, idx in by_thread.items():  # a thread's outermost backward: under another's
         others = [g for g in threads_of[pid_of(gtid)] if g != gtid]
         if not others:
             continue
         for i in idx:
             r = ranges[i]
-            if r.parent >= 0:
+            if r.parent >= 0 or not r.backward:  # (autograd's thread runs backward steps only)
                 continue
             best = -1
             for g in others:

@@ -5,7 +5,9 @@ the entry at its path, layer and phase, its duration the call's time.
 With CUDA activity in the report, a call's time is its device span (the first activity its
 range launched to the last one's end) and the range's own duration is its host time, as the
 in-process clock keeps them on CUDA; a range that launched nothing has no device time (0),
-and no host time in the Host column, which holds the calls with device work.
+and no host time in the Host column, which holds the calls with device work. A step the
+process timed on the CPU clock (a loader's wait, say: its range's payload says) keeps its
+range's duration.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def snapshots(
         node_of[i] = n
         node = ns[n]
         d = device[i] if device is not None else None
-        if device is None:
+        if device is None or r.cpu:  # no CUDA in the report, or a step on the CPU clock
             node.times.append(r.end - r.start)
         elif d is None:  # no device work: none to time
             node.times.append(0)
