@@ -36,8 +36,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["Launch", "RangeSpec", "Proc", "gtid", "gpid", "build_report", "SCHEMA"]
 
-#: nsys's NVTX event types (ENUM_NSYS_EVENT_TYPE): category name, push/pop and start/end
-#: range, mark, domain creation.
+#: nsys's NVTX event types (ENUM_NSYS_EVENT_TYPE): category name, mark, push/pop and
+#: start/end range, domain creation.
 CATEGORY, MARK, PUSH_POP, START_END, DOMAIN_CREATE = 33, 34, 59, 60, 75
 #: The domain id the builder gives ``instrumented_convs``.
 DOMAIN_ID = 1
