@@ -180,10 +180,12 @@ def test_the_magics_bad_flags_are_refused_before_the_cell_runs(capsys):
 
 # -- an empty table says why -----------------------------------------------------------------
 def test_an_empty_table_says_nothing_was_recorded_and_what_to_try():
-    """No row: the title, then why (no instrumented layer, recording off) and no 0 ns."""
+    """No row: the title, then why (no instrumented layer, recording off, ranges only) and
+    no 0 ns."""
     text = str(registry.summary())
     lines = text.splitlines()
-    assert len(lines) == 3 and "0.000" not in text
+    assert len(lines) == 4 and "0.000" not in text
+    assert "record='ranges'" in lines[3] and "view REPORT" in lines[3]
     assert lines[1].startswith("Nothing was recorded: no instrumented layer ran")
     assert "instrumented_convs.pyg" in text and "instrument(model)" in text
     assert "configure(enabled=True)" in text and "INSTRUMENTED_CONVS_DISABLE" in text

@@ -116,7 +116,9 @@ def empty_note(summary: Any) -> List[str]:
             "Nothing was recorded: no instrumented layer ran (import the convs from "
             "instrumented_convs.pyg or .dgl, or call instrument(model)),",
             "or recording was off (configure(enabled=True); INSTRUMENTED_CONVS_DISABLE=1 "
-            "turns it off).",
+            "turns it off),",
+            "or steps pushed NVTX ranges only (configure(record='ranges')): the table is in "
+            "the Nsight Systems report (view REPORT).",
         ]
     what = ", ".join(
         f"{key} {chosen[key]!r}"
