@@ -23,6 +23,7 @@ from .helpers import ROOT, python_path
 
 IMPORTER = "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"
 pytestmark = pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys")
+pytest.importorskip("torch_geometric")  # the scripts profiled are PyG's
 CORA = [str(ROOT / "examples" / "cora.py"), "--platform", "pyg", "--quick", "--no-progress"]
 
 

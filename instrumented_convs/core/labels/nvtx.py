@@ -127,10 +127,11 @@ class _NvtxPackageBackend(NvtxBackend):
             _mark = None
 
         def mark(text: str) -> None:
-            if _mark is not None:
-                _mark(
-                    domain.get_event_attributes(message=text, color=color_of(text)), domain.handle
-                )
+            a = domain.get_event_attributes(message=text, color=color_of(text))
+            if hasattr(domain, "mark"):  # nvtx >= 0.2.12 (its DummyDomain too: a no-op)
+                domain.mark(a)
+            elif _mark is not None and hasattr(domain, "handle"):
+                _mark(a, domain.handle)
 
         self.attributes = attributes
         self.push = push
