@@ -41,8 +41,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTER = "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"
 DOMAIN = "instrumented_convs"
+#: One nsys session at a time on this machine (CI runs this check beside the tests, which
+#: profile too: two sessions at once can fail with nsys's "End of file"), a lock both take.
+NSYS_LOCK = os.path.join(tempfile.gettempdir(), "instrumented_convs-nsys.lock")
 #: Every nsys run of this check: NVTX only (no CPU sampling or context switches), bounded.
 NSYS_PROFILE = [
+    "flock",
+    NSYS_LOCK,
     "timeout",
     "600",
     "nsys",
@@ -191,6 +196,8 @@ def run_profiled(out: str, argv: List[str], **env: str) -> str:
     )
     cmd = [*NSYS_PROFILE, "-o", out, "-f", "true", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0 and "Traceback" not in proc.stderr:  # nsys's own hiccup: once more
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(
             f"nsys profile failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"

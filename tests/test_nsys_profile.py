@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -50,10 +51,13 @@ def profiled(tmp: Path, *run_args: str, argv: Tuple[str, ...] = ()) -> Tuple[Pat
     ``nsys profile -t nvtx``: the report (.nsys-rep) and the run folder."""
     env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
     out = tmp / "report"
-    cmd = ["timeout", "300", "nsys", "profile", "-t", "nvtx", "--sample=none"]
+    lock = os.path.join(tempfile.gettempdir(), "instrumented_convs-nsys.lock")  # nsys_check's
+    cmd = ["flock", lock, "timeout", "300", "nsys", "profile", "-t", "nvtx", "--sample=none"]
     cmd += ["--cpuctxsw=none", "-f", "true", "-o", str(out), sys.executable]
     cmd += argv or ("-m", "instrumented_convs", "run", "-o", str(tmp / "run"), *run_args)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
+    if proc.returncode != 0 and "Traceback" not in proc.stderr:  # nsys's own hiccup: once more
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rep = out.with_suffix(".nsys-rep")
     if not rep.exists():  # Debian's 2022.4 leaves the import to us
