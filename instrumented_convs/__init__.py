@@ -111,6 +111,17 @@ class _Registry:
 registry = _Registry()
 
 
+def _listen(on: bool) -> None:
+    """Start (``on``) or stop listening for captures: what the core's on demand calls (the
+    listener and the captures' writer are the commands', above the core)."""
+    from .commands.launch.ondemand import switch
+
+    switch(on)
+
+
+_cycle.demand.register(_listen)
+
+
 def load_ipython_extension(ipython: _t.Any) -> None:
     """``%load_ext instrumented_convs`` in IPython or Jupyter: the ``%%instrumented`` cell
     magic (:mod:`instrumented_convs.notebook`)."""

@@ -20,13 +20,17 @@ from . import Settings, configure, instrument, region, registry, uninstrument
 from .commands.launch import (
     TRACE_LIMIT,
     Hooks,
+    listen_on_demand,
     load,
     merge_folder,
     run_meta,
+    saved_render_input,
     saved_summary,
+    stop_on_demand,
     write_run,
 )
 from .layers import InstrumentedLayer
+from .report import render
 
 __all__ = ["ConvProfiler", "STEP_ACTIONS", "region_of"]
 
@@ -109,6 +113,9 @@ class _Profiler:
     The switches of :func:`~instrumented_convs.configure` are arguments (``record_every=10`` or
     ``budget=0.01`` for the duty cycle, ``counters=True``, ``backward_every=1``...), in force
     from set-up to the end of each call, as are ``run``'s ``only``, ``exclude`` and ``warmup``.
+    With ``record="on-demand"`` nothing is recorded until ``capture DIR`` (the call's run
+    folder) or ``capture PID`` asks for the next N optimizer steps: each capture is a run
+    folder in the call's (``capture-1``...), the counters and memory on for it alone.
     """
 
     def __init__(
@@ -141,6 +148,8 @@ class _Profiler:
         if isinstance(only, str) or isinstance(exclude, str):
             raise TypeError("only= and exclude= take a collection of class names, not one string")
         _check_own(warmup=warmup, timeline=timeline, merge_timeout=merge_timeout)
+        if switches.get("record") == "on-demand" and warmup:
+            raise ValueError("ConvProfiler: record='on-demand' records captures only: no warmup")
         if not isinstance(tensorboard, (bool, str, os.PathLike)):
             raise TypeError(
                 "ConvProfiler: tensorboard takes True, False or a folder, "
@@ -181,16 +190,22 @@ class _Profiler:
             converted = [
                 m for m in model.modules() if isinstance(m, InstrumentedLayer) and id(m) not in ours
             ]
-        cycle = {k: v for k, v in self.switches.items() if k in _CYCLE}
-        plain = {k: v for k, v in self.switches.items() if k not in _CYCLE}
+        demand = self.switches.get("record") == "on-demand"
+        later = (*_CYCLE, "record", "counters", "memory") if demand else _CYCLE
+        cycle = {k: v for k, v in self.switches.items() if k in later}
+        plain = {k: v for k, v in self.switches.items() if k not in later}
         registry.reset()
         previous = configure(timeline=self.timeline, **plain)
-        hooks = Hooks(self.only, self.exclude, self.warmup, data=False).install()
-        if cycle:  # its hooks after run's, as ``run`` orders them
-            configure(**cycle)
+        hooks = Hooks(self.only, self.exclude, self.warmup, data=False, on_demand=demand)
+        hooks.install()
         name = _stage(stage)
         self._calls[name] = n = self._calls.get(name, 0) + 1
         rank, world = self._job()
+        if demand:  # its listener in the call's folder, then its hooks after run's
+            self._listen(self._folder(name, n), hooks, model, name, (rank, world))
+            configure(record="on-demand", iteration=cycle.get("iteration"))
+        elif cycle:  # its hooks after run's, as ``run`` orders them
+            configure(**cycle)
         if world is not None:  # a file this rank left here before would be merged as this run's
             for stale in self._folder(name, n).glob(f"rank{rank}.*"):
                 stale.unlink()
@@ -315,6 +330,32 @@ class _Profiler:
                 return logger_.experiment  # (rank 0's: a no-op elsewhere, as Lightning's)
         return None
 
+    def _listen(self, folder: Path, hooks: Hooks, model: Any, stage: str, job: Any) -> None:
+        """Listen for captures in ``folder``; each says the call it was taken in."""
+        started = time.time()
+        target = f"{type(model).__name__} ({stage})" if model is not None else stage
+
+        def describe(capture: Dict[str, Any]) -> Dict[str, Any]:
+            return run_meta(
+                [sys.executable, *sys.argv],
+                target,
+                sys.argv[1:],
+                started,
+                "captured",
+                hooks,
+                lightning={"stage": stage, "call": self._calls[stage]},
+            )
+
+        listen_on_demand(
+            folder,
+            describe,
+            job=job,
+            timeline=bool(self.timeline),
+            counters=bool(self.switches.get("counters")),
+            memory=bool(self.switches.get("memory")),
+            merge_timeout=self.merge_timeout,
+        )
+
     def _job(self) -> Tuple[Optional[int], Optional[int]]:
         """(rank, world size) of the Trainer's strategy; (None, None) in one process."""
         try:
@@ -333,6 +374,9 @@ class _Profiler:
         state, self._state = self._state, None
         if state is None:
             return
+        server = None
+        if self.switches.get("record") == "on-demand":  # its capture under way written first
+            server = stop_on_demand(f"the Trainer's call ended ({how})")
         hooks = state["hooks"]
         if state["callback"] is not None:
             trainer, callback = state["callback"]
@@ -363,16 +407,17 @@ class _Profiler:
             hooks,
             lightning={"stage": state["stage"], "call": state["call"]},
         )
+        if server is not None:
+            meta["on_demand"] = {"captures": server.captures}
         folder = self._folder(state["stage"], state["call"])
         rank, world = job
         try:
             timeline, name = None, None
-            if self.timeline:
+            if self.timeline and server is None:
                 name = f"rank {rank}" if world is not None else f"{target} ({os.getpid()})"
                 timeline = registry.timeline()
-            write_run(
-                folder, registry.snapshot(), meta, job=job, timeline=timeline, trace_name=name
-            )
+            snapshot = [] if server is not None else registry.snapshot()  # (in its captures)
+            write_run(folder, snapshot, meta, job=job, timeline=timeline, trace_name=name)
         finally:
             state["previous"].restore()
             for layer in state["converted"]:
@@ -390,7 +435,8 @@ class _Profiler:
         else:
             self._text = str(registry.summary())
             return
-        self._text = saved_summary(saved).table(title=f"instrumented_convs: {target}")
+        title = {"title": f"instrumented_convs: {target}"}  # (on demand, its captures under it)
+        self._text = render("text", saved_render_input(saved, saved_summary(saved), options=title))
         logger.info("ConvProfiler: saved in %s", folder)
 
 

@@ -415,6 +415,31 @@ def test_cycle_cost_reports_each_variant_and_the_goals(tmp_path):
     assert all(run["budget_every"] >= 1 for run in r["runs"])
 
 
+def test_ondemand_cost_reports_idle_and_a_captures_iterations(tmp_path):
+    """benchmarks/ondemand_cost.py (issue 55): the idle variants in a fresh process, then the
+    iterations timed one by one, each of every kind (a capture's written in the process)."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "od.json"
+    proc = run_script(
+        "benchmarks/ondemand_cost.py",
+        "--quick",
+        "--layers",
+        "PyG GCNConv",
+        "--pause",
+        "4",
+        "--capture",
+        "2",
+        "--json",
+        str(out),
+    )
+    assert "on demand" in proc.stdout and "captured" in proc.stdout
+    (run,) = json.loads(out.read_text())["PyG GCNConv"]
+    assert set(run["ratio"]) == {"none drawn", "on demand", "stock again"}
+    n = run["captures"]["n"]
+    assert n["captured"] == 2 * 2 and n["idle"] >= 2 * 4  # 2 rounds: 2 captured, 4 idle each
+    assert n["cycle drawn"] + n["cycle not drawn"] == 2 * 6
+
+
 def test_nsys_cost_reports_each_variant_and_the_ranges_an_epoch_pushes(tmp_path):
     """benchmarks/nsys_cost.py (issue 54): the ranges mode beside the defaults with and
     without ranges, every call's, the disabled path and the A/A floor; ranges per epoch."""

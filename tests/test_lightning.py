@@ -253,6 +253,47 @@ def test_bad_arguments_are_refused_at_once():
         ConvProfiler(record_evry=2)
     with pytest.raises(TypeError, match="collection"):
         ConvProfiler(only="GCNConv")
+    with pytest.raises(ValueError, match="not with record_every"):
+        ConvProfiler(record="on-demand", record_every=10)
+    with pytest.raises(ValueError, match="no warmup"):
+        ConvProfiler(record="on-demand", warmup=2)
+
+
+def test_on_demand_records_only_what_a_capture_asks_for_while_it_fits(tmp_path):
+    """``ConvProfiler(record="on-demand")``: the Trainer trains as without it, and the
+    ``capture`` command (from a thread, at the second optimizer step) gets exactly the
+    steps it asks for, in a folder of the call's."""
+    from .test_ondemand import Asked
+
+    stock, _ = _fit(max_epochs=4)
+
+    class Ask(L.Callback):
+        asked = None
+
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 2 and self.asked is None:
+                self.asked = Asked(tmp_path / "fit", "--iterations", 3)
+                self.asked.armed()
+
+    ask = Ask()
+    profiler = ConvProfiler(dirpath=tmp_path, record="on-demand", counters=True)
+    model, _ = _fit(profiler, max_epochs=4, callbacks=[ask])
+    code, out, err = ask.asked.result()
+    assert code == 0 and out == str(tmp_path / "fit" / "capture-1"), err
+    assert model.losses == stock.losses
+    c = counts(Summary.load(out))
+    for path in ("training batch", "training batch/training_step", "training batch/optimizer.step"):
+        assert c[(path, "forward")] == 3, (path, c)
+    assert c[("training batch/training_step/forward/GCNConv", "forward")] == 3 * LAYERS
+    saved = json.loads((tmp_path / "fit" / "capture-1" / "run.json").read_text())
+    assert saved["capture"]["complete"] and saved["lightning"]["stage"] == "fit"
+    flops = {r.name: r.flops for r in Summary.load(out)}  # the counters, in the capture
+    assert flops["training batch/training_step/forward/GCNConv/lin"] > 0
+    run = json.loads((tmp_path / "fit" / "run.json").read_text())
+    assert [cap["name"] for cap in run["on_demand"]["captures"]] == ["capture-1"]
+    assert not list(Summary.load(tmp_path / "fit"))  # nothing recorded outside it
+    assert "On demand: nothing is recorded but what a capture asks for" in profiler.summary()
+    assert ic.configure().record == "all" and not ic.configure().counters
 
 
 def test_ddp_two_processes_record_apart_and_rank_0_merges(tmp_path):

@@ -15,6 +15,8 @@ __all__ = [
     "noted",
     "note",
     "duty_cycle",
+    "on_demand",
+    "Busy",
     "compiling",
     "inside_compiled",
     "skip_frame",
@@ -43,6 +45,12 @@ def __getattr__(name: str) -> Any:
         from .dutycycle.cycle import cycle
 
         value = cycle.describe
+    elif name == "on_demand":  # the captures asked for (record="on-demand")
+        from .dutycycle.cycle import cycle
+
+        value = cycle.demand
+    elif name == "Busy":
+        from .dutycycle.demand import Busy as value
     elif name in _FROM_DYNAMO:
         from .compiler import dynamo
 

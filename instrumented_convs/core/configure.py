@@ -16,7 +16,7 @@ from .compiler.eager import eager
 from .dutycycle.cycle import cycle
 from .labels.nvtx import mark_settings, use_nvtx
 from .meters import counters, memory
-from .settings import nvtx_choice, record_mode, switches
+from .settings import RECORD_REQUEST, nvtx_choice, record_mode, switches
 from .storage import timeline
 
 __all__ = ["Settings", "configure"]
@@ -44,7 +44,10 @@ class Settings(NamedTuple):
     iteration: Optional[str] = None  #: the region that is an iteration (None: optimizer steps)
     compiled: str = "compiled"  #: ``eager``: recorded iterations run compiled code eagerly
     memory: bool = False  #: steps record what they keep for backward, and their peaks
-    record: str = "all"  #: ``ranges``: steps push NVTX ranges and record nothing
+    #: ``ranges``: steps push NVTX ranges and record nothing; ``on-demand``: nothing until
+    #: a capture asks
+    record: str = "all"
+    captures: Optional[str] = None  #: where captures go (None: beside the script)
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -58,7 +61,12 @@ class Settings(NamedTuple):
         if (self.record == "ranges") != s.ranges:  # (staying in it: the value to put back stays)
             s.ranges, s.every_before_ranges = self.record == "ranges", None
         s.apply()
-        _cycle(self.record_every, self.budget, self.iteration)
+        cycle.demand.folder = self.captures
+        if self.record == "on-demand":
+            _demand(True, self.iteration)
+        else:
+            _demand(False, self.iteration)
+            _cycle(self.record_every, self.budget, self.iteration)
         eager.set(self.compiled == "eager", cycle.now)
         s.backward, s.backward_every = self.backward, self.backward_every
         s.every_before_counters = None
@@ -102,6 +110,8 @@ def _typed(name: str, value: Any) -> None:
     elif name == "budget":
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         wanted = "a fraction (a float; 0.01 is 1%)"
+    elif name == "captures":
+        ok, wanted = isinstance(value, (str, os.PathLike)), "a folder (a str or a path)"
     else:  # iteration, compiled, record
         ok, wanted = isinstance(value, str), "a string"
     if not ok:
@@ -142,6 +152,12 @@ def _check(asked: Dict[str, Any]) -> None:
         nvtx_choice(asked["nvtx"])
     if asked.get("record") is not None:
         record_mode(asked["record"])
+    drawn = (record_every or 1) > 1 or budget is not None
+    if asked.get("record") == "on-demand" and drawn:
+        raise ValueError(
+            "record='on-demand' records every iteration a capture asks for: not with "
+            "record_every or budget"
+        )
 
 
 def _current() -> Settings:
@@ -160,7 +176,8 @@ def _current() -> Settings:
         cycle.iteration,
         "eager" if eager.asked else "compiled",
         s.memory,
-        "ranges" if s.ranges else "all",
+        "ranges" if s.ranges else "on-demand" if cycle.demand.on else "all",
+        cycle.demand.folder,
     )
 
 
@@ -168,7 +185,7 @@ def _mark() -> None:
     """Say in the NVTX stream what shapes the ranges (report.nsys reads it back)."""
     s = switches
     mark_settings(
-        record="ranges" if s.ranges else "all",
+        record="ranges" if s.ranges else "on-demand" if cycle.demand.on else "all",
         enabled=s.wanted,
         backward=s.backward,
         backward_every=s.backward_every,
@@ -196,13 +213,32 @@ def _put_back(other_on: bool, saved: int) -> Optional[int]:
     return None
 
 
-def _record(mode: str, every_given: bool) -> None:
-    """Enter or leave the ranges mode: every call's backward has ranges in it (its
-    ``backward_every`` put back after, unless one was given meanwhile)."""
+def _record(mode: str, every_given: bool, iteration: Optional[str]) -> None:
+    """Enter or leave the ranges mode (every call's backward has ranges in it: its
+    ``backward_every`` put back after, unless one was given meanwhile) and on demand."""
+    _ranges(mode == "ranges", every_given)
+    _demand(mode == "on-demand", iteration)
+
+
+def _demand(on: bool, iteration: Optional[str]) -> None:
+    """Turn on demand on (the cycle records what captures ask for, and nothing else; a
+    listener takes their requests) or off (a capture under way is handed over as it is)."""
+    d = cycle.demand
+    if on:
+        if not d.on or cycle.iteration != iteration:
+            cycle.start(iteration=iteration, demand=True)
+        d.serve()
+    elif d.on:
+        d.unserve()
+        cycle.stop()
+        cycle.iteration = iteration
+
+
+def _ranges(on: bool, every_given: bool) -> None:
     s = switches
-    if (mode == "ranges") == s.ranges:
+    if on == s.ranges:
         return
-    s.ranges = mode == "ranges"
+    s.ranges = on
     if s.ranges and not every_given:
         s.every_before_ranges = _one_every(s.counters, s.every_before_counters)
     elif not s.ranges and s.every_before_ranges is not None and not every_given:
@@ -269,6 +305,7 @@ def configure(
     compiled: Optional[str] = None,
     memory: Optional[bool] = None,
     record: Optional[str] = None,
+    captures: Union[str, "os.PathLike[str]", None] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -346,6 +383,16 @@ def configure(
       Nsight Systems, whose report ``view`` reads back as the table, with device times
       (docs/nsys.md). With no NVTX tool attached steps then do nothing. ``"all"`` (the
       default) records times; ``INSTRUMENTED_CONVS_RECORD=ranges`` starts so.
+    - ``record="on-demand"``: the layers stay instrumented and nothing is recorded (the
+      stock code runs, as in a duty cycle's unrecorded iterations) until ``instrumented_convs
+      capture`` asks the process for its next N iterations; those are recorded exactly and
+      written as a run folder of their own in ``captures`` (default: a folder
+      ``ic-runs/<script>-<time>`` made when it starts listening, as ``run``'s), and
+      recording stops again (docs/run.md). Iterations are delimited as for the duty cycle
+      (``iteration=``); not with ``record_every`` or ``budget``.
+      ``INSTRUMENTED_CONVS_RECORD=on-demand`` starts so (listening from the first
+      iteration's end), ``INSTRUMENTED_CONVS_CAPTURES=DIR`` names the folder.
+    - ``captures=DIR``: where on demand writes its captures (read when it starts listening).
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     A value of the wrong type (``enabled="false"``, ``record_every=2.5``; ``1`` is no
@@ -353,6 +400,12 @@ def configure(
     """
     asked = dict(locals())  # the arguments (no other name is bound yet)
     _check(asked)
+    demanded = record == "on-demand" or (record is None and cycle.demand.on)
+    if demanded and ((record_every or 1) > 1 or budget is not None):
+        raise ValueError(
+            "on demand (record='on-demand') a capture records every iteration it covers: "
+            "configure(record='all') first for record_every or budget"
+        )
     s = switches
     choice = None if nvtx is None else nvtx_choice(nvtx)
     previous = _current()
@@ -383,19 +436,24 @@ def configure(
         _counters(bool(counters))
     if memory is not None and bool(memory) != s.memory:
         _memory(bool(memory))
-    if record_every is not None or budget is not None or iteration is not None:
+    if captures is not None:
+        cycle.demand.folder = os.fspath(captures)
+    drawing = record_every is not None or budget is not None or iteration is not None
+    if drawing and not demanded:  # (on demand, the iteration is its own: below)
         every = previous.record_every if record_every is None else record_every
         if budget is None and record_every is None:
             budget = previous.budget
         _cycle(every if budget is None else 1, budget, iteration or previous.iteration)
+    if record is not None or (demanded and iteration is not None):
+        _record(record or "on-demand", backward_every is not None, iteration or cycle.iteration)
     if compiled is not None:
         if compiled == "eager" and not cycle.on:
             _cycle(10, None, cycle.iteration)  # the eager breakdown needs undrawn iterations
         eager.set(compiled == "eager", cycle.now)
-    if record is not None:
-        _record(record, backward_every is not None)
     _mark()
     return previous
 
 
+if RECORD_REQUEST == "on-demand":  # (listening from the first iteration's end)
+    cycle.start(demand=True)
 _mark()  # the switches at import, for a report read back

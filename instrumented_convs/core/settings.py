@@ -82,9 +82,10 @@ def _env_every(name: str, default: int) -> int:
     return every
 
 
-#: What steps record: ``all`` (times, the default) or ``ranges`` (NVTX ranges only, for
-#: Nsight Systems: see :func:`~instrumented_convs.configure`).
-RECORD_MODES = ("all", "ranges")
+#: What steps record: ``all`` (times, the default), ``ranges`` (NVTX ranges only, for
+#: Nsight Systems) or ``on-demand`` (nothing until a capture asks: see
+#: :func:`~instrumented_convs.configure`).
+RECORD_MODES = ("all", "ranges", "on-demand")
 
 
 def record_mode(value: str, name: str = "record") -> str:
@@ -97,6 +98,10 @@ def record_mode(value: str, name: str = "record") -> str:
 def _env_record(name: str) -> str:
     value = os.environ.get(name)
     return "all" if value is None or not value.strip() else record_mode(value.strip().lower(), name)
+
+
+#: What the environment asked steps to record (``INSTRUMENTED_CONVS_RECORD``).
+RECORD_REQUEST: str = _env_record("INSTRUMENTED_CONVS_RECORD")
 
 
 class Switches:
@@ -143,7 +148,7 @@ class Switches:
         self.every_before_counters: Optional[int] = None
         #: Steps push their NVTX ranges and record nothing (``record="ranges"``); with no
         #: NVTX backend in use they do nothing at all (:meth:`apply`).
-        self.ranges: bool = _env_record("INSTRUMENTED_CONVS_RECORD") == "ranges"
+        self.ranges: bool = RECORD_REQUEST == "ranges"
         #: ``backward_every`` as it was before ``record="ranges"`` set it to 1.
         self.every_before_ranges: Optional[int] = None
         if self.ranges:  # every call's backward has its ranges

@@ -36,7 +36,8 @@ class RenderInput:
     ``pid`` and ``name`` in a trace; for the counters' table the machine's ``peak`` and
     ``times`` (a summary of a run without the counters); ``loaders``: the run's data loaders
     and their worker processes (``run.json``'s ``workers``); ``options``: the text table's
-    (``title``, ``unit``, ``spread``), the JSON's ``indent``, the loaders' ``each``."""
+    (``title``, ``unit``, ``spread``, ``notes``), the JSON's ``indent``, the loaders'
+    ``each``."""
 
     summary: Any = None
     title: Optional[str] = None
@@ -86,7 +87,7 @@ class Renderer:
 
 
 class Text(Renderer):
-    """The table (``str(summary)``; options: ``title``, ``unit``, ``spread``)."""
+    """The table (``str(summary)``; options: ``title``, ``unit``, ``spread``, ``notes``)."""
 
     name, file = "text", "summary.txt"
 
@@ -97,6 +98,7 @@ class Text(Renderer):
             unit=o.get("unit") or s.unit,
             title=o.get("title", "Timer summary"),
             spread=o.get("spread", True),
+            notes=o.get("notes", ()),
         )
         return table.render(s)
 

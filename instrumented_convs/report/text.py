@@ -6,7 +6,7 @@ and the notes its rows or run call for (:data:`NOTES`).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..core.storage.entry import BACKWARD_MARK
 from . import columns, hostdevice
@@ -144,12 +144,18 @@ class TableRenderer:
     """
 
     def __init__(
-        self, unit: Optional[str] = None, title: str = "Timer summary", spread: bool = True
+        self,
+        unit: Optional[str] = None,
+        title: str = "Timer summary",
+        spread: bool = True,
+        notes: Sequence[str] = (),
     ) -> None:
-        """A renderer with a fixed ``unit`` (or automatic), a title, and the spread columns."""
+        """A renderer with a fixed ``unit`` (or automatic), a title, the spread columns, and
+        ``notes`` of the run's own under the table (a capture's: what it covers)."""
         self.unit = unit
         self.title = title
         self.spread = spread
+        self.notes = list(notes)
 
     def render(self, summary: Any) -> str:
         """The table as a string (no trailing newline)."""
@@ -167,7 +173,7 @@ class TableRenderer:
             rows=rows,
         )
         lines = self._grid(summary, shown, unit, scale)
-        notes = [text for note in NOTES for text in note(summary)]
+        notes = [text for note in NOTES for text in note(summary)] + self.notes
         if not rows:  # the title, and why there is nothing under it (a note may say: compiled)
             filtered = getattr(summary, "filtered", None)
             return "\n".join(

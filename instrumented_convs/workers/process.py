@@ -167,9 +167,11 @@ class _Results:
 
 def _start(config: Config) -> None:
     """A worker's records start empty: no step of the training process open, the whole
-    worker recorded (no duty cycle), the timeline as asked."""
+    worker recorded (no duty cycle, not on demand), the timeline as asked."""
     del thread_stack()[1:]  # a forked worker's copy of the training thread's open steps
+    demand = configure().record == "on-demand"  # (a worker records in full: not on demand)
     configure(
+        record="all" if demand else None,
         enabled=True,
         record_every=1,
         budget=None,

@@ -90,11 +90,13 @@ class Recorder:
         rank: Optional[int] = None,
         region: Optional[Step] = None,
         ended: Optional[Callable[[], None]] = None,
+        workers: bool = True,
     ) -> None:
         """``folder``: where the workers write their frames (default: a new temporary one,
         removed by :meth:`close`); ``loaders``: record these only (default: every loader);
         ``rank``: the torch.distributed rank, said in each worker's record; ``region``: the
-        step each batch's wait runs in; ``ended``: called when a loader's pass ends."""
+        step each batch's wait runs in; ``ended``: called when a loader's pass ends;
+        ``workers``: record the worker processes too (else they run stock)."""
         self._own = folder is None
         if folder is None:
             folder = tempfile.mkdtemp(prefix="instrumented_convs-workers-")
@@ -105,6 +107,7 @@ class Recorder:
         self.rank = rank
         self.region = region
         self.ended = ended
+        self.workers = workers
         self.loaded = False  #: a loader's ``__next__`` was called while recording
         self._only: Optional["weakref.WeakSet[Any]"] = None
         if loaders is not None:
@@ -178,7 +181,7 @@ class Recorder:
         @functools.wraps(orig)
         def _get_iterator(loader: Any) -> Any:
             seen = self._record_of(loader)
-            if seen is None or not loader.num_workers:
+            if seen is None or not loader.num_workers or not self.workers:
                 it = orig(loader)
             else:
                 settings = configure()

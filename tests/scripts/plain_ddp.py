@@ -1,7 +1,10 @@
 """A plain PyG DDP script on gloo (nothing of instrumented_convs), for ``run`` under torchrun.
 
 ``--vanish RANK``: that rank leaves with ``os._exit(0)`` at the end, before anything at exit
-runs (as a rank killed at the end would), so it saves nothing.
+runs (as a rank killed at the end would), so it saves nothing. ``--steps N`` (default 3)
+training steps, or with ``--stop-file`` until that file exists (every rank looks each step
+and the ranks agree, an all-reduce, so they stop at the same one: a long job for
+``capture``); ``--sleep S`` waits S seconds a step.
 
 It frees its DDP model and destroys the process group before it ends, so gloo's worker threads
 are joined before the interpreter shuts down (see ``plain_dgl_ddp.py`` for why that matters).
@@ -9,6 +12,7 @@ are joined before the interpreter shuts down (see ``plain_dgl_ddp.py`` for why t
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,6 +23,9 @@ from torch_geometric.nn import GCNConv
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--vanish", type=int, default=-1)
+parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--stop-file")
+parser.add_argument("--sleep", type=float, default=0.0)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -39,13 +46,25 @@ class Net(torch.nn.Module):
         return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
 
 
+def stop_now() -> bool:
+    if not args.stop_file:
+        return False
+    stop = torch.tensor([float(os.path.exists(args.stop_file))])
+    dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+    return bool(stop.item())
+
+
 torch.manual_seed(0)
 model = DistributedDataParallel(Net())
 opt = torch.optim.Adam(model.parameters(), lr=0.01)
-for _ in range(3):
+step = 0
+while (args.stop_file or step < args.steps) and not stop_now():
     opt.zero_grad()
     F.cross_entropy(model(x, edge_index), y).backward()
     opt.step()
+    step += 1
+    if args.sleep:
+        time.sleep(args.sleep)
 del model, opt  # DDP's reducer holds the group
 dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)

@@ -25,8 +25,11 @@ from ...report import (
     render,
 )
 from ..errors import PROG, USAGE, UserError
+from . import ondemand
+from .capture import capture_main
 from .hooks import Hooks
 from .parsers import (
+    add_capture_parser,
     add_diff_parser,
     add_merge_parser,
     add_run_parser,
@@ -49,7 +52,7 @@ from .runs import (
 from .script import Outcome, run_target
 from .view import diff_main, merge_main, view_main
 
-__all__ = ["add_commands", "run_main", "view_main", "merge_main", "diff_main"]
+__all__ = ["add_commands", "run_main", "capture_main", "view_main", "merge_main", "diff_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +62,20 @@ RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"))
 
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
-    """Add ``run``, ``view``, ``merge`` and ``diff`` to the subparsers ``sub``; returns their
-    mains."""
+    """Add ``run``, ``capture``, ``view``, ``merge`` and ``diff`` to the subparsers ``sub``;
+    returns their mains."""
     add_run_parser(sub)
+    add_capture_parser(sub)
     add_view_parser(sub)
     add_merge_parser(sub)
     add_diff_parser(sub)
-    return {"run": run_main, "view": view_main, "merge": merge_main, "diff": diff_main}
+    return {
+        "run": run_main,
+        "capture": capture_main,
+        "view": view_main,
+        "merge": merge_main,
+        "diff": diff_main,
+    }
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -74,14 +84,27 @@ def run_main(args: argparse.Namespace) -> int:
     _check_run(args)
     writer = _configure_run(args)
     hooks = _install_hooks(args, writer)
+    folder = None
+    if args.record == "on-demand":  # the folder first: the job listens there
+        folder = Path(args.output) if args.output else default_folder(args.target, started)
+        _listen(args, folder, started, hooks)
+    outcome: Optional[Outcome] = None
     try:
         outcome = run_target(args.target, list(args.args), module=args.module)
     finally:
+        server = None
+        if folder is not None:  # a capture under way is written with what it recorded
+            server = ondemand.stop(_ending(outcome))
+            configure(record="all")
         hooks.close()
         hooks.remove()
+    assert outcome is not None  # (run_target returns whatever the script does)
     _warn_after_run(args, hooks)
     meta = _run_record(args, started, outcome, hooks)
-    folder = Path(args.output) if args.output else default_folder(args.target, started)
+    if server is not None:
+        meta["on_demand"] = {"captures": server.captures}
+    if folder is None:
+        folder = Path(args.output) if args.output else default_folder(args.target, started)
     _save_run(args, folder, meta, writer)
     saved = _finished_run(args, folder)
     if saved is not None and not args.quiet:
@@ -91,11 +114,58 @@ def run_main(args: argparse.Namespace) -> int:
     return outcome.code
 
 
+def _ending(outcome: Optional[Outcome]) -> str:
+    """Why a capture under way when the script ended is cut short."""
+    how = outcome.how if outcome is not None else None
+    return {
+        "interrupted": "the job was interrupted (Ctrl-C)",
+        "exception": "the script raised an exception",
+        "exit": "the script exited",
+    }.get(how or "", "the job ended")
+
+
+def _listen(args: argparse.Namespace, folder: Path, started: float, hooks: Hooks) -> None:
+    """Listen for captures in ``folder``, then record on demand (its cycle's hooks after
+    run's, as the duty cycle's)."""
+    command = [sys.executable, "-m", "instrumented_convs", "run", *sys.argv[2:]]
+
+    def describe(capture: Dict[str, Any]) -> Dict[str, Any]:
+        return run_meta(
+            command if sys.argv[1:2] == ["run"] else [args.target, *args.args],
+            args.target,
+            args.args,
+            started,
+            "captured",
+            hooks,
+            module=args.module,
+        )
+
+    try:
+        ondemand.listen(
+            folder,
+            describe,
+            timeline=bool(args.trace_limit),
+            counters=args.counters,
+            memory=args.memory,
+            merge_timeout=args.merge_timeout,
+        )
+    except OSError as e:
+        raise UserError(f"--on-demand: cannot listen for captures in {folder}: {e}") from None
+    configure(record="on-demand", iteration=args.iteration)
+
+
 def _check_run(args: argparse.Namespace) -> None:
     """Refuse what ``run`` cannot do, before anything runs or is written; the formats asked
     for turn on what they record."""
+    if args.on_demand and args.record not in (None, "on-demand"):
+        raise UserError(
+            f"--on-demand is --record on-demand: not with --record {args.record}", USAGE
+        )
+    if args.on_demand:
+        args.record = "on-demand"
     if args.record is None:  # what the environment set (INSTRUMENTED_CONVS_RECORD)
         args.record = configure().record
+    demand = args.record == "on-demand"
     refused = [
         (args.backward_every is not None and args.backward_every < 1)
         and "--backward-every takes a positive number",
@@ -105,7 +175,14 @@ def _check_run(args: argparse.Namespace) -> None:
         (args.budget is not None and not 0 < args.budget < 1)
         and "--budget takes a fraction between 0 and 1 (0.01: 1%)",
         (args.iteration is not None and args.record_every is None and args.budget is None)
-        and "--iteration names what --record-every or --budget draws: give one of them",
+        and not demand
+        and "--iteration names what --record-every, --budget or --on-demand records: give one",
+        (demand and (args.record_every is not None or args.budget is not None))
+        and "--on-demand records every iteration a capture covers: drop --record-every/--budget",
+        (demand and args.warmup)
+        and "--on-demand records captures only (nothing to warm up): drop --warmup",
+        (demand and args.tensorboard)
+        and "--tensorboard writes a point an epoch; on demand only captures record: drop it",
         (args.record == "ranges" and (args.counters or args.memory))
         and "--record ranges records no counters or memory: drop --counters/--memory",
         (args.record == "ranges" and (args.record_every is not None or args.budget is not None))
@@ -165,14 +242,16 @@ def _check_convs(flag: str, asked: List[str]) -> None:
 
 
 def _configure_run(args: argparse.Namespace) -> Any:
-    """The settings the script runs under; the TensorBoard writer, where asked for."""
+    """The settings the script runs under (on demand, its counters and memory come on in
+    captures only, and the mode after the hooks); the TensorBoard writer, where asked for."""
+    demand = args.record == "on-demand"
     configure(
         backward=False if args.no_backward else None,
         backward_every=args.backward_every,
         timeline=0 if args.record == "ranges" else args.trace_limit,
-        counters=True if args.counters else None,
-        memory=True if args.memory else None,
-        record=args.record,
+        counters=True if args.counters and not demand else None,
+        memory=True if args.memory and not demand else None,
+        record=None if demand else args.record,
     )
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 
@@ -180,7 +259,12 @@ def _configure_run(args: argparse.Namespace) -> Any:
 def _install_hooks(args: argparse.Namespace, writer: Any) -> Hooks:
     """The hooks, installed (a TensorBoard point an epoch), then the duty cycle's and the
     eager breakdown's settings, whose hooks come after run's."""
-    hooks = Hooks(names(args.only), names(args.exclude) or (), args.warmup)
+    hooks = Hooks(
+        names(args.only),
+        names(args.exclude) or (),
+        args.warmup,
+        on_demand=args.record == "on-demand",
+    )
     if writer is not None:  # a point an epoch, numbered from 1
         hooks.epoch = lambda: registry.summary().to_tensorboard(writer, step=hooks.epochs)
     hooks.install()
@@ -236,9 +320,9 @@ def _run_record(
     if hooks.recorder is not None:
         loaders = hooks.recorder.result()
         hooks.recorder.close()
-        if loaders["loaders"] or loaders["workers"]:
+        if (loaders["loaders"] or loaders["workers"]) and args.record != "on-demand":
             meta["workers"] = loaders
-    if args.memory:
+    if args.memory and args.record != "on-demand":
         configure(memory=False)
     if args.counters:
         configure(counters=False)
@@ -250,7 +334,7 @@ def _save_run(args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writ
     """Write this process's run (its timeline with it) and close the TensorBoard writer."""
     rank, world = job_rank()
     timeline, name = None, None
-    if args.trace_limit:
+    if args.trace_limit and "on_demand" not in meta:  # (on demand: each capture has its own)
         name = f"rank {rank}" if world is not None else f"{Path(args.target).name} ({os.getpid()})"
         timeline = registry.timeline()
         if timeline.truncated:
@@ -261,7 +345,7 @@ def _save_run(args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writ
             )
     write_run(
         folder,
-        registry.snapshot(),
+        [] if "on_demand" in meta else registry.snapshot(),  # (on demand: in its captures)
         meta,
         by=args.by,
         unit=args.unit,

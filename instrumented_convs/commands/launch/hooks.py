@@ -98,6 +98,9 @@ class Hooks:
       (:class:`instrumented_convs.workers.Recorder`: the waits, the batches, the workers'
       steps).
     - ``warmup=N``: what the first N optimizer steps recorded is dropped (``registry.reset()``).
+    - ``on_demand``: a model is instrumented at its first call even while nothing records
+      (a capture's first iteration is then as the others), and the loaders' worker
+      processes run stock (a capture records the training process).
     - While the timeline records, what each model call and conv layer call is given (shapes,
       graph sizes) is noted for the trace's ``args``, when it changed (:mod:`.inputs`).
 
@@ -112,6 +115,7 @@ class Hooks:
         inputs: bool = True,
         data: bool = True,
         epoch: Optional[Callable[[], None]] = None,
+        on_demand: bool = False,
     ) -> None:
         """``only``/``exclude``: class names to instrument or leave stock (``instrument``'s);
         ``warmup``: optimizer steps whose records are dropped; ``inputs``: note what model
@@ -119,13 +123,14 @@ class Hooks:
         ``data``: time the data loaders' ``__next__`` (a caller that knows its loop's
         fetches, as Lightning's profiler does, says no); ``epoch``: called at the end of
         each epoch: of each pass over a data loader, or in a script that uses none, of each
-        optimizer step (a full-batch epoch)."""
+        optimizer step (a full-batch epoch); ``on_demand``: see :class:`Hooks`."""
         self.only = None if only is None else frozenset(only)
         self.exclude = frozenset(exclude)
         self.warmup = warmup
         self.inputs = inputs
         self.data = data
         self.epoch = epoch
+        self.on_demand = on_demand
         self.epochs = 0  #: epochs ended (see ``epoch``)
         self.steps = 0  #: optimizer steps taken
         self.built: Set[str] = set()  #: class names of the conv layers seen in models
@@ -157,7 +162,9 @@ class Hooks:
         self._wrap_backward()
         self._hook_optimizers()
         if self.data:
-            self.recorder = Recorder(region=self._data, ended=self._epoch).install()
+            self.recorder = Recorder(
+                region=self._data, ended=self._epoch, workers=not self.on_demand
+            ).install()
         return self
 
     def remove(self) -> None:
@@ -190,7 +197,7 @@ class Hooks:
         tls, seen, adopt, metrics = self._tls, self._seen, self._adopt, self._metrics
         forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
         grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
-        noting, compiling = self.inputs, core.compiling
+        noting, compiling, idle = self.inputs, core.compiling, self.on_demand
         compiled_type, compiled_steps, owner = _optimized_module(), self._compiled, core.owner
         graph_module = torch.fx.GraphModule
 
@@ -227,6 +234,9 @@ class Hooks:
                 return call(module, *args, **kwargs)
             if tls.depth or not recording() or isinstance(module, graph_module):
                 # (a GraphModule: compiled code a backend runs, not a model of the script)
+                if idle and not tls.depth and id(module) not in seen:  # (on demand: now)
+                    if not isinstance(module, graph_module):
+                        adopt(module)
                 if noting and isinstance(module, InstrumentedLayer):
                     (note_eagerly if inside_compiled() else note_layer)(module, args, kwargs)
                 elif type(module) is compiled_type:  # a compiled model, not recorded now

@@ -18,6 +18,7 @@ __all__ = [
     "RUN_DESCRIPTION",
     "RUN_HELP",
     "add_run_parser",
+    "add_capture_parser",
     "add_view_parser",
     "add_merge_parser",
     "add_diff_parser",
@@ -31,6 +32,7 @@ RUN_DESCRIPTION = described(
     "builds instrumented and its loop's phases timed; prints the table and saves the run.",
     f"{PROG} run train.py --epochs 50",
     f"{PROG} run --warmup 5 --record-every 10 train.py --epochs 5000",
+    f"{PROG} run --on-demand -o runs/long train.py   # then: {PROG} capture runs/long",
     f"{PROG} view ic-runs/train-20261125-101500 --by layer",
 )
 #: ``run --help``'s text after the flags: what it records and saves, at length.
@@ -45,7 +47,9 @@ ic-runs/<script>-<time>: run.json (summary, statistics, command, versions, devic
 summary.txt, page.html (works offline) and trace.json.gz (a Chrome trace for ui.perfetto.dev).
 
 --record-every K records one iteration in K and runs the stock code in the others (--budget
-0.01: K chosen to add under 1%); the table is scaled to the whole run (rows marked ~). A
+0.01: K chosen to add under 1%); the table is scaled to the whole run (rows marked ~).
+--on-demand records nothing until `capture RUN` (or `capture PID`) asks for the next N
+iterations: each capture is a run folder of its own in the run's, capture-1, capture-2... A
 torch.compile'd model is a step of its own, "compiled NAME"; --eager-breakdown gives its steps.
 Under torchrun each rank saves rank<N>.json and rank 0 merges them (where a rank did not
 finish: merge DIR). The exit code is the script's.
@@ -100,10 +104,16 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument("--backward-every", type=int, metavar="N", help="time one layer backward in N")
     run.add_argument(
         "--record",
-        choices=("all", "ranges"),
+        choices=("all", "ranges", "on-demand"),
         help="ranges: under nsys profile, push every call's NVTX range and record nothing "
-        "else; view the report for the table (docs/nsys.md). Default: all, or what "
-        "INSTRUMENTED_CONVS_RECORD says",
+        "else; view the report for the table (docs/nsys.md); on-demand: as --on-demand. "
+        "Default: all, or what INSTRUMENTED_CONVS_RECORD says",
+    )
+    run.add_argument(
+        "--on-demand",
+        action="store_true",
+        help="record nothing until `capture RUN` asks for the next N iterations, then write "
+        "them as a folder in the run's (the stock code runs between captures)",
     )
     _add_cycle_options(run)
     _add_output_options(run)
@@ -146,8 +156,8 @@ def _add_cycle_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--iteration",
         metavar="NAME",
-        help="with --record-every/--budget: an iteration is a call of the script's "
-        "region(NAME), not an optimizer step",
+        help="with --record-every/--budget/--on-demand: an iteration is a call of the "
+        "script's region(NAME), not an optimizer step",
     )
     run.add_argument(
         "--eager-breakdown",
@@ -204,6 +214,48 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="S",
         help="torchrun: how long rank 0 waits for the other ranks' files (default %(default)s)",
+    )
+
+
+def add_capture_parser(sub: Any) -> None:
+    """``capture``: the job, how many iterations, how long to wait."""
+    cap = sub.add_parser(
+        "capture",
+        formatter_class=HelpFormatter,
+        help="record the next iterations of a job started on demand, while it runs",
+        usage=f"{PROG} capture TARGET [--iterations N] [--timeout S]",
+        description=described(
+            "Asks a running job started on demand (run --on-demand, configure(record=\n"
+            "'on-demand')) to record its next N iterations, waits until it has written them\n"
+            "as a run folder inside its own, and prints that folder's path. The job goes on,\n"
+            "recording nothing again; under torchrun every rank records the same iterations\n"
+            "and rank 0 writes the merged folder.",
+            f"{PROG} capture ic-runs/train-20261201-101500",
+            f"{PROG} capture 12345 --iterations 50    # a pid: a rank's, or torchrun's",
+            f"{PROG} diff $({PROG} capture RUN) $({PROG} capture RUN)",
+        ),
+        epilog="Exit code 0 once every iteration asked is written; 1 when the job could not\n"
+        "take the capture (one is under way: it says so), or ended first (its folder holds\n"
+        "what was recorded); 130 on Ctrl-C, which cancels the capture.\n\n" + error_note(),
+    )
+    cap.add_argument(
+        "target",
+        metavar="TARGET",
+        help="the job's run folder (where it listens), or a pid of it",
+    )
+    cap.add_argument(
+        "--iterations",
+        type=int,
+        default=20,
+        metavar="N",
+        help="how many iterations to record (an optimizer step to the next, or calls of the "
+        "job's --iteration region)",
+    )
+    cap.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="give up waiting after S seconds (the job goes on and writes the capture)",
     )
 
 

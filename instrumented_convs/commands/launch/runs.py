@@ -55,6 +55,7 @@ __all__ = [
     "run_meta",
     "run_title",
     "ended_title",
+    "capture_notes",
     "write_run",
     "saved_chrome_trace",
     "saved_page_html",
@@ -116,8 +117,10 @@ def run_meta(
     """What a run folder says of the run besides its numbers: how it was called and ended
     (``ended_by``: ``returned``, ``raised``...; ``exit_code`` 0 when it returned, else 1
     unless given), the settings, the duty cycle's and compilation's reports, the warm-up and
-    the classes picked by ``hooks`` (its :class:`~.hooks.Hooks`), the environment; ``extra``
-    as it is."""
+    the classes picked by ``hooks`` (its :class:`~.hooks.Hooks`; None: a script of one's
+    own, no warm-up, every class), the environment; ``extra`` as it is."""
+    warmup = {"steps": hooks.warmup, "taken": hooks.steps} if hooks is not None else None
+    only = getattr(hooks, "only", None)
     return {
         "command": list(command),
         "target": target,
@@ -132,9 +135,9 @@ def run_meta(
         "settings": configure()._asdict(),
         "sampling": core.duty_cycle(),
         "compiled": core.compiled(),
-        "warmup": {"steps": hooks.warmup, "taken": hooks.steps},
-        "only": None if hooks.only is None else sorted(hooks.only),
-        "exclude": sorted(hooks.exclude),
+        "warmup": warmup,
+        "only": None if only is None else sorted(only),
+        "exclude": sorted(getattr(hooks, "exclude", ())),
         **extra,
         **environment(),
     }
@@ -149,6 +152,44 @@ def run_title(saved: SavedRun) -> Optional[str]:
     if not saved.get("target") or "lightning" in saved or "cell" in saved:
         return None
     return ended_title(saved["target"], saved.get("ended_by", "returned"), saved.get("exit_code"))
+
+
+def capture_notes(saved: SavedRun) -> List[str]:
+    """What a capture's table says under it (the iterations it holds, of how many asked,
+    when), and an on-demand run's (its captures); none for another run."""
+    c = saved.get("capture")
+    if c:
+        of = c.get("of") or "optimizer step"
+        what = (
+            "from one optimizer step to the next"
+            if of == "optimizer step"
+            else f"calls of the region {of!r}"
+        )
+        asked = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["asked"]))
+        short = "" if c.get("complete") else f" ({c.get('reason') or 'cut short'})"
+        span = f"iterations {c['first']}-{c['last']}" if c.get("first") is not None else "none"
+        return [
+            f"Captured on demand: {span} of the job ({c['recorded']} of the "
+            f"{c['iterations']} asked{short}; an iteration {what}), asked {asked}; "
+            "Count is exact."
+        ]
+    demand = saved.get("on_demand")
+    if demand is None:
+        return []
+    caps = demand.get("captures") or []
+    if not caps:
+        return [
+            "On demand: nothing is recorded but what a capture asks for, and no capture was "
+            "asked for (capture RUN, while the job runs)."
+        ]
+    listed = ", ".join(
+        f"{Path(c['folder']).name} (iterations {c['first']}-{c['last']})" for c in caps
+    )
+    first = Path(caps[0]["folder"]).name
+    return [
+        f"On demand: nothing is recorded but what a capture asks for: {len(caps)} "
+        f"capture(s), {listed}; each is a run folder in this one (view RUN/{first})."
+    ]
 
 
 def ended_title(target: str, ended_by: str, exit_code: Optional[int]) -> str:
@@ -264,7 +305,10 @@ def saved_render_input(
     meta = []
     if saved.get("command"):
         meta.append(("command", " ".join(map(str, saved["command"]))))
-    if "exit_code" in saved:
+    told = capture_notes(saved)
+    if saved.get("capture"):
+        meta.append(("captured", told[0]))
+    elif "exit_code" in saved:
         meta.append(("ended", f"{saved.get('ended_by', '?')}, exit code {saved['exit_code']}"))
     if saved.get("started"):
         meta.append(
@@ -305,6 +349,9 @@ def saved_render_input(
     options = dict(fields.pop("options", None) or {})
     if run_title(saved) is not None:
         options.setdefault("title", run_title(saved))
+    if told:
+        options.setdefault("notes", told)
+        note = " ".join([note, *told]).strip()
     return RenderInput(
         summary,
         title=title or str(target),

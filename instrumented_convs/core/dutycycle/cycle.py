@@ -3,7 +3,8 @@ iterations, one in K drawn at random, and run the stock code between: a long run
 little, and its totals estimate the whole.
 
 An iteration ends with the outermost optimizer step, or is a call of a named region; drawn
-ones land in a stratum the report weights (docs/cycle.md).
+ones land in a stratum the report weights (docs/cycle.md). On demand (:mod:`.demand`), the
+iterations a capture asks for are recorded instead, exactly, and nothing else.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from ..settings import switches
 from ..storage import timeline
 from ..storage.registry import Stratum, registry
 from .budget import Budget, agree
+from .demand import Demand
 
-__all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule", "Iteration"]
+__all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule"]
 
 logger = logging.getLogger(__name__)
 _QUICK = object()  # the last boundary took the common path (see Cycle._post)
@@ -94,20 +96,30 @@ class Cycle:
         self._open: Any = None  # a named iteration is under way
         self._next = FIRST  # the next iteration (from FIRST on) that is recorded
         self._gen = -1  # registry.generation when ``stratum`` was found (a reset: look again)
+        self._first = FIRST  # iterations recorded before drawing starts (0 on demand)
+        #: On demand (``configure(record="on-demand")``): the captures asked for.
+        self.demand = Demand(self)
 
     # -- switching on and off ---------------------------------------------------------------
     @property
     def on(self) -> bool:
-        """Whether the cycle draws iterations."""
-        return self.every > 1 or self.budget is not None
+        """Whether the cycle chooses the iterations recorded (drawn, or on demand)."""
+        return self.every > 1 or self.budget is not None or self.demand.on
 
     def start(
-        self, every: int = 1, budget: Optional[float] = None, iteration: Optional[str] = None
+        self,
+        every: int = 1,
+        budget: Optional[float] = None,
+        iteration: Optional[str] = None,
+        demand: bool = False,
     ) -> None:
-        """Draw iterations at one in ``every`` (or under ``budget``), delimited by optimizer
-        steps or by calls of the region ``iteration`` (see :func:`~.configure.configure`)."""
+        """Draw iterations at one in ``every`` (or under ``budget``), or record those that
+        captures ask for (``demand``), delimited by optimizer steps or by calls of the region
+        ``iteration`` (see :func:`~.configure.configure`)."""
         kept = self._budget if self._budget is not None else self._kept
         self.stop()
+        if demand:
+            self.demand.on, self.demand.named, self._first = True, iteration is not None, 0
         if budget is not None:
             if kept is not None and kept.budget == budget and kept.every:  # resumed: as it was
                 self._budget, every = kept, kept.every
@@ -118,6 +130,8 @@ class Cycle:
         self._remember()
         self.stratum = None
         self._schedule(self.i)
+        if demand and iteration is not None:  # outside its iterations, nothing is recorded
+            self._outside()
         if iteration is None:
             from torch.optim.optimizer import (
                 register_optimizer_step_post_hook,
@@ -145,6 +159,9 @@ class Cycle:
         if self._budget is not None:  # what it learnt, for a cycle resumed with this budget
             self._budget.every = self.every
             self._kept = self._budget
+        if self.demand.on:
+            self.demand.stop("on demand was turned off")
+            self.demand.on, self._first = False, FIRST
         self.every, self.budget, self._budget = 1, None, None
         self.now = True
         switches.drawn = True
@@ -163,6 +180,9 @@ class Cycle:
 
     # -- iterations ---------------------------------------------------------------------------
     def _target(self, i: int) -> Stratum:
+        if self.demand.on:  # a capture is exact
+            self._gen = registry.generation
+            return registry.strata[0]
         if i < FIRST:
             return registry.strata[0]
         s = self.stratum
@@ -174,6 +194,9 @@ class Cycle:
 
     def _schedule(self, i: int) -> None:
         """Draw the next recorded iteration after iteration ``i`` (the first ones apart)."""
+        if self.demand.on:
+            self._next = self.demand.next(i)
+            return
         i = max(i, FIRST - 1)
         self._next = i + gap(i, self.every)
 
@@ -187,10 +210,14 @@ class Cycle:
         recorded one counts as soon as it does anything (``Stratum.open``; see
         :meth:`_settle`), an unrecorded one once it ends."""
         i = self.i
-        target = self._in = self._target(i)
-        now = i < FIRST or i >= self._next
-        if now and i >= FIRST:
-            self._schedule(i)
+        if self.demand.on:  # (its first iteration resets the registry: the target after)
+            now, self._next = self.demand.begins(i)
+            target = self._in = self._target(i)
+        else:
+            target = self._in = self._target(i)
+            now = i < FIRST or i >= self._next
+            if now and i >= FIRST:
+                self._schedule(i)
         self.now = now
         switches.drawn = now
         switches.apply()
@@ -201,6 +228,10 @@ class Cycle:
             self._active0 = self._active()
         self._own = 0
         self._t0 = clock.cpu_now()
+
+    def did_something(self) -> bool:
+        """Whether the recorded iteration under way opened a step or made an autograd op."""
+        return self.now and self._active() != self._active0
 
     def _settle(self) -> None:
         """Whether the recorded iteration under way counts yet: once it did anything (a
@@ -221,7 +252,7 @@ class Cycle:
             s = self._in = self._target(i)  # the registry was reset meanwhile: count it there
         s.open = 0
         s.iterations += 1
-        eager.ended(i, FIRST, now, t1 - self._t0)
+        eager.ended(i, self._first, now, t1 - self._t0)
         if now:
             s.recorded += 1
             if timeline.events is not None:
@@ -288,7 +319,7 @@ class Cycle:
         if stepping:
             return
         i = self.i + 1
-        if self.now or i >= self._next or i < FIRST or self._gen != registry.generation:
+        if self.now or i >= self._next or i < self._first or self._gen != registry.generation:
             return self._boundary()
         if eager.on:  # it times every iteration
             return self._boundary()
@@ -328,6 +359,10 @@ class Cycle:
         current, *values = undo
         for name, value in zip(_SAVED, values):
             setattr(self, name, value)
+        if self.demand.on:  # a capture handed over meanwhile stays so; one asked is seen
+            self.demand.together = True
+            self.now = self.now and self.demand.recording()
+            self._next = min(self._next, self.demand.next(self.i))
         s = self._in  # the one before has not ended
         s.iterations -= 1
         if self.now:
@@ -350,11 +385,19 @@ class Cycle:
         return self.now
 
     def exit(self) -> None:
-        """The named iteration ends: what follows is recorded in full (exact)."""
+        """The named iteration ends: what follows is recorded in full (exact), or on demand
+        not at all."""
+        i = self.i
         self._end()
         self._open = None
-        self.now = True
-        switches.drawn = True
+        if self.demand.on:
+            self.demand.ended(i)
+        self._outside()
+
+    def _outside(self) -> None:
+        """Outside named iterations: everything recorded (exact), or nothing on demand."""
+        self.now = not self.demand.on
+        switches.drawn = self.now
         switches.apply()
         eager.drawn(False)  # outside iterations: compiled code runs compiled
         registry.use(registry.strata[0], _stack.thread_stack())
@@ -383,6 +426,8 @@ class Cycle:
         why the rate is what it is. Read it before the registry's snapshot: it settles
         whether the recorded iteration under way counts yet."""
         strata = registry.strata
+        if self.demand.on:  # a capture is exact
+            return None
         if self._handles or self._open:
             self._settle()
         if len(strata) < 2 and not self.on or self.last is None:
@@ -413,47 +458,3 @@ skip_frame(Cycle._pre)
 skip_frame(Cycle._post)
 #: The duty cycle of this process.
 cycle = Cycle()
-
-
-class Iteration:
-    """A call of the region named as the cycle's iteration (``configure(iteration=NAME)``):
-    :func:`~.step.region` returns one. Outermost, it draws an iteration and opens the region
-    (``step``) only when it is recorded; nested in one, it is part of that one."""
-
-    __slots__ = ("step", "outer", "opened")
-
-    def __init__(self, step: Any) -> None:
-        """The iteration around ``step`` (the region as it would be without the cycle)."""
-        self.step = step
-        self.outer = self.opened = False
-
-    def __enter__(self) -> "Iteration":
-        """Begin the iteration (outermost) and open its region if it is recorded."""
-        self.outer = cycle._open is None
-        recorded = cycle.enter() if self.outer else cycle.now
-        self.opened = recorded and switches.enabled
-        if self.opened:
-            self.step.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        """Close the region (if opened) and end the iteration (outermost)."""
-        try:
-            if self.opened:
-                self.step.__exit__(*exc)
-        finally:
-            if self.outer:
-                cycle.exit()
-
-    def __call__(self, fn: Any) -> Any:
-        """Decorate ``fn``: each call is an iteration (or part of the one under way)."""
-        import functools
-
-        step = self.step
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with Iteration(step):
-                return fn(*args, **kwargs)
-
-        return wrapper

@@ -1,7 +1,8 @@
 """``step(name)``: one context manager that is a clock, an NVTX range, a profiler label
 and a node of the nesting tree, the API layers and users time their code with; and
 :func:`recording`, the one gate every layer checks per call. :class:`Step` is the general
-case of entering and leaving a step; :mod:`.stepbase` has the common one.
+case of entering and leaving a step; :mod:`.stepbase` has the common one; :class:`Iteration`
+the region that is the duty cycle's iteration.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..backward import anchor, hooks
 from ..clocks import choice
 from ..clocks import cpu as clock
 from ..compiler import dynamo
-from ..dutycycle.cycle import Iteration, cycle
+from ..dutycycle.cycle import cycle
 from ..frames import lifecycle
 from ..frames import stack as _stack
 from ..frames.stack import Frame, current_path, depth, open_steps, pop_own
@@ -272,6 +273,48 @@ def step(name: str, *, scope: Optional[str] = None, device: Any = None) -> Union
             s = _STEP_CACHE[name] = Step(name)
         return s
     return Step(name, scope, device)
+
+
+class Iteration:
+    """A call of the region named as the cycle's iteration (``configure(iteration=NAME)``):
+    :func:`~.step.region` returns one. Outermost, it draws an iteration and opens the region
+    (``step``) only when it is recorded; nested in one, it is part of that one."""
+
+    __slots__ = ("step", "outer", "opened")
+
+    def __init__(self, step: Any) -> None:
+        """The iteration around ``step`` (the region as it would be without the cycle)."""
+        self.step = step
+        self.outer = self.opened = False
+
+    def __enter__(self) -> "Iteration":
+        """Begin the iteration (outermost) and open its region if it is recorded."""
+        self.outer = cycle._open is None
+        recorded = cycle.enter() if self.outer else cycle.now
+        self.opened = recorded and switches.enabled
+        if self.opened:
+            self.step.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Close the region (if opened) and end the iteration (outermost)."""
+        try:
+            if self.opened:
+                self.step.__exit__(*exc)
+        finally:
+            if self.outer:
+                cycle.exit()
+
+    def __call__(self, fn: Any) -> Any:
+        """Decorate ``fn``: each call is an iteration (or part of the one under way)."""
+        step = self.step
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with Iteration(step):
+                return fn(*args, **kwargs)
+
+        return wrapper
 
 
 def region(name: str, *, device: Any = None) -> Union[Step, _NullStep, Iteration]:

@@ -1,0 +1,282 @@
+"""On demand (``configure(record="on-demand")``): the layers are instrumented and nothing is
+recorded until a capture asks for N iterations, from the next one or from a given one (every
+rank of a job from the same); they are handed to whoever listens for captures, and recording
+stops again.
+
+Another thread asks (:meth:`Demand.ask`); the loop's own thread decides at each iteration's
+beginning (:meth:`Demand.begins`, called by the duty cycle off its common path), so nothing
+runs in a signal handler and an idle iteration pays what an unrecorded one of the cycle pays.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from ..meters import readings
+
+__all__ = ["NEVER", "Busy", "Capture", "Demand"]
+
+#: An iteration number no job reaches: the cycle's next recorded iteration while idle.
+NEVER = 1 << 62
+
+
+class Busy(RuntimeError):
+    """A capture was asked for and cannot be taken: one is under way, the job is not on
+    demand, or (``late``) it passed the iteration asked for already."""
+
+    def __init__(self, message: str, late: bool = False) -> None:
+        super().__init__(message)
+        self.late = late
+
+
+class Capture:
+    """One capture: ``iterations`` from ``start`` (None: the next one to begin), into the
+    folder ``name``; ``state`` goes ``asked``, ``recording``, then ``writing`` (handed over),
+    or ``missed`` (a rank that began past ``start``) or ``cancelled``; ``reason`` says why one
+    ended early."""
+
+    __slots__ = ("number", "iterations", "start", "name", "first", "recorded", "state")
+    __slots__ += ("reason", "asked", "began", "together", "handed", "part")
+
+    def __init__(self, number: int, iterations: int, start: Optional[int], name: str) -> None:
+        """A capture asked for now."""
+        self.number, self.iterations, self.start, self.name = number, iterations, start, name
+        self.first: Optional[int] = None  #: the iteration it began at
+        self.recorded = 0  #: its iterations ended so far
+        self.part = False  #: cut short, it holds part of one more (the one under way)
+        self.state = "asked"
+        self.reason: Optional[str] = None
+        self.asked = time.time()
+        self.began: Optional[float] = None  #: when its first iteration began (time.time())
+        self.together = False  #: handed over one iteration late (see Demand.begins)
+        self.handed = False  #: handed over (to be written, or dropped)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every iteration asked for was recorded to its end."""
+        return self.reason is None and self.recorded == self.iterations
+
+    def describe(self) -> Dict[str, Any]:
+        """The capture as plain data (what ``capture`` is told, and run.json keeps)."""
+        last = None if self.first is None else self.first + self.recorded - 1 + self.part
+        return {
+            "number": self.number,
+            "name": self.name,
+            "iterations": self.iterations,
+            "start": self.start,
+            "first": self.first,
+            "last": last,
+            "recorded": self.recorded,
+            "part": self.part,
+            "state": self.state,
+            "complete": self.complete,
+            "reason": self.reason,
+            "asked": self.asked,
+            "began": self.began,
+        }
+
+
+class Demand:
+    """The on-demand state of the process (the duty cycle's :attr:`~.cycle.Cycle.demand`).
+
+    ``owner`` is the cycle: its ``i`` (the iteration under way) and ``_next`` (the next
+    iteration whose beginning it must see: an arm wakes it there)."""
+
+    def __init__(self, owner: Any) -> None:
+        """Off, no capture, nobody listening."""
+        self.on = False  #: the mode is on (``configure(record="on-demand")``)
+        #: where captures go (``configure(captures=DIR)``; INSTRUMENTED_CONVS_CAPTURES)
+        self.folder: Optional[str] = os.environ.get("INSTRUMENTED_CONVS_CAPTURES") or None
+        self.listening = False  #: a listener takes captures' requests (the server sets it)
+        self.failed = False  #: starting one failed: not tried again
+        #: what starts (True) or stops (False) the listener: set by the package's face, the
+        #: listener and the captures' writer being above the core
+        self.server: Optional[Callable[[bool], None]] = None
+        #: called on the loop's thread when a capture's first iteration begins (registry reset)
+        self.began: Optional[Callable[[Capture], None]] = None
+        #: called when a capture is handed over (recorded, missed, cancelled or cut short)
+        self.finished: Optional[Callable[[Capture], None]] = None
+        self.capture: Optional[Capture] = None  #: asked for, recording, or being written
+        self.count = 0  #: captures asked for so far
+        self.named = False  #: iterations are calls of a named region (no take-backs)
+        self.together = False  #: optimizers step together here (a boundary was taken back)
+        self._owner = owner
+        self._lock = threading.RLock()  # (the callbacks may ask it again)
+
+    # -- switching ------------------------------------------------------------------------
+    def register(self, server: Callable[[bool], None]) -> None:
+        """``server`` starts and stops the listener from now on; a process on demand since
+        its start (the environment) starts it at its next iteration's beginning."""
+        self.server = server
+        if self.on and not self.listening:
+            self._owner._next = 0
+
+    def serve(self) -> None:
+        """Start listening, if nobody does yet (the mode turned on, or the first boundary
+        of a process the environment put on demand)."""
+        if not self.listening and not self.failed and self.server is not None:
+            try:
+                self.server(True)
+            finally:
+                self.failed = not self.listening
+
+    def unserve(self) -> None:
+        """Stop listening: a capture under way is handed over as it is."""
+        if self.listening and self.server is not None:
+            self.server(False)
+        self.stop("on demand was turned off")
+
+    # -- another thread's side ------------------------------------------------------------
+    def ask(self, iterations: int, start: Optional[int] = None, name: str = "") -> Capture:
+        """Arm a capture of ``iterations`` from iteration ``start`` (None: the next to begin);
+        raises :class:`Busy` when one is under way, the mode is off, or the job is at or
+        past ``start`` already (``late``)."""
+        with self._lock:
+            if not self.on:
+                raise Busy("the job is not on demand now (configure(record='all') was called)")
+            c = self.capture
+            if c is not None:
+                raise Busy(f"capture {c.name} is under way ({_progress(c)})")
+            i = self._owner.i
+            if start is not None and i >= start:
+                raise Busy(f"the job is at iteration {i}, past {start}", late=True)
+            self.count += 1
+            c = self.capture = Capture(self.count, iterations, start, name or f"{self.count}")
+            self._owner._next = self._next_locked(i)
+            return c
+
+    def cancel(self, name: str) -> bool:
+        """Cancel the capture ``name`` (nothing is written); whether it was under way."""
+        with self._lock:
+            c = self.capture
+            if c is None or c.name != name:
+                return False
+            if c.state == "asked":
+                self.capture = None
+                self._owner._next = NEVER
+            else:
+                c.state = "cancelled"
+            return True
+
+    def status(self) -> Dict[str, Any]:
+        """What a listener answers: the mode, the iteration under way, the capture."""
+        c = self.capture
+        return {
+            "on": self.on,
+            "i": self._owner.i,
+            "named": self.named,
+            "capture": None if c is None else c.describe(),
+        }
+
+    def written(self, capture: Capture) -> None:
+        """The listener wrote (or dropped) ``capture``: the next one may be asked for."""
+        with self._lock:
+            if self.capture is capture:
+                self.capture = None
+
+    # -- the loop's side ------------------------------------------------------------------
+    def next(self, i: int) -> int:
+        """The next iteration whose beginning the cycle must see, iteration ``i`` under way."""
+        with self._lock:
+            return self._next_locked(i)
+
+    def _next_locked(self, i: int) -> int:
+        if not self.listening and not self.failed and self.server is not None:
+            return 0  # the next boundary starts listening
+        c = self.capture
+        if c is None or c.handed:
+            return NEVER
+        if c.state == "asked":
+            return 0 if c.start is None else c.start
+        return i + 1  # recording, or cancelled: the next boundary hands it over
+
+    def begins(self, i: int) -> Tuple[bool, int]:
+        """Iteration ``i`` begins: whether it is recorded, and the cycle's next boundary
+        (see :meth:`next`). The first of a capture resets the registry; the one after its
+        last hands it over, or (where optimizers step together, whose boundary the next
+        step may take back) the one after that."""
+        if not self.listening:
+            self.serve()
+        with self._lock:
+            c = self.capture
+            now = c is not None and self._begins_locked(c, i)
+            return now, self._next_locked(i)
+
+    def _begins_locked(self, c: Capture, i: int) -> bool:
+        if c.handed:
+            return False
+        if c.state == "asked":
+            if c.start is not None and i < c.start:
+                return False
+            if c.start is not None and i > c.start:
+                c.state, c.reason = "missed", f"the job was at iteration {i} when it began"
+                self._hand_locked(c)
+                return False
+            c.first, c.began, c.state = i, time.time(), "recording"
+            readings.reset()
+            if self.began is not None:
+                self.began(c)
+        if c.state == "cancelled":
+            self._hand_locked(c)
+        elif c.state == "recording":
+            end = c.first + c.iterations  # type: ignore[operator]
+            c.recorded = min(i, end) - c.first  # type: ignore[operator]
+            if i < end:
+                return True
+            c.together = self.together and not self.named
+            if i > end or not c.together:
+                c.state = "writing"
+                self._hand_locked(c)
+        return False
+
+    def ended(self, i: int) -> None:
+        """A named iteration ``i`` ended: the capture it completes is handed over now."""
+        with self._lock:
+            c = self.capture
+            if c is not None and c.state == "recording" and c.first is not None:
+                c.recorded = min(i + 1 - c.first, c.iterations)
+                if c.recorded == c.iterations:
+                    c.state = "writing"
+                    self._hand_locked(c)
+
+    def recording(self) -> bool:
+        """Whether a capture is recording now (a boundary taken back stays unrecorded
+        once its capture was handed over)."""
+        c = self.capture
+        return c is not None and c.state == "recording"
+
+    def stop(self, reason: str) -> Optional[Capture]:
+        """Hand over the capture under way as it is (``reason``: why it ends early)."""
+        with self._lock:
+            c = self.capture
+            if c is None or c.handed:
+                return None
+            if c.state == "recording":  # the iteration under way: part of one more
+                owner = self._owner
+                c.part = owner._open is not None if self.named else owner.did_something()
+                c.recorded = min(owner.i - c.first, c.iterations)
+            c.state = "writing" if c.state == "recording" else "cancelled"
+            c.reason = reason
+            self._hand_locked(c)
+            self._owner._next = NEVER
+            return c
+
+    def _hand_locked(self, c: Capture) -> None:
+        c.handed = True
+        if self.finished is not None:
+            self.finished(c)
+        else:  # nobody to write it
+            self.capture = None
+
+
+def _progress(c: Capture) -> str:
+    """``5 of 20 iterations recorded``, ``asked, not begun``, ``being written``."""
+    if c.state == "asked":
+        start = "the next iteration" if c.start is None else f"iteration {c.start}"
+        return f"{c.iterations} iterations asked from {start}, not begun yet"
+    if c.state == "recording":
+        return f"{c.recorded} of {c.iterations} iterations recorded"
+    return "being written"

@@ -1,0 +1,359 @@
+"""On demand, in this process: nothing recorded until a capture asks, then exactly the
+iterations asked, written off the loop's thread, and the stock code in between.
+
+The captures are asked for as a user asks, with the ``capture`` command (run in a thread of
+this process, talking to this process's listener over its socket), or through the core's
+:class:`~instrumented_convs.core.dutycycle.demand.Demand` where a test needs a state no
+command can make on purpose (a rank that began late). Jobs in their own processes (``run
+--on-demand``, torchrun, the environment) are ``tests/test_capture.py``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import instrumented_convs as ic
+from instrumented_convs import core
+from instrumented_convs.commands.cli import main as cli_main
+from instrumented_convs.commands.launch import listening, ondemand
+from instrumented_convs.commands.launch.hooks import Hooks
+from instrumented_convs.core.dutycycle.demand import NEVER, Busy, Demand
+from instrumented_convs.layers import step
+from instrumented_convs.report import Summary
+
+from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
+
+pyg = pytest.importorskip("torch_geometric")
+
+
+def _graph(n=60, e=300):
+    torch.manual_seed(0)
+    return torch.randn(n, 8), torch.randint(0, n, (2, e)), torch.randint(0, 3, (n,))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, gcn, sage):
+        super().__init__()
+        self.conv1, self.conv2 = gcn(8, 16), sage(16, 3)
+
+    def forward(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def _models():
+    from instrumented_convs.pyg import GCNConv, SAGEConv
+
+    torch.manual_seed(1)
+    ours = Net(GCNConv, SAGEConv)
+    stock = Net(pyg.nn.GCNConv, pyg.nn.SAGEConv)
+    stock.load_state_dict(ours.state_dict())
+    return ours, stock
+
+
+class Trainer:
+    """A model, its optimizer, and one training step a call (its loss kept)."""
+
+    def __init__(self, model, region=None):
+        self.model, self.region = model, region
+        self.opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        self.x, self.edge_index, self.y = _graph()
+        self.losses = []
+
+    def step(self):
+        with ic.region(self.region) if self.region else contextlib.nullcontext():
+            self.opt.zero_grad()
+            loss = F.cross_entropy(self.model(self.x, self.edge_index), self.y)
+            loss.backward()
+            self.opt.step()
+        self.losses.append(loss.item())
+
+
+class Asked:
+    """The ``capture`` command run in a thread of this process: its exit code and output."""
+
+    def __init__(self, *argv):
+        self.code = None
+        self.out, self.err = io.StringIO(), io.StringIO()
+        self.thread = threading.Thread(target=self._run, args=(argv,), daemon=True)
+        self.thread.start()
+
+    def _run(self, argv):
+        with contextlib.redirect_stdout(self.out), contextlib.redirect_stderr(self.err):
+            self.code = cli_main(["capture", *map(str, argv)])
+
+    def armed(self, timeout=30):
+        """Wait until the job has the capture (asked, not begun)."""
+        deadline = time.monotonic() + timeout
+        while core.on_demand.capture is None:
+            assert self.thread.is_alive() or self.code is None, self.err.getvalue()
+            assert time.monotonic() < deadline, "the capture was never armed"
+            time.sleep(0.01)
+
+    def result(self, train=None, timeout=60):
+        """Train with ``train()`` (if given) until the command has its answer."""
+        deadline = time.monotonic() + timeout
+        while self.thread.is_alive():
+            assert time.monotonic() < deadline, "capture did not end"
+            if train is not None:
+                train()
+            else:
+                time.sleep(0.01)
+        return self.code, self.out.getvalue().strip(), self.err.getvalue()
+
+
+def counts(summary):
+    return {(r.name, r.phase): r.count for r in summary}
+
+
+def test_idle_records_nothing_and_trains_bit_for_bit_as_stock(tmp_path):
+    ours, stock = _models()
+    a, b = Trainer(ours), Trainer(stock)
+    ic.configure(record="on-demand", captures=tmp_path)
+    for _ in range(6):
+        a.step()
+        b.step()
+    assert a.losses == b.losses
+    assert not list(ic.registry.summary())  # nothing recorded
+    assert core.on_demand.listening
+    (ann,) = listening.announcements_in(tmp_path)
+    assert ann["folder"] == str(tmp_path.resolve()) and listening.alive(ann)
+
+
+def test_a_capture_records_exactly_the_iterations_asked_and_the_job_goes_on(tmp_path):
+    ours, stock = _models()
+    a, b = Trainer(ours, region="epoch"), Trainer(stock)
+    ic.configure(record="on-demand", captures=tmp_path)
+    for _ in range(3):
+        a.step()
+    asked = Asked(tmp_path, "--iterations", 4)
+    asked.armed()
+    code, out, err = asked.result(train=a.step)
+    assert code == 0, err
+    assert out == str(tmp_path / "capture-1")
+    saved = json.loads((tmp_path / "capture-1" / "run.json").read_text())
+    c = counts(Summary.load(tmp_path / "capture-1"))
+    assert c[("epoch", "forward")] == 4  # the iterations asked, exactly
+    assert c[("epoch/GCNConv", "forward")] == c[("epoch/SAGEConv", "forward")] == 4
+    assert c[("epoch/GCNConv", "backward")] == 4
+    first = saved["capture"]["first"]
+    assert saved["capture"]["last"] == first + 3 and saved["capture"]["complete"]
+    assert first == 4  # the next to begin: three steps ended iterations 0-2, 3 was under way
+    assert "Captured on demand: iterations 4-7" in (tmp_path / "capture-1/summary.txt").read_text()
+    for _ in range(4):  # back to recording nothing, and to the stock code
+        a.step()
+    assert not list(ic.registry.summary()) or counts(ic.registry.summary()) == c
+    while len(b.losses) < len(a.losses):
+        b.step()
+    assert a.losses == b.losses
+
+
+def test_a_second_capture_while_one_is_under_way_is_refused_and_says_so(tmp_path):
+    a = Trainer(_models()[0])
+    ic.configure(record="on-demand", captures=tmp_path)
+    a.step()
+    first = Asked(tmp_path, "--iterations", 3)
+    first.armed()
+    second = Asked(tmp_path, "--iterations", 3)
+    code, out, err = second.result()
+    assert code == 1 and out == ""
+    assert "cannot take a capture now" in err and "under way" in err, err
+    assert "capture-1" in err and "not begun yet" in err
+    assert not (tmp_path / "capture-2").exists()  # its folder given back
+    code, out, err = first.result(train=a.step)
+    assert code == 0 and out.endswith("capture-1"), err
+
+
+class Owner:
+    """The duty cycle as a :class:`Demand` sees it: the iteration under way, the next seen."""
+
+    def __init__(self):
+        self.i, self._next, self._open = 0, NEVER, None
+
+    def did_something(self):
+        return True
+
+
+@pytest.fixture
+def demand():
+    owner = Owner()
+    d = Demand(owner)
+    d.on = d.listening = True
+    d.handed = []
+    d.finished = d.handed.append
+    d.owner = owner
+    return d
+
+
+def test_every_rank_begins_where_asked_and_one_past_it_is_told(demand):
+    demand.owner.i = 3
+    c = demand.ask(2, start=10, name="capture-1")
+    assert demand.owner._next == 10  # the cycle sees iteration 10 begin, none before
+    assert demand.begins(9) == (False, 10)
+    assert demand.begins(10) == (True, 11)
+    assert demand.begins(11) == (True, 12)
+    assert demand.begins(12) == (False, NEVER) and demand.handed == [c]
+    assert (c.first, c.recorded, c.state, c.complete) == (10, 2, "writing", True)
+    with pytest.raises(Busy, match="capture-1 is under way"):
+        demand.ask(2, name="capture-2")
+    demand.written(c)
+    demand.owner.i = 20
+    with pytest.raises(Busy) as late:
+        demand.ask(2, start=20, name="capture-2")
+    assert late.value.late
+    late_one = demand.ask(2, start=25, name="capture-2")
+    assert demand.begins(26) == (False, NEVER)  # it never saw 25 begin: it says so
+    assert late_one.state == "missed" and "iteration 26" in late_one.reason
+
+
+def test_cancelled_and_cut_short_captures_are_handed_over_as_such(demand):
+    c = demand.ask(3, name="capture-1")
+    assert demand.owner._next == 0  # the next boundary, whichever it is
+    assert demand.cancel("capture-1") and demand.capture is None and not demand.handed
+    c = demand.ask(3, name="capture-2")
+    assert demand.begins(4) == (True, 5)
+    assert demand.cancel("capture-2")
+    assert demand.begins(5) == (False, NEVER) and demand.handed == [c]
+    assert c.state == "cancelled"
+    demand.written(c)
+    c = demand.ask(5, name="capture-3")
+    demand.begins(7)
+    demand.begins(8)
+    demand.owner.i = 8
+    assert demand.stop("the job ended") is c
+    assert (c.state, c.recorded, c.reason, c.complete) == ("writing", 1, "the job ended", False)
+    assert c.part and c.describe()["last"] == 8  # iteration 7, and part of 8
+
+
+def test_optimizers_stepped_together_are_one_iteration_of_a_capture(tmp_path):
+    """``opt_a.step(); opt_b.step()`` is one iteration: a capture of 3 holds both steps of
+    each, the last one's second step too (the hand-over waits for the next iteration)."""
+    from instrumented_convs.pyg import GCNConv
+
+    torch.manual_seed(0)
+    x, edge_index, y = _graph()
+    conv_a, conv_b = GCNConv(8, 3), GCNConv(8, 3)
+    opt_a = torch.optim.SGD(conv_a.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(conv_b.parameters(), lr=0.1)
+    hooks = Hooks(on_demand=True).install()
+    try:
+        ic.configure(record="on-demand", captures=tmp_path)
+
+        def train():
+            loss = F.cross_entropy(conv_a(x, edge_index) + conv_b(x, edge_index), y)
+            loss.backward()
+            opt_a.step()
+            opt_b.step()
+
+        train()
+        asked = Asked(tmp_path, "--iterations", 3)
+        asked.armed()
+        code, out, err = asked.result(train=train)
+    finally:
+        hooks.close()
+        hooks.remove()
+    assert code == 0, err
+    c = counts(Summary.load(out))
+    assert c[("optimizer.step", "forward")] == 6
+    assert c[("forward", "forward")] == c[("forward/GCNConv", "forward")] == 6  # 2 calls each
+    assert c[("backward", "forward")] == 3
+
+
+def test_named_iterations_on_demand_record_nothing_outside_them(tmp_path):
+    a = Trainer(_models()[0], region="train step")
+    ic.configure(record="on-demand", iteration="train step", captures=tmp_path)
+
+    def train():
+        a.step()
+        a.model(a.x, a.edge_index)  # outside the iterations: never recorded
+
+    train()
+    asked = Asked(tmp_path, "--iterations", 2)
+    asked.armed()
+    code, out, err = asked.result(train=train)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "capture-1" / "run.json").read_text())
+    c = counts(Summary.load(out))
+    assert c == {k: v for k, v in c.items() if k[0].startswith("train step")}
+    assert c[("train step", "forward")] == 2 and c[("train step/GCNConv", "forward")] == 2
+    assert saved["capture"]["of"] == "train step"
+    assert "calls of the region 'train step'" in (tmp_path / "capture-1/summary.txt").read_text()
+
+
+def test_turning_it_off_mid_capture_writes_what_was_recorded(tmp_path, caplog):
+    a = Trainer(_models()[0], region="epoch")
+    ic.configure(record="on-demand", captures=tmp_path)
+    a.step()
+    asked = Asked(tmp_path, "--iterations", 50)
+    asked.armed()
+    for _ in range(4):
+        a.step()
+    ic.configure(record="all")
+    code, out, err = asked.result()
+    assert code == 1 and out.endswith("capture-1")
+    assert "holds 3 of the 50 iterations asked (on demand was turned off)" in caplog.text
+    assert counts(Summary.load(out))[("epoch", "forward")] == 3  # the fourth had just begun
+    saved = json.loads((tmp_path / "capture-1" / "run.json").read_text())
+    assert not saved["capture"]["part"]  # (it had done nothing yet)
+    assert not core.on_demand.listening and not listening.announcements_in(tmp_path)
+
+
+def test_configure_refuses_on_demand_with_a_duty_cycle_and_puts_it_back(tmp_path):
+    with pytest.raises(ValueError, match="not with record_every or budget"):
+        ic.configure(record="on-demand", record_every=5)
+    with pytest.raises(ValueError, match="not with record_every or budget"):
+        ic.configure(record="on-demand", budget=0.01)
+    with pytest.raises(TypeError, match="captures takes a folder"):
+        ic.configure(captures=3)
+    with ic.configure(record="on-demand", captures=tmp_path) as before:
+        assert before.record == "all"
+        now = ic.configure()
+        assert (now.record, now.captures) == ("on-demand", str(tmp_path))
+        with pytest.raises(ValueError, match="configure\\(record='all'\\) first"):
+            ic.configure(record_every=10)
+        assert listening.announcements_in(tmp_path)
+    assert ic.configure().record == "all" and not core.on_demand.on
+    assert not listening.announcements_in(tmp_path) and ondemand.current() is None
+
+
+def test_on_cuda_the_captures_events_are_read_by_the_writer_not_the_loop(
+    tmp_path,
+    fake_cuda,  # noqa: F811
+):
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=0.1)
+    loop = threading.get_ident()
+    waited = []
+    original = FakeEvent.synchronize
+
+    def synchronize(self):
+        waited.append(threading.get_ident())
+        original(self)
+
+    FakeEvent.synchronize = synchronize
+    try:
+        ic.configure(record="on-demand", captures=tmp_path)
+
+        def train():
+            with step("GCNConv", device="cuda"):
+                FakeEvent.timeline += 2.0
+            (param * 2).sum().backward()  # (an autograd op: the next step is another iteration)
+            opt.step()
+
+        train()
+        asked = Asked(tmp_path, "--iterations", 3)
+        asked.armed()
+        code, out, err = asked.result(train=train)
+    finally:
+        FakeEvent.synchronize = original
+    assert code == 0, err
+    row = Summary.load(out)["GCNConv"]
+    assert row.count == 3 and row.total == pytest.approx(6e-3)
+    assert waited and loop not in waited  # the writer waited for the events, the loop never
