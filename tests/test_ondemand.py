@@ -172,7 +172,8 @@ def test_a_second_capture_while_one_is_under_way_is_refused_and_says_so(tmp_path
 
 
 class Owner:
-    """The duty cycle as a :class:`Demand` sees it: the iteration under way, the next seen."""
+    """The duty cycle as a :class:`Demand` sees it: the iteration under way, the next seen,
+    whether a named iteration is open, and whether the one under way did anything."""
 
     def __init__(self):
         self.i, self._next, self._open = 0, NEVER, None
@@ -192,49 +193,70 @@ def demand():
     return d
 
 
-def test_every_rank_begins_where_asked_and_one_past_it_is_told(demand):
+def begins(demand, i):
+    """Iteration ``i`` begins, as the cycle sees it: recorded or not, and the next boundary."""
+    demand.owner.i = i
+    return demand.begins(i), demand.owner._next
+
+
+def test_every_rank_begins_where_asked_and_is_handed_over_a_boundary_after(demand):
     demand.owner.i = 3
     c = demand.ask(2, start=10, name="capture-1")
     assert demand.owner._next == 10  # the cycle sees iteration 10 begin, none before
-    assert demand.begins(9) == (False, 10)
-    assert demand.begins(10) == (True, 11)
-    assert demand.begins(11) == (True, 12)
-    assert demand.begins(12) == (False, NEVER) and demand.handed == [c]
+    assert begins(demand, 9) == (False, 10)
+    assert begins(demand, 10) == (True, 11)
+    assert begins(demand, 11) == (True, 12)
+    assert begins(demand, 12) == (False, 13) and not demand.handed  # what is open closes
+    assert (c.state, c.recorded) == ("complete", 2) and demand.recording()
+    assert begins(demand, 12) == (False, 13)  # (a boundary taken back, and taken again)
+    assert begins(demand, 13) == (False, NEVER) and demand.handed == [c]
     assert (c.first, c.recorded, c.state, c.complete) == (10, 2, "writing", True)
+    assert not demand.cancel("capture-1")  # handed over: it is written
     with pytest.raises(Busy, match="capture-1 is under way"):
         demand.ask(2, name="capture-2")
     demand.written(c)
     demand.owner.i = 20
-    with pytest.raises(Busy) as late:
-        demand.ask(2, start=20, name="capture-2")
-    assert late.value.late
+    for start in (20, 21):  # 21 may be beginning now: the loop would not see it asked
+        with pytest.raises(Busy) as late:
+            demand.ask(2, start=start, name="capture-2")
+        assert late.value.late
     late_one = demand.ask(2, start=25, name="capture-2")
-    assert demand.begins(26) == (False, NEVER)  # it never saw 25 begin: it says so
+    assert begins(demand, 26) == (False, NEVER)  # it never saw 25 begin: it says so
     assert late_one.state == "missed" and "iteration 26" in late_one.reason
 
 
 def test_cancelled_and_cut_short_captures_are_handed_over_as_such(demand):
     c = demand.ask(3, name="capture-1")
     assert demand.owner._next == 0  # the next boundary, whichever it is
-    assert demand.cancel("capture-1") and demand.capture is None and not demand.handed
+    assert demand.cancel("capture-1") and demand.handed == [c]  # (whoever waits hears)
+    assert c.state == "cancelled" and demand.owner._next == NEVER
+    demand.written(c)
     c = demand.ask(3, name="capture-2")
-    assert demand.begins(4) == (True, 5)
-    assert demand.cancel("capture-2")
-    assert demand.begins(5) == (False, NEVER) and demand.handed == [c]
+    assert begins(demand, 4) == (True, 5)
+    assert demand.cancel("capture-2") and demand.owner._next == 5
+    assert begins(demand, 5) == (False, NEVER) and demand.handed[-1] is c
     assert c.state == "cancelled"
     demand.written(c)
     c = demand.ask(5, name="capture-3")
-    demand.begins(7)
-    demand.begins(8)
-    demand.owner.i = 8
+    begins(demand, 7)
+    begins(demand, 8)
     assert demand.stop("the job ended") is c
     assert (c.state, c.recorded, c.reason, c.complete) == ("writing", 1, "the job ended", False)
     assert c.part and c.describe()["last"] == 8  # iteration 7, and part of 8
+    demand.written(c)
+    c = demand.ask(1, name="capture-4")
+    begins(demand, 9)
+    begins(demand, 10)  # complete, its hand-over at the next boundary: the job ends first
+    assert demand.stop("the job ended") is c and c.complete and c.reason is None
+    demand.written(c)
+    c = demand.ask(4, name="capture-5")
+    begins(demand, 12)
+    assert demand.stop("the registry was reset", drop=True) is c and c.state == "cancelled"
 
 
 def test_optimizers_stepped_together_are_one_iteration_of_a_capture(tmp_path):
     """``opt_a.step(); opt_b.step()`` is one iteration: a capture of 3 holds both steps of
-    each, the last one's second step too (the hand-over waits for the next iteration)."""
+    each, the last one's second step too (the hand-over waits for the next boundary)."""
     from instrumented_convs.pyg import GCNConv
 
     torch.manual_seed(0)
@@ -357,3 +379,53 @@ def test_on_cuda_the_captures_events_are_read_by_the_writer_not_the_loop(
     row = Summary.load(out)["GCNConv"]
     assert row.count == 3 and row.total == pytest.approx(6e-3)
     assert waited and loop not in waited  # the writer waited for the events, the loop never
+
+
+def test_a_reset_during_a_capture_drops_it_and_says_why(tmp_path):
+    a = Trainer(_models()[0], region="epoch")
+    ic.configure(record="on-demand", captures=tmp_path)
+    a.step()
+    asked = Asked(tmp_path, "--iterations", 50)
+    asked.armed()
+    for _ in range(3):
+        a.step()
+    ic.registry.reset()  # what the capture held is gone
+    code, out, err = asked.result(train=a.step)
+    assert code == 1 and "was not written: the registry was reset" in err, err
+    assert not (tmp_path / "capture-1" / "run.json").exists()
+    assert core.on_demand.capture is None  # the next may come
+
+
+def test_turning_it_off_with_a_duty_cycle_stops_listening_and_back_on_listens_where_it_did(
+    tmp_path,
+):
+    a = Trainer(_models()[0])
+    ic.configure(record="on-demand", captures=tmp_path)
+    a.step()
+    with ic.configure(record="all", record_every=10):  # the cycle after on demand is off
+        assert not listening.announcements_in(tmp_path) and not core.on_demand.listening
+        a.step()
+    assert listening.announcements_in(tmp_path)  # back on: in the same folder
+    asked = Asked(tmp_path, "--iterations", 2)
+    asked.armed()
+    code, out, err = asked.result(train=a.step)
+    assert code == 0 and out == str(tmp_path / "capture-1"), err
+
+
+def test_a_rank_0_that_missed_the_start_still_merges_the_others(tmp_path):
+    from instrumented_convs.commands.launch.ondemand import Server
+    from instrumented_convs.commands.launch.runs import run_meta, write_run
+    from instrumented_convs.core.dutycycle.demand import Capture
+
+    folder = tmp_path / "capture-1"
+    with step("GCNConv"):
+        pass
+    meta = run_meta(["train.py"], "train.py", [], time.time(), "captured", None)
+    write_run(folder, ic.registry.snapshot(), meta, job=(1, 2))  # rank 1's file
+    missed = Capture(1, 3, 10, "capture-1")
+    missed.state, missed.reason = "missed", "the job was at iteration 11 when it began"
+    server = Server(tmp_path, lambda c: {}, job=(0, 2), merge_timeout=5.0)
+    told = server._write(missed)
+    assert not told["ok"] and told["merged"] == {"ranks_missing": [0]}
+    merged = Summary.load(folder)
+    assert merged.world_size == 2 and merged["GCNConv"].count == 1

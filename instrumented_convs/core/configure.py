@@ -47,7 +47,9 @@ class Settings(NamedTuple):
     #: ``ranges``: steps push NVTX ranges and record nothing; ``on-demand``: nothing until
     #: a capture asks
     record: str = "all"
-    captures: Optional[str] = None  #: where captures go (None: beside the script)
+    #: where captures go (None: where the process listened last, else a new
+    #: ``ic-runs/<script>-<time>`` under the current folder)
+    captures: Optional[str] = None
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -438,6 +440,8 @@ def configure(
         _memory(bool(memory))
     if captures is not None:
         cycle.demand.folder = os.fspath(captures)
+    if record is not None and record != "on-demand":  # off first: a cycle below finds it so
+        _demand(False, iteration or cycle.iteration)
     drawing = record_every is not None or budget is not None or iteration is not None
     if drawing and not demanded:  # (on demand, the iteration is its own: below)
         every = previous.record_every if record_every is None else record_every

@@ -57,12 +57,10 @@ def capture_main(args: argparse.Namespace) -> int:
     try:
         done = _wait(talks, args.timeout)
     except KeyboardInterrupt:
-        _cancel(anns, name)
-        try:
-            (folder / name).rmdir()  # (empty, unless the job was writing it already)
-        except OSError:
-            pass
-        logger.info("capture: interrupted: %s cancelled, nothing written", name)
+        if _cancel(anns, name, folder):
+            logger.info("capture: interrupted: %s cancelled, nothing written", name)
+        else:
+            logger.info("capture: interrupted: %s was being written already", folder / name)
         return 130
     except TimeoutError:
         c = _status(anns[0]).get("capture") or {}
@@ -156,7 +154,8 @@ def _status(ann: Announcement) -> Dict[str, Any]:
 def _start(anns: List[Announcement]) -> Optional[int]:
     """The iteration every rank begins the capture at (None for a process alone: its next):
     :data:`LEAD` seconds ahead of the furthest rank at the fastest rank's pace, and at least
-    two iterations ahead."""
+    two iterations ahead. Ranks whose counts of iterations lie further apart than their pace
+    explains (a ``registry.reset()`` on some of them) are said to record apart."""
     if not anns[0].get("world"):
         return None
     before = [_status(a) for a in anns]
@@ -166,7 +165,16 @@ def _start(anns: List[Announcement]) -> Optional[int]:
         if s.get("capture"):
             raise UserError(f"a capture is under way in rank {s['rank']}: {_busy(s['capture'])}")
     rate = max((b["i"] - a["i"]) / max(b["time"] - a["time"], 1e-3) for a, b in zip(before, after))
-    return max(s["i"] for s in after) + max(2, math.ceil(rate * LEAD))
+    counts = [s["i"] for s in after]
+    apart = max(s["time"] for s in after) - min(s["time"] for s in after)
+    if max(counts) - min(counts) > 2 + rate * apart:
+        logger.warning(
+            "capture: the ranks count their iterations apart (%s, rank by rank): each "
+            "records from iteration %d by its own count, not the same iterations",
+            ", ".join(map(str, counts)),
+            max(counts),
+        )
+    return max(counts) + max(2, math.ceil(rate * LEAD))
 
 
 def _busy(c: Dict[str, Any]) -> str:
@@ -190,42 +198,60 @@ def _claim(folder: Path) -> str:
 
 def _arm(anns: List[Announcement], iterations: int, folder: Path) -> Tuple[List[Talk], str]:
     """Ask every process for the capture (a start a torchrun job's ranks agree on): the
-    connections, each waiting for its capture's folder, and the capture's name. A rank at or
-    past the start when asked makes every rank drop it and the ask come again further ahead."""
+    connections, each waiting for its capture's folder, and the capture's name. A rank too
+    near the start when asked makes every rank drop it and the ask come again further ahead;
+    whatever ends the asking early (an error, Ctrl-C) takes back what was asked."""
     for attempt in range(3):
         start = _start(anns)
         if start is not None and attempt:
             start += attempt * 8
         name = _claim(folder)
-        talks, refused = [], []
-        for ann in anns:
-            msg = {"op": "capture", "iterations": iterations, "start": start, "name": name}
-            talk, reply = _talk(ann, msg)
-            (talks if reply.get("ok") else refused).append(talk if reply.get("ok") else reply)
-            if not reply.get("ok"):
-                talk[0].close()
+        talks: List[Talk] = []
+        refused = []
+        try:
+            for ann in anns:
+                msg = {"op": "capture", "iterations": iterations, "start": start, "name": name}
+                talk, reply = _talk(ann, msg)
+                if reply.get("ok"):
+                    talks.append(talk)
+                else:
+                    talk[0].close()
+                    refused.append(reply)
+        except BaseException:
+            _drop(talks, anns, name, folder)
+            raise
         if not refused:
             return talks, name
-        for conn, _ in talks:
-            conn.close()
-        _cancel(anns, name)
-        try:
-            (folder / name).rmdir()
-        except OSError:
-            pass
+        _drop(talks, anns, name, folder)
         if not all(r.get("late") for r in refused):
             who = f"rank {refused[0]['rank']}" if refused[0].get("world") else "the job"
             raise UserError(f"{who} cannot take a capture now: {refused[0]['error']}")
     raise UserError("the ranks went past every start asked of them: try again")
 
 
-def _cancel(anns: List[Announcement], name: str) -> None:
+def _drop(talks: List[Talk], anns: List[Announcement], name: str, folder: Path) -> None:
+    """Close the connections, cancel the capture wherever it was taken, give its folder back."""
+    for conn, _ in talks:
+        conn.close()
+    _cancel(anns, name, folder)
+
+
+def _cancel(anns: List[Announcement], name: str, folder: Path) -> bool:
+    """Cancel the capture ``name`` in every process, its folder given back; whether every
+    process still had it to cancel (none was writing it already)."""
+    cancelled = True
     for ann in anns:
         try:
-            (conn, _), _ = _talk(ann, {"op": "cancel", "name": name}, timeout=5.0)
+            (conn, _), reply = _talk(ann, {"op": "cancel", "name": name}, timeout=5.0)
             conn.close()
+            cancelled = cancelled and bool(reply.get("cancelled"))
         except UserError:
             continue
+    try:
+        (folder / name).rmdir()  # (empty, unless a process was writing it already)
+    except OSError:
+        pass
+    return cancelled
 
 
 def _wait(talks: List[Talk], timeout: Optional[float]) -> List[Optional[Dict[str, Any]]]:

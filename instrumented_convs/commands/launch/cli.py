@@ -245,6 +245,8 @@ def _configure_run(args: argparse.Namespace) -> Any:
     """The settings the script runs under (on demand, its counters and memory come on in
     captures only, and the mode after the hooks); the TensorBoard writer, where asked for."""
     demand = args.record == "on-demand"
+    if demand and configure().record == "on-demand":  # (the environment's: its hooks after run's)
+        configure(record="all")
     configure(
         backward=False if args.no_backward else None,
         backward_every=args.backward_every,

@@ -1,7 +1,8 @@
 """On demand, the job's side: a thread that listens for ``capture`` on a Unix socket the job
-made and announced (:mod:`.listening`), and a thread that writes each capture as a run folder
-of its own inside the job's, so that the training loop waits neither for a request nor for
-the writing (on CUDA, the capture's event pairs are read there, as a summary reads them).
+made and announced (:mod:`.listening`), and a thread that hands each capture over to be
+written as a run folder of its own inside the job's, by a process of its own
+(:mod:`.capture_folder`), so that the training loop waits neither for a request nor for the
+writing (on CUDA, the capture's event pairs are read on that thread, as a summary reads them).
 
 ``run --on-demand`` and Lightning's ``ConvProfiler`` start a :class:`Server` with their run
 folder; ``configure(record="on-demand")`` in a script of one's own starts one through
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ... import configure, core, registry
+from .capture_folder import write_capture
 from .folders import default_folder, job_rank
 from .listening import (
     announcement_name,
@@ -32,7 +34,7 @@ from .listening import (
     started_at,
     write_message,
 )
-from .runs import merge_folder, run_meta, write_run
+from .runs import run_meta
 
 __all__ = ["Server", "listen", "stop", "switch", "current", "capture_title"]
 
@@ -89,34 +91,26 @@ class Server:
         self._events: Dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._threads: List[threading.Thread] = []
+        self._metered: List[str] = []  # what a capture turned on (counters, memory)
         self._stopped = False
 
     # -- starting and stopping --------------------------------------------------------------
     def start(self) -> "Server":
         """Make the socket, announce it, start the threads, take the core's hand-overs."""
-        rank, world = self.job
         self.folder.mkdir(parents=True, exist_ok=True)
         sockets = sockets_folder(create=True)
+        _prune(sockets)
         path = sockets / f"{self.pid}.sock"
         path.unlink(missing_ok=True)  # a socket of an earlier process of this pid
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(str(path))
-        os.chmod(path, 0o600)
-        sock.listen(8)
-        self._sock, self.socket_path = sock, path
-        announcement = {
-            "pid": self.pid,
-            "started": started_at(self.pid),
-            "ppid": os.getppid(),
-            "socket": str(path),
-            "folder": str(self.folder.resolve()),
-            "rank": rank,
-            "world": world,
-            "host": socket.gethostname(),
-        }
-        for file in (self.folder / announcement_name(rank), sockets / f"{self.pid}.json"):
-            _write_json(file, announcement)
-            self._files.append(file)
+        self._sock, self.socket_path = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), path
+        try:
+            self._sock.bind(str(path))
+            os.chmod(path, 0o600)
+            self._sock.listen(8)
+            self._announce(sockets)
+        except BaseException:
+            self._close()
+            raise
         demand = core.on_demand
         demand.began, demand.finished = self._began, self._finished
         demand.listening = True
@@ -127,16 +121,25 @@ class Server:
         logger.info("on demand: listening for captures in %s (pid %d)", self.folder, self.pid)
         return self
 
-    def stop(self, reason: str = "the job ended") -> None:
-        """Hand over the capture under way as it is (``reason`` says why it is cut short),
-        wait for its folder to be written, stop listening, take the announcements back."""
-        if self._stopped:
-            return
-        self._stopped = True
-        demand = core.on_demand
-        demand.stop(reason)
-        self._queue.put(None)
-        self._threads[1].join(timeout=self.merge_timeout + 60)
+    def _announce(self, sockets: Path) -> None:
+        """Say where this process listens: in the run folder, and by its pid."""
+        rank, world = self.job
+        announcement = {
+            "pid": self.pid,
+            "started": started_at(self.pid),
+            "ppid": os.getppid(),
+            "socket": str(self.socket_path),
+            "folder": str(self.folder.resolve()),
+            "rank": rank,
+            "world": world,
+            "host": socket.gethostname(),
+        }
+        for file in (self.folder / announcement_name(rank), sockets / f"{self.pid}.json"):
+            self._files.append(file)
+            _write_json(file, announcement)
+
+    def _close(self) -> None:
+        """Stop listening and take the announcements back."""
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)  # (wakes the listener's accept)
@@ -146,15 +149,36 @@ class Server:
         for file in [*self._files, self.socket_path]:
             if file is not None:
                 file.unlink(missing_ok=True)
+
+    def stop(self, reason: str = "the job ended") -> None:
+        """Hand over the capture under way as it is (``reason`` says why it is cut short),
+        wait for its folder to be written, stop listening, take the announcements back."""
+        if self._stopped:
+            return
+        self._stopped = True  # (a request now is answered that the job is ending)
+        self._close()
+        demand = core.on_demand
+        demand.stop(reason)
+        self._queue.put(None)
+        for thread in self._threads[1:]:
+            thread.join(timeout=self.merge_timeout + 60)
         if demand.finished == self._finished:
             demand.began = demand.finished = None
             demand.listening = False
 
     # -- the loop's thread ------------------------------------------------------------------
     def _began(self, capture: Any) -> None:
-        """A capture's first iteration begins: the counters and memory on for it."""
-        if self.counters or self.memory:
-            configure(counters=self.counters or None, memory=self.memory or None)
+        """A capture's first iteration begins: the counters and memory on for it (a
+        failure said, never raised into the training loop)."""
+        try:
+            if self.counters:
+                configure(counters=True)
+                self._metered.append("counters")
+            if self.memory:
+                configure(memory=True)
+                self._metered.append("memory")
+        except Exception:
+            logger.warning("on demand: the counters or memory did not come on", exc_info=True)
         logger.info(
             "on demand: capture %s records %d iterations from iteration %d",
             capture.name,
@@ -163,14 +187,13 @@ class Server:
         )
 
     def _finished(self, capture: Any) -> None:
-        """A capture is handed over: the counters and memory off, the writer's turn."""
-        try:
-            if self.memory:
-                configure(memory=False)
-            if self.counters:
-                configure(counters=False)
-        except Exception:  # (memory comes off on the thread that turned it on only)
-            logger.warning("on demand: the counters or memory did not come off", exc_info=True)
+        """A capture is handed over: what ``_began`` turned on off, the writer's turn."""
+        while self._metered:
+            meter = self._metered.pop()
+            try:
+                configure(**{meter: False})
+            except Exception:  # (memory comes off on the thread that turned it on only)
+                logger.warning("on demand: the %s did not come off", meter, exc_info=True)
         self._queue.put(capture)
 
     # -- the listener -----------------------------------------------------------------------
@@ -210,12 +233,24 @@ class Server:
             return
 
     def _capture(self, conn: socket.socket, msg: Dict[str, Any]) -> None:
-        name = str(msg.get("name") or "")
+        name, iterations, start = msg.get("name"), msg.get("iterations"), msg.get("start")
+        if not (
+            isinstance(name, str)
+            and name
+            and isinstance(iterations, int)
+            and iterations >= 1
+            and (start is None or isinstance(start, int))
+        ):
+            write_message(conn, {"ok": False, "error": f"not a capture request: {msg}"})
+            return
+        if self._stopped:
+            write_message(conn, {"ok": False, "error": "the job is ending", **self._ids()})
+            return
         event = threading.Event()
         with self._lock:
             self._events[name] = event
         try:
-            c = core.on_demand.ask(int(msg["iterations"]), msg.get("start"), name)
+            c = core.on_demand.ask(iterations, start, name)
         except core.Busy as e:
             with self._lock:
                 self._events.pop(name, None)
@@ -251,10 +286,14 @@ class Server:
         folder = self.folder / capture.name
         info = capture.describe()
         if capture.state in ("cancelled", "missed"):
+            dropped = {"ok": False, "error": capture.reason or "cancelled", "state": capture.state}
             if capture.state == "missed" and world is not None:  # rank 0 merges without it
                 folder.mkdir(parents=True, exist_ok=True)
                 (folder / f"rank{rank}.missed").write_text(str(capture.reason) + "\n")
-            return {"ok": False, "error": capture.reason or "cancelled", "state": capture.state}
+                if rank == 0:  # (the others' files, merged)
+                    raw = {"folder": str(folder), "snapshot": None, "merge": world}
+                    dropped["merged"] = write_capture(dict(raw, merge_timeout=self.merge_timeout))
+            return dropped
         meta = self.describe(info)
         info["of"] = core.on_demand.named and configure().iteration or "optimizer step"
         info["job"] = {"pid": self.pid, "folder": str(self.folder.resolve())}
@@ -265,31 +304,21 @@ class Server:
         timeline, name = None, None
         if self.timeline or (self.timeline is None and configure().timeline):
             name = f"rank {rank}" if world is not None else f"{Path(target).name} ({self.pid})"
-            timeline = registry.timeline()
-        snapshot = registry.snapshot()  # (on CUDA: waits for the capture's events, here)
-        write_run(folder, snapshot, meta, job=self.job, timeline=timeline, trace_name=name)
-        merged = None
-        if world is not None and rank == 0:
-            merged = self._merge(folder, world)
+            timeline = registry.timeline()  # (on CUDA: waits for the capture's events, here)
+        raw = {
+            "folder": str(folder),
+            "snapshot": registry.snapshot(),
+            "meta": meta,
+            "job": self.job,
+            "timeline": timeline,
+            "trace_name": name,
+            "merge": world if world is not None and rank == 0 else None,
+            "merge_timeout": self.merge_timeout,
+        }
+        merged = write_capture(raw)  # (in a process of its own)
         self.captures.append(dict(info, folder=str(folder)))
         logger.info("on demand: capture %s written in %s", capture.name, folder)
         return {"ok": True, "folder": str(folder), "merged": merged}
-
-    def _merge(self, folder: Path, world: int) -> Dict[str, Any]:
-        """Rank 0: wait for every rank's file (or its word that it missed the capture's
-        start), then merge them."""
-        deadline = time.monotonic() + self.merge_timeout
-        while time.monotonic() < deadline:
-            told = [
-                r
-                for r in range(world)
-                if (folder / f"rank{r}.json").exists() or (folder / f"rank{r}.missed").exists()
-            ]
-            if len(told) == world:
-                break
-            time.sleep(0.05)
-        saved = merge_folder(folder)
-        return {"ranks_missing": saved["ranks_missing"]}
 
 
 def _same_user(conn: socket.socket) -> bool:
@@ -309,17 +338,27 @@ def _write_json(path: Path, data: Dict[str, Any]) -> None:
 
 # -- the process's server -----------------------------------------------------------------
 _current: Optional[Server] = None
+#: The last server's folder, description, options and captures: on demand again in this
+#: process (``with configure(record="all"): ...`` and back) listens where it did.
+_last: Optional[Tuple[Path, Describe, Dict[str, Any], List[Dict[str, Any]]]] = None
 _forks = False  # the fork handler is in place
 
 
 def _forget_in_child() -> None:
     """A forked process (a loader's worker) has no listener and starts none: it neither
     answers nor writes."""
-    global _current
-    _current = None
-    demand = core.on_demand
-    demand.listening, demand.began, demand.finished, demand.capture = False, None, None, None
-    demand.failed = True
+    global _current, _last
+    _current = _last = None
+    core.on_demand.forked()
+
+
+def _prune(sockets: Path) -> None:
+    """Take back what processes that ended without a word (killed) left in ``sockets``."""
+    for file in sockets.glob("*.json"):
+        pid = file.stem
+        if pid.isdigit() and started_at(int(pid)) is None:
+            file.unlink(missing_ok=True)
+            (sockets / f"{pid}.sock").unlink(missing_ok=True)
 
 
 def current() -> Optional[Server]:
@@ -333,24 +372,31 @@ def listen(
     **options: Any,
 ) -> Server:
     """Start this process's server (stopping one in another folder): in ``folder``, else
-    ``configure(captures=...)``'s, else a new ``ic-runs/<script>-<time>``; ``describe``:
-    what each capture says of the job (default: the script and its arguments);
-    ``options``: :class:`Server`'s."""
-    global _current, _forks
+    ``configure(captures=...)``'s, else where this process listened last (its description
+    and options too), else a new ``ic-runs/<script>-<time>``; ``describe``: what each
+    capture says of the job (default: the script and its arguments); ``options``:
+    :class:`Server`'s."""
+    global _current, _forks, _last
     started = time.time()
     chosen = folder or core.on_demand.folder
     if _current is not None:
-        if chosen is not None and Path(chosen).resolve() == _current.folder.resolve():
+        if chosen is None or Path(chosen).resolve() == _current.folder.resolve():
             return _current
         stop("its folder changed")
+    captures: List[Dict[str, Any]] = []
+    if chosen is None and describe is None and not options and _last is not None:
+        chosen, describe, options, captures = _last
     if chosen is None:
         chosen = default_folder(sys.argv[0] or "python", started)
     if not _forks:
         os.register_at_fork(after_in_child=_forget_in_child)
         atexit.register(lambda: stop("the job ended"))
         _forks = True
-    _current = Server(chosen, describe or _script(started), **options).start()
-    return _current
+    server = Server(chosen, describe or _script(started), **options)
+    server.captures = captures
+    _current = server.start()
+    _last = (server.folder, server.describe, options, captures)
+    return server
 
 
 def stop(reason: str = "the job ended") -> Optional[Server]:
@@ -372,7 +418,7 @@ def switch(on: bool) -> None:
         return
     try:
         listen()
-    except OSError as e:
+    except Exception as e:  # (from the loop's first boundary, under the environment's mode)
         logger.warning("on demand: not listening for captures: %s", e)
 
 

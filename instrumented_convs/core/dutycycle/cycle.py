@@ -195,8 +195,7 @@ class Cycle:
     def _schedule(self, i: int) -> None:
         """Draw the next recorded iteration after iteration ``i`` (the first ones apart)."""
         if self.demand.on:
-            self._next = self.demand.next(i)
-            return
+            return self.demand.schedule(i)
         i = max(i, FIRST - 1)
         self._next = i + gap(i, self.every)
 
@@ -211,7 +210,7 @@ class Cycle:
         :meth:`_settle`), an unrecorded one once it ends."""
         i = self.i
         if self.demand.on:  # (its first iteration resets the registry: the target after)
-            now, self._next = self.demand.begins(i)
+            now = self.demand.begins(i)
             target = self._in = self._target(i)
         else:
             target = self._in = self._target(i)
@@ -360,9 +359,8 @@ class Cycle:
         for name, value in zip(_SAVED, values):
             setattr(self, name, value)
         if self.demand.on:  # a capture handed over meanwhile stays so; one asked is seen
-            self.demand.together = True
             self.now = self.now and self.demand.recording()
-            self._next = min(self._next, self.demand.next(self.i))
+            self.demand.rewake()
         s = self._in  # the one before has not ended
         s.iterations -= 1
         if self.now:
@@ -406,6 +404,8 @@ class Cycle:
         """The registry was reset: number iterations from 0 again (the first ones are
         recorded in full again); the iteration under way is iteration 0."""
         self._kept = None
+        if self.demand.on:  # what a capture under way held is gone
+            self.demand.stop("the registry was reset (registry.reset()) during it", drop=True)
         eager.forget()
         if self._budget is not None:
             self._budget = Budget(self._budget.budget)

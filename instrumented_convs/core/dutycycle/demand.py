@@ -6,6 +6,9 @@ stops again.
 Another thread asks (:meth:`Demand.ask`); the loop's own thread decides at each iteration's
 beginning (:meth:`Demand.begins`, called by the duty cycle off its common path), so nothing
 runs in a signal handler and an idle iteration pays what an unrecorded one of the cycle pays.
+A capture is handed over one boundary after its last iteration: the steps still open at that
+boundary (a region around ``opt.step()``; the step of a second optimizer, whose boundary the
+cycle takes back) have closed by then, so nothing records into what is being read.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 from ..meters import readings
 
@@ -25,7 +28,7 @@ NEVER = 1 << 62
 
 class Busy(RuntimeError):
     """A capture was asked for and cannot be taken: one is under way, the job is not on
-    demand, or (``late``) it passed the iteration asked for already."""
+    demand, or (``late``) the iteration asked for is not two iterations ahead."""
 
     def __init__(self, message: str, late: bool = False) -> None:
         super().__init__(message)
@@ -34,12 +37,13 @@ class Busy(RuntimeError):
 
 class Capture:
     """One capture: ``iterations`` from ``start`` (None: the next one to begin), into the
-    folder ``name``; ``state`` goes ``asked``, ``recording``, then ``writing`` (handed over),
-    or ``missed`` (a rank that began past ``start``) or ``cancelled``; ``reason`` says why one
-    ended early."""
+    folder ``name``. ``state``: ``asked``, ``recording``, ``complete`` (its last iteration
+    ended; handed over at the next boundary), then ``writing`` (handed over); or, handed over
+    to be dropped, ``missed`` (a rank that began past ``start``) or ``cancelled``. ``reason``
+    says why one ended early."""
 
     __slots__ = ("number", "iterations", "start", "name", "first", "recorded", "state")
-    __slots__ += ("reason", "asked", "began", "together", "handed", "part")
+    __slots__ += ("reason", "asked", "began", "handed", "part")
 
     def __init__(self, number: int, iterations: int, start: Optional[int], name: str) -> None:
         """A capture asked for now."""
@@ -51,7 +55,6 @@ class Capture:
         self.reason: Optional[str] = None
         self.asked = time.time()
         self.began: Optional[float] = None  #: when its first iteration began (time.time())
-        self.together = False  #: handed over one iteration late (see Demand.begins)
         self.handed = False  #: handed over (to be written, or dropped)
 
     @property
@@ -83,7 +86,8 @@ class Demand:
     """The on-demand state of the process (the duty cycle's :attr:`~.cycle.Cycle.demand`).
 
     ``owner`` is the cycle: its ``i`` (the iteration under way) and ``_next`` (the next
-    iteration whose beginning it must see: an arm wakes it there)."""
+    iteration whose beginning it must see), written here under the lock only, so that an
+    arm from another thread is never overwritten by the loop."""
 
     def __init__(self, owner: Any) -> None:
         """Off, no capture, nobody listening."""
@@ -91,7 +95,7 @@ class Demand:
         #: where captures go (``configure(captures=DIR)``; INSTRUMENTED_CONVS_CAPTURES)
         self.folder: Optional[str] = os.environ.get("INSTRUMENTED_CONVS_CAPTURES") or None
         self.listening = False  #: a listener takes captures' requests (the server sets it)
-        self.failed = False  #: starting one failed: not tried again
+        self.failed = False  #: starting one failed (or a forked child): not tried again
         #: what starts (True) or stops (False) the listener: set by the package's face, the
         #: listener and the captures' writer being above the core
         self.server: Optional[Callable[[bool], None]] = None
@@ -101,8 +105,7 @@ class Demand:
         self.finished: Optional[Callable[[Capture], None]] = None
         self.capture: Optional[Capture] = None  #: asked for, recording, or being written
         self.count = 0  #: captures asked for so far
-        self.named = False  #: iterations are calls of a named region (no take-backs)
-        self.together = False  #: optimizers step together here (a boundary was taken back)
+        self.named = False  #: iterations are calls of a named region
         self._owner = owner
         self._lock = threading.RLock()  # (the callbacks may ask it again)
 
@@ -112,7 +115,8 @@ class Demand:
         its start (the environment) starts it at its next iteration's beginning."""
         self.server = server
         if self.on and not self.listening:
-            self._owner._next = 0
+            with self._lock:
+                self._owner._next = 0
 
     def serve(self) -> None:
         """Start listening, if nobody does yet (the mode turned on, or the first boundary
@@ -129,11 +133,19 @@ class Demand:
             self.server(False)
         self.stop("on demand was turned off")
 
+    def forked(self) -> None:
+        """In a forked child (a loader's worker): no listener, none started, a fresh lock
+        (the parent's may have been held by one of its threads)."""
+        self._lock = threading.RLock()
+        self.listening, self.failed, self.capture = False, True, None
+        self.began = self.finished = None
+
     # -- another thread's side ------------------------------------------------------------
     def ask(self, iterations: int, start: Optional[int] = None, name: str = "") -> Capture:
         """Arm a capture of ``iterations`` from iteration ``start`` (None: the next to begin);
-        raises :class:`Busy` when one is under way, the mode is off, or the job is at or
-        past ``start`` already (``late``)."""
+        raises :class:`Busy` when one is under way, the mode is off, or ``start`` is not two
+        iterations ahead (``late``: the loop reads its next boundary without the lock, so the
+        one beginning now may not see it)."""
         with self._lock:
             if not self.on:
                 raise Busy("the job is not on demand now (configure(record='all') was called)")
@@ -141,24 +153,26 @@ class Demand:
             if c is not None:
                 raise Busy(f"capture {c.name} is under way ({_progress(c)})")
             i = self._owner.i
-            if start is not None and i >= start:
-                raise Busy(f"the job is at iteration {i}, past {start}", late=True)
+            if start is not None and start < i + 2:
+                raise Busy(f"the job is at iteration {i}, too near {start}", late=True)
             self.count += 1
             c = self.capture = Capture(self.count, iterations, start, name or f"{self.count}")
             self._owner._next = self._next_locked(i)
             return c
 
     def cancel(self, name: str) -> bool:
-        """Cancel the capture ``name`` (nothing is written); whether it was under way."""
+        """Cancel the capture ``name``, nothing written: whether it was (not once it is
+        handed over to be written)."""
         with self._lock:
             c = self.capture
-            if c is None or c.name != name:
+            if c is None or c.name != name or c.handed:
                 return False
             if c.state == "asked":
-                self.capture = None
-                self._owner._next = NEVER
+                c.state, c.reason = "cancelled", "cancelled"
+                self._hand_locked(c)  # (whoever waits for it hears so)
             else:
-                c.state = "cancelled"
+                c.state, c.reason = "cancelled", "cancelled"  # handed at the next boundary
+            self._owner._next = self._next_locked(self._owner.i)
             return True
 
     def status(self) -> Dict[str, Any]:
@@ -178,10 +192,17 @@ class Demand:
                 self.capture = None
 
     # -- the loop's side ------------------------------------------------------------------
-    def next(self, i: int) -> int:
-        """The next iteration whose beginning the cycle must see, iteration ``i`` under way."""
+    def schedule(self, i: int) -> None:
+        """Set the cycle's next boundary, iteration ``i`` under way."""
         with self._lock:
-            return self._next_locked(i)
+            self._owner._next = self._next_locked(i)
+
+    def rewake(self) -> None:
+        """A boundary was taken back (its values restored without the lock): the next
+        boundary is the nearer of those, and of what a capture asked meanwhile needs."""
+        with self._lock:
+            owner = self._owner
+            owner._next = min(owner._next, self._next_locked(owner.i))
 
     def _next_locked(self, i: int) -> int:
         if not self.listening and not self.failed and self.server is not None:
@@ -191,19 +212,18 @@ class Demand:
             return NEVER
         if c.state == "asked":
             return 0 if c.start is None else c.start
-        return i + 1  # recording, or cancelled: the next boundary hands it over
+        return i + 1  # recording, complete or cancelled: the next boundary
 
-    def begins(self, i: int) -> Tuple[bool, int]:
-        """Iteration ``i`` begins: whether it is recorded, and the cycle's next boundary
-        (see :meth:`next`). The first of a capture resets the registry; the one after its
-        last hands it over, or (where optimizers step together, whose boundary the next
-        step may take back) the one after that."""
+    def begins(self, i: int) -> bool:
+        """Iteration ``i`` begins: whether it is recorded (and the cycle's next boundary set).
+        The first of a capture resets the registry; the one after its last hands it over."""
         if not self.listening:
             self.serve()
         with self._lock:
             c = self.capture
             now = c is not None and self._begins_locked(c, i)
-            return now, self._next_locked(i)
+            self._owner._next = self._next_locked(i)
+            return now
 
     def _begins_locked(self, c: Capture, i: int) -> bool:
         if c.handed:
@@ -221,23 +241,25 @@ class Demand:
                 self.began(c)
         if c.state == "cancelled":
             self._hand_locked(c)
-        elif c.state == "recording":
-            end = c.first + c.iterations  # type: ignore[operator]
-            c.recorded = min(i, end) - c.first  # type: ignore[operator]
-            if i < end:
-                return True
-            c.together = self.together and not self.named
-            if i > end or not c.together:
-                c.state = "writing"
-                self._hand_locked(c)
+            return False
+        end = c.first + c.iterations  # type: ignore[operator]
+        c.recorded = max(0, min(i, end) - c.first)  # type: ignore[operator]
+        if i < end:
+            return True
+        if i == end:  # complete: what is still open closes before the next boundary
+            c.state = "complete"
+            return False
+        c.state = "writing"
+        self._hand_locked(c)
         return False
 
     def ended(self, i: int) -> None:
-        """A named iteration ``i`` ended: the capture it completes is handed over now."""
+        """A named iteration ``i`` ended (its region closed): the capture it completes is
+        handed over now."""
         with self._lock:
             c = self.capture
             if c is not None and c.state == "recording" and c.first is not None:
-                c.recorded = min(i + 1 - c.first, c.iterations)
+                c.recorded = max(0, min(i + 1 - c.first, c.iterations))
                 if c.recorded == c.iterations:
                     c.state = "writing"
                     self._hand_locked(c)
@@ -246,20 +268,24 @@ class Demand:
         """Whether a capture is recording now (a boundary taken back stays unrecorded
         once its capture was handed over)."""
         c = self.capture
-        return c is not None and c.state == "recording"
+        return c is not None and not c.handed and c.state in ("recording", "complete")
 
-    def stop(self, reason: str) -> Optional[Capture]:
-        """Hand over the capture under way as it is (``reason``: why it ends early)."""
+    def stop(self, reason: str, drop: bool = False) -> Optional[Capture]:
+        """Hand over the capture under way as it is (``reason``: why it ends early, unless
+        it was complete), or with ``drop`` to be dropped."""
         with self._lock:
             c = self.capture
             if c is None or c.handed:
                 return None
-            if c.state == "recording":  # the iteration under way: part of one more
+            if c.state == "recording" and not drop:  # the iteration under way: part of one
                 owner = self._owner
                 c.part = owner._open is not None if self.named else owner.did_something()
-                c.recorded = min(owner.i - c.first, c.iterations)
-            c.state = "writing" if c.state == "recording" else "cancelled"
-            c.reason = reason
+                c.recorded = max(0, min(owner.i - c.first, c.iterations))
+                c.state, c.reason = "writing", reason
+            elif c.state == "complete" and not drop:
+                c.state = "writing"
+            else:
+                c.state, c.reason = "cancelled", c.reason or reason
             self._hand_locked(c)
             self._owner._next = NEVER
             return c
@@ -279,4 +305,4 @@ def _progress(c: Capture) -> str:
         return f"{c.iterations} iterations asked from {start}, not begun yet"
     if c.state == "recording":
         return f"{c.recorded} of {c.iterations} iterations recorded"
-    return "being written"
+    return "being written" if c.state in ("complete", "writing") else c.state
