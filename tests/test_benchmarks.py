@@ -434,9 +434,9 @@ def test_ondemand_cost_reports_idle_and_a_captures_iterations(tmp_path):
     )
     assert "on demand" in proc.stdout and "captured" in proc.stdout
     (run,) = json.loads(out.read_text())["PyG GCNConv"]
-    assert set(run["ratio"]) == {"none drawn", "on demand", "stock again"}
+    assert set(run["ratio"]) == {"none drawn", "on demand", "threads", "stock again"}
     n = run["captures"]["n"]
-    assert n["captured"] == 2 * 2 and n["idle"] >= 2 * 4  # 2 rounds: 2 captured, 4 idle each
+    assert n["captured"] == 2 * 2 and n["warm-up"] == 2 and n["idle"] >= 2 * 4  # (2 rounds)
     assert n["cycle drawn"] + n["cycle not drawn"] == 2 * 6
 
 

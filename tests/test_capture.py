@@ -345,3 +345,30 @@ def test_run_on_demand_with_a_named_iteration_records_its_calls_only(tmp_path, j
     c = counts(Summary.load(folder))
     assert all(path.startswith("epoch") for path, _ in c), c  # no evaluation outside
     assert c[("epoch", "forward")] == 3 and c[("epoch/optimizer.step", "forward")] == 3
+
+
+def test_what_capture_says_when_a_rank_missed_or_the_job_cut_it_short(tmp_path, caplog):
+    """``capture``'s last words, from what each process answered (a torchrun job's rank
+    that began past the start; a job that ended during it)."""
+    import argparse
+
+    from instrumented_convs.commands.errors import UserError
+    from instrumented_convs.commands.launch.capture import _report
+
+    folder = tmp_path / "capture-1"
+    folder.mkdir()
+    anns = [{"pid": 1}, {"pid": 2}]
+    args = argparse.Namespace(iterations=20)
+    whole = {"ok": True, "capture": {"complete": True, "recorded": 20}, "rank": 0}
+    missed = {"ok": False, "error": "the job was at iteration 31 when it began", "rank": 1}
+    with pytest.raises(UserError, match="was not written: the job was at iteration 31"):
+        _report([whole, missed], anns, folder, args)  # (no merged run.json)
+    (folder / "run.json").write_text("{}")
+    assert _report([whole, missed], anns, folder, args) == 1
+    assert "rank 1: the job was at iteration 31 when it began: merged without it" in caplog.text
+    cut = {"ok": True, "capture": {"complete": False, "recorded": 7, "reason": "the job ended"}}
+    assert _report([cut], anns[:1], folder, args) == 1
+    assert "holds 7 of the 20 iterations asked (the job ended)" in caplog.text
+    assert _report([whole], anns[:1], folder, args) == 0
+    with pytest.raises(UserError, match=r"the job ended \(pid 2\) before"):
+        _report([whole, None], anns, folder, args)

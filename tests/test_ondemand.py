@@ -145,8 +145,8 @@ def test_a_capture_records_exactly_the_iterations_asked_and_the_job_goes_on(tmp_
     assert c[("epoch/GCNConv", "backward")] == 4
     first = saved["capture"]["first"]
     assert saved["capture"]["last"] == first + 3 and saved["capture"]["complete"]
-    assert first == 4  # the next to begin: three steps ended iterations 0-2, 3 was under way
-    assert "Captured on demand: iterations 4-7" in (tmp_path / "capture-1/summary.txt").read_text()
+    assert first == 5  # 3 was under way when asked, 4 the warm-up (recorded and dropped)
+    assert "Captured on demand: iterations 5-8" in (tmp_path / "capture-1/summary.txt").read_text()
     for _ in range(4):  # back to recording nothing, and to the stock code
         a.step()
     assert not list(ic.registry.summary()) or counts(ic.registry.summary()) == c
@@ -202,9 +202,9 @@ def begins(demand, i):
 def test_every_rank_begins_where_asked_and_is_handed_over_a_boundary_after(demand):
     demand.owner.i = 3
     c = demand.ask(2, start=10, name="capture-1")
-    assert demand.owner._next == 10  # the cycle sees iteration 10 begin, none before
-    assert begins(demand, 9) == (False, 10)
-    assert begins(demand, 10) == (True, 11)
+    assert demand.owner._next == 9  # the cycle sees 9 begin (the warm-up), none before
+    assert begins(demand, 9) == (True, 10) and c.state == "warming"
+    assert begins(demand, 10) == (True, 11) and (c.state, c.first) == ("recording", 10)
     assert begins(demand, 11) == (True, 12)
     assert begins(demand, 12) == (False, 13) and not demand.handed  # what is open closes
     assert (c.state, c.recorded) == ("complete", 2) and demand.recording()
@@ -221,8 +221,12 @@ def test_every_rank_begins_where_asked_and_is_handed_over_a_boundary_after(deman
             demand.ask(2, start=start, name="capture-2")
         assert late.value.late
     late_one = demand.ask(2, start=25, name="capture-2")
-    assert begins(demand, 26) == (False, NEVER)  # it never saw 25 begin: it says so
-    assert late_one.state == "missed" and "iteration 26" in late_one.reason
+    assert begins(demand, 25) == (True, 26) and late_one.first == 25  # no warm-up: it came late
+    demand.stop("the job ended")
+    demand.written(late_one)
+    missed = demand.ask(2, start=30, name="capture-3")
+    assert begins(demand, 31) == (False, NEVER)  # it never saw 30 begin: it says so
+    assert missed.state == "missed" and "iteration 31" in missed.reason
 
 
 def test_cancelled_and_cut_short_captures_are_handed_over_as_such(demand):
@@ -232,12 +236,14 @@ def test_cancelled_and_cut_short_captures_are_handed_over_as_such(demand):
     assert c.state == "cancelled" and demand.owner._next == NEVER
     demand.written(c)
     c = demand.ask(3, name="capture-2")
-    assert begins(demand, 4) == (True, 5)
+    assert begins(demand, 3) == (True, 4) and c.state == "warming"
+    assert begins(demand, 4) == (True, 5) and c.first == 4
     assert demand.cancel("capture-2") and demand.owner._next == 5
     assert begins(demand, 5) == (False, NEVER) and demand.handed[-1] is c
     assert c.state == "cancelled"
     demand.written(c)
     c = demand.ask(5, name="capture-3")
+    begins(demand, 6)  # (the warm-up)
     begins(demand, 7)
     begins(demand, 8)
     assert demand.stop("the job ended") is c
@@ -246,11 +252,17 @@ def test_cancelled_and_cut_short_captures_are_handed_over_as_such(demand):
     demand.written(c)
     c = demand.ask(1, name="capture-4")
     begins(demand, 9)
-    begins(demand, 10)  # complete, its hand-over at the next boundary: the job ends first
+    begins(demand, 10)
+    begins(demand, 11)  # complete, its hand-over at the next boundary: the job ends first
     assert demand.stop("the job ended") is c and c.complete and c.reason is None
     demand.written(c)
     c = demand.ask(4, name="capture-5")
     begins(demand, 12)
+    assert demand.stop("the job ended") is c and c.state == "cancelled"  # (in its warm-up)
+    demand.written(c)
+    c = demand.ask(4, name="capture-6")
+    begins(demand, 13)
+    begins(demand, 14)
     assert demand.stop("the registry was reset", drop=True) is c and c.state == "cancelled"
 
 
@@ -320,8 +332,8 @@ def test_turning_it_off_mid_capture_writes_what_was_recorded(tmp_path, caplog):
     ic.configure(record="all")
     code, out, err = asked.result()
     assert code == 1 and out.endswith("capture-1")
-    assert "holds 3 of the 50 iterations asked (on demand was turned off)" in caplog.text
-    assert counts(Summary.load(out))[("epoch", "forward")] == 3  # the fourth had just begun
+    assert "holds 2 of the 50 iterations asked (on demand was turned off)" in caplog.text
+    assert counts(Summary.load(out))[("epoch", "forward")] == 2  # after its warm-up
     saved = json.loads((tmp_path / "capture-1" / "run.json").read_text())
     assert not saved["capture"]["part"]  # (it had done nothing yet)
     assert not core.on_demand.listening and not listening.announcements_in(tmp_path)

@@ -286,19 +286,15 @@ def _report(
     if failed and not (folder / RUN_FILE).exists():
         raise UserError(f"{folder} was not written: {failed[0].get('error')}")
     print(folder)
-    merged = [d["merged"] for d in done if d and d.get("merged")]
-    if merged and merged[0]["ranks_missing"]:
-        logger.warning("capture: merged without ranks %s", merged[0]["ranks_missing"])
-    short = [d for d in done if d and not d["capture"]["complete"]]
-    if failed or short:
-        c = (short or failed)[0]["capture"]
-        why = c.get("reason") or (failed[0].get("error") if failed else "")
+    for d in failed:  # a rank that missed the start: the others' files are merged
+        logger.warning("capture: rank %s: %s: merged without it", d.get("rank"), d.get("error"))
+    short = [d["capture"] for d in done if d and d.get("ok") and not d["capture"]["complete"]]
+    for c in short[:1]:
         logger.warning(
             "capture: %s holds %d of the %d iterations asked (%s)",
             folder,
             c["recorded"],
             args.iterations,
-            why,
+            c.get("reason") or "cut short",
         )
-        return 1
-    return 0
+    return 1 if failed or short else 0

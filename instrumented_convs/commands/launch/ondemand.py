@@ -168,8 +168,8 @@ class Server:
 
     # -- the loop's thread ------------------------------------------------------------------
     def _began(self, capture: Any) -> None:
-        """A capture's first iteration begins: the counters and memory on for it (a
-        failure said, never raised into the training loop)."""
+        """A capture's warm-up begins: the counters and memory on for it (a failure said,
+        never raised into the training loop)."""
         try:
             if self.counters:
                 configure(counters=True)
@@ -179,11 +179,12 @@ class Server:
                 self._metered.append("memory")
         except Exception:
             logger.warning("on demand: the counters or memory did not come on", exc_info=True)
+        first = capture.start if capture.warm is None else capture.warm + 1
         logger.info(
             "on demand: capture %s records %d iterations from iteration %d",
             capture.name,
             capture.iterations,
-            capture.first,
+            first,
         )
 
     def _finished(self, capture: Any) -> None:
@@ -305,6 +306,8 @@ class Server:
         if self.timeline or (self.timeline is None and configure().timeline):
             name = f"rank {rank}" if world is not None else f"{Path(target).name} ({self.pid})"
             timeline = registry.timeline()  # (on CUDA: waits for the capture's events, here)
+            t0 = capture.t0  # (a step the warm-up left open closed after: not the capture's)
+            timeline.calls = [call for call in timeline.calls if t0 is None or call[5] >= t0]
         raw = {
             "folder": str(folder),
             "snapshot": registry.snapshot(),

@@ -139,7 +139,7 @@ class Cycle:
             )
 
             self._handles = [
-                register_optimizer_step_pre_hook(self._pre),
+                _first_of(register_optimizer_step_pre_hook(self._pre)),
                 register_optimizer_step_post_hook(self._post),
             ]
             self._begin()
@@ -451,6 +451,15 @@ class Cycle:
             "why": last["why"],
             "eager": eager.describe(),
         }
+
+
+def _first_of(handle: Any) -> Any:
+    """Make a global optimizer pre-hook run before the others (whether a step is part of the
+    iteration before is known before another hook asks whether steps record)."""
+    hooks = handle.hooks_dict_ref()
+    if hooks is not None and hasattr(hooks, "move_to_end"):
+        hooks.move_to_end(handle.id, last=False)
+    return handle
 
 
 # The optimizer hooks' frames, run eagerly inside a compiled step, are not offered to Dynamo.

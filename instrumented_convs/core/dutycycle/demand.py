@@ -6,9 +6,12 @@ stops again.
 Another thread asks (:meth:`Demand.ask`); the loop's own thread decides at each iteration's
 beginning (:meth:`Demand.begins`, called by the duty cycle off its common path), so nothing
 runs in a signal handler and an idle iteration pays what an unrecorded one of the cycle pays.
-A capture is handed over one boundary after its last iteration: the steps still open at that
-boundary (a region around ``opt.step()``; the step of a second optimizer, whose boundary the
-cycle takes back) have closed by then, so nothing records into what is being read.
+A capture begins with one iteration recorded and dropped (a layer's first recorded call
+after a pause pays for what the tool sets up then); the steps that iteration left open close
+into the dropped tree. It is handed over one boundary after its last iteration: the steps
+still open at that boundary (a region around ``opt.step()``; the step of a second
+optimizer, whose boundary the cycle takes back) have closed by then, so nothing records
+into what is being read.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
+from ..clocks import cpu as clock
+from ..frames import stack as _stack
 from ..meters import readings
+from ..storage.entry import ASIDE, Entry
 
 __all__ = ["NEVER", "Busy", "Capture", "Demand"]
 
@@ -37,13 +43,14 @@ class Busy(RuntimeError):
 
 class Capture:
     """One capture: ``iterations`` from ``start`` (None: the next one to begin), into the
-    folder ``name``. ``state``: ``asked``, ``recording``, ``complete`` (its last iteration
-    ended; handed over at the next boundary), then ``writing`` (handed over); or, handed over
-    to be dropped, ``missed`` (a rank that began past ``start``) or ``cancelled``. ``reason``
-    says why one ended early."""
+    folder ``name``. ``state``: ``asked``, ``warming`` (the iteration before ``start``,
+    recorded and dropped), ``recording``, ``complete`` (its last iteration ended; handed
+    over at the next boundary), then ``writing`` (handed over); or, handed over to be
+    dropped, ``missed`` (a rank that began past ``start``) or ``cancelled``. ``reason`` says
+    why one ended early."""
 
     __slots__ = ("number", "iterations", "start", "name", "first", "recorded", "state")
-    __slots__ += ("reason", "asked", "began", "handed", "part")
+    __slots__ += ("reason", "asked", "began", "handed", "part", "t0", "warm")
 
     def __init__(self, number: int, iterations: int, start: Optional[int], name: str) -> None:
         """A capture asked for now."""
@@ -55,6 +62,8 @@ class Capture:
         self.reason: Optional[str] = None
         self.asked = time.time()
         self.began: Optional[float] = None  #: when its first iteration began (time.time())
+        self.t0: Optional[int] = None  #: the same on the CPU clock (the timeline's)
+        self.warm: Optional[int] = None  #: the iteration of its warm-up
         self.handed = False  #: handed over (to be written, or dropped)
 
     @property
@@ -99,7 +108,7 @@ class Demand:
         #: what starts (True) or stops (False) the listener: set by the package's face, the
         #: listener and the captures' writer being above the core
         self.server: Optional[Callable[[bool], None]] = None
-        #: called on the loop's thread when a capture's first iteration begins (registry reset)
+        #: called on the loop's thread when a capture's warm-up (or first iteration) begins
         self.began: Optional[Callable[[Capture], None]] = None
         #: called when a capture is handed over (recorded, missed, cancelled or cut short)
         self.finished: Optional[Callable[[Capture], None]] = None
@@ -210,9 +219,9 @@ class Demand:
         c = self.capture
         if c is None or c.handed:
             return NEVER
-        if c.state == "asked":
-            return 0 if c.start is None else c.start
-        return i + 1  # recording, complete or cancelled: the next boundary
+        if c.state == "asked":  # (its warm-up: the iteration before)
+            return 0 if c.start is None else c.start - 1
+        return i + 1  # warming, recording, complete or cancelled: the next boundary
 
     def begins(self, i: int) -> bool:
         """Iteration ``i`` begins: whether it is recorded (and the cycle's next boundary set).
@@ -229,16 +238,27 @@ class Demand:
         if c.handed:
             return False
         if c.state == "asked":
-            if c.start is not None and i < c.start:
+            if c.start is not None and i < c.start - 1:
                 return False
             if c.start is not None and i > c.start:
                 c.state, c.reason = "missed", f"the job was at iteration {i} when it began"
                 self._hand_locked(c)
                 return False
-            c.first, c.began, c.state = i, time.time(), "recording"
-            readings.reset()
+            warm = c.start is None or i < c.start
+            c.warm = i if warm else None
             if self.began is not None:
                 self.began(c)
+            if warm:  # the warm-up, from a clean registry
+                readings.reset()
+                c.state = "warming"
+                return True
+            self._begin_locked(c, i)  # (it came at the start itself: no warm-up)
+        elif c.state == "warming":
+            if i == c.warm:  # (begun again: its boundary was taken back)
+                return True
+            self._begin_locked(c, i)
+        elif c.state == "recording" and i == c.first:  # begun again: what was recorded since
+            self._begin_locked(c, i)  # is the warm-up's (its second optimizer's step)
         if c.state == "cancelled":
             self._hand_locked(c)
             return False
@@ -252,6 +272,16 @@ class Demand:
         c.state = "writing"
         self._hand_locked(c)
         return False
+
+    def _begin_locked(self, c: Capture, i: int) -> None:
+        """The capture's first iteration begins: the warm-up's records dropped, and the
+        steps it left open (a region around ``opt.step()``) closing into the dropped tree."""
+        readings.reset()
+        for frame in _stack.thread_stack():
+            e = frame.entry
+            if isinstance(e, Entry) and e.retired is True:
+                e.retired = ASIDE  # (its calls close into it, not into the new tree)
+        c.first, c.began, c.t0, c.state = i, time.time(), clock.cpu_now(), "recording"
 
     def ended(self, i: int) -> None:
         """A named iteration ``i`` ended (its region closed): the capture it completes is
@@ -268,7 +298,7 @@ class Demand:
         """Whether a capture is recording now (a boundary taken back stays unrecorded
         once its capture was handed over)."""
         c = self.capture
-        return c is not None and not c.handed and c.state in ("recording", "complete")
+        return c is not None and not c.handed and c.state in ("warming", "recording", "complete")
 
     def stop(self, reason: str, drop: bool = False) -> Optional[Capture]:
         """Hand over the capture under way as it is (``reason``: why it ends early, unless
@@ -284,6 +314,8 @@ class Demand:
                 c.state, c.reason = "writing", reason
             elif c.state == "complete" and not drop:
                 c.state = "writing"
+            elif c.state == "warming":  # nothing of its own recorded yet
+                c.state, c.reason = "cancelled", reason
             else:
                 c.state, c.reason = "cancelled", c.reason or reason
             self._hand_locked(c)
@@ -303,6 +335,8 @@ def _progress(c: Capture) -> str:
     if c.state == "asked":
         start = "the next iteration" if c.start is None else f"iteration {c.start}"
         return f"{c.iterations} iterations asked from {start}, not begun yet"
+    if c.state == "warming":
+        return "its warm-up iteration under way"
     if c.state == "recording":
         return f"{c.recorded} of {c.iterations} iterations recorded"
     return "being written" if c.state in ("complete", "writing") else c.state
