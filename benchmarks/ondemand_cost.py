@@ -16,8 +16,9 @@ there for every variant (the mode is switched in the core, not by starting them)
 Then, in the same processes, each iteration timed on its own: stock's, and the instrumented
 model's in blocks on demand (idle, ``--pause`` iterations; a capture of ``--capture``
 iterations asked through the core, after its warm-up iteration; the iterations while its
-folder is written, by the writer's process) and in blocks of the duty cycle at one in ``--pause`` (its iterations
-recorded after a pause, and the others); each kind's median over stock's median.
+folder is written, by the writer's process) and in blocks of the duty cycle at one in
+``--pause`` (its iterations recorded after a pause, and the others); each kind's median
+over stock's median.
 
 ``--cora``: the idle variants on the study's 3-layer GCN at Cora's shape (PyG edge_index),
 interleaved epochs, a process.
