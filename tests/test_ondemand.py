@@ -97,7 +97,7 @@ class Asked:
             assert time.monotonic() < deadline, "the capture was never armed"
             time.sleep(0.01)
 
-    def result(self, train=None, timeout=60):
+    def result(self, train=None, timeout=240):
         """Train with ``train()`` (if given) until the command has its answer."""
         deadline = time.monotonic() + timeout
         while self.thread.is_alive():
@@ -441,3 +441,24 @@ def test_a_rank_0_that_missed_the_start_still_merges_the_others(tmp_path):
     assert not told["ok"] and told["merged"] == {"ranks_missing": [0]}
     merged = Summary.load(folder)
     assert merged.world_size == 2 and merged["GCNConv"].count == 1
+
+
+def test_memory_and_counters_are_on_for_the_captured_iterations_only(tmp_path):
+    from instrumented_convs.core.meters import counters as counters_module
+
+    a = Trainer(_models()[0], region="epoch")
+    ondemand.listen(tmp_path, counters=True, memory=True)
+    ic.configure(record="on-demand")
+    a.step()
+    assert not ic.configure().counters and not ic.configure().memory  # idle: off
+    seen = counters_module.seen
+    a.step()
+    assert counters_module.seen == seen  # no op went through the counters' mode
+    asked = Asked(tmp_path, "--iterations", 2)
+    asked.armed()
+    code, out, err = asked.result(train=a.step)
+    assert code == 0, err
+    rows = {r.name: r for r in Summary.load(out)}
+    assert rows["epoch/GCNConv/lin"].flops > 0 and rows["epoch/GCNConv"].peak_bytes > 0
+    assert sum(r.saved_bytes for r in rows.values()) > 0
+    assert not ic.configure().counters and not ic.configure().memory  # off again

@@ -5,9 +5,10 @@ while one wrote: docs/performance.md, "On demand").
 
 The job hands over what it recorded as plain data (its snapshot, its timeline, what the
 capture's run.json says of it), pickled into the capture's folder; a child interpreter,
-at a lower priority and with no GPU, writes ``run.json`` (or ``rank<N>.json``) and every
-renderer's file, and rank 0's merges the ranks' files once they are all there. Where no
-child can be started, the job writes the folder itself.
+with no GPU, writes ``run.json`` (or ``rank<N>.json``) and every renderer's file, and rank
+0's merges the ranks' files once they are all there (at the job's own priority: a lower one
+starved it where the machine was busy, and the capture waited). Where no child can be
+started, the job writes the folder itself.
 """
 
 from __future__ import annotations
@@ -97,10 +98,6 @@ def write_capture(raw: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 def main(path: str) -> int:
     """A child's work: the raw data at ``path`` written as its folder; prints the answer."""
-    try:
-        os.nice(10)  # (the training goes first)
-    except OSError:
-        pass
     raw = pickle.loads(Path(path).read_bytes())
     print(json.dumps(render(raw)))
     return 0
