@@ -155,7 +155,8 @@ def test_a_job_is_captured_twice_while_it_runs_and_trains_as_without(tmp_path, j
         evals = sum(1 for e in range(first - 1, last) if e % 5 == 0)  # epoch e's: iteration e+1
         assert c.get(("forward (no grad)", "forward"), 0) == evals
         assert (folder / "page.html").exists() and (folder / "trace.json.gz").exists()
-        assert f"iterations {first}-{last}" in (folder / "summary.txt").read_text()
+        title = f"instrumented_convs {folder.name}: {SCRIPT}, iterations {first}-{last}"
+        assert title in (folder / "summary.txt").read_text()
     seen = len(job.epochs())
     job.until(lambda: len(job.epochs()) > seen + 3, "epochs after the captures")
     diff = subprocess.run(
@@ -245,7 +246,7 @@ def test_one_under_way_is_refused_ctrl_c_cancels_and_the_jobs_end_cuts_one_short
     jobs.append(long)
     job.until(lambda: any("capture-1 records" in line for line in job.err), "capture-1 begun")
     busy = capture(tmp_path, "run", "--iterations", 3, expect=1)
-    assert "under way" in busy.stderr and "capture-1" in busy.stderr, busy.stderr
+    assert "now: capture-1 is under way (" in busy.stderr, busy.stderr
     long.proc.send_signal(signal.SIGINT)  # Ctrl-C: the capture is cancelled
     assert long.end() == 130 and "cancelled, nothing written" in long.text()
     assert not (run / "capture-1").exists()  # the cancelled one: nothing, its folder gone

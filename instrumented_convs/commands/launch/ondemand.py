@@ -45,13 +45,15 @@ Describe = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
 def capture_title(target: str, capture: Dict[str, Any]) -> str:
-    """``instrumented_convs capture 2: train.py, iterations 40-59``."""
+    """``instrumented_convs capture-2: train.py, iterations 40-59``."""
     span = (
         f"iterations {capture['first']}-{capture['last']}"
         if capture.get("first") is not None
         else "no iteration"
     )
-    return f"instrumented_convs capture {capture['name']}: {target}, {span}"
+    name = capture["name"]  # (``capture``'s names say it: ``capture-2``)
+    called = name if name.startswith("capture") else f"capture {name}"
+    return f"instrumented_convs {called}: {target}, {span}"
 
 
 class Server:

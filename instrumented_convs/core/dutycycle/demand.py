@@ -160,7 +160,7 @@ class Demand:
                 raise Busy("the job is not on demand now (configure(record='all') was called)")
             c = self.capture
             if c is not None:
-                raise Busy(f"capture {c.name} is under way ({_progress(c)})")
+                raise Busy(f"{_called(c.name)} is under way ({_progress(c)})")
             i = self._owner.i
             if start is not None and start < i + 2:
                 raise Busy(f"the job is at iteration {i}, too near {start}", late=True)
@@ -328,6 +328,11 @@ class Demand:
             self.finished(c)
         else:  # nobody to write it
             self.capture = None
+
+
+def _called(name: str) -> str:
+    """``capture-2`` as it is (``capture``'s names), ``capture 2`` for a name of its own."""
+    return name if name.startswith("capture") else f"capture {name}"
 
 
 def _progress(c: Capture) -> str:
