@@ -52,7 +52,8 @@ class _Registry:
         """A :class:`~instrumented_convs.report.Summary` of everything recorded so far.
 
         ``by="step"`` merges each step path across layer instances (scopes);
-        ``by="layer"`` gives one row per (layer instance, step path). ``unit`` forces the
+        ``by="layer"`` gives one row per (layer instance, step path); ``by="relation"``
+        one per (relation of a heterogeneous model, step path). ``unit`` forces the
         table's time unit (``s``, ``ms``, ``us``, ``ns``).
 
         ``all_ranks=True`` merges the registries of every rank of a torch.distributed job: a

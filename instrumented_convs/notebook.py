@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="conv classes to instrument (comma-separated)")
     p.add_argument("--exclude", help="conv classes to leave stock (comma-separated)")
     p.add_argument("--warmup", type=_whole(0), default=0, help="optimizer steps whose records drop")
-    p.add_argument("--by", choices=("step", "layer"), default="step")
+    p.add_argument("--by", choices=("step", "layer", "relation"), default="step")
     p.add_argument("--no-backward", action="store_true", help="do not time the backward")
     p.add_argument("--backward-every", type=_whole(1), help="time one layer call's backward in N")
     p.add_argument("--counters", action="store_true", help="count each step's FLOPs and bytes")

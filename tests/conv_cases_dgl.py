@@ -46,7 +46,7 @@ import dgl.nn.pytorch.conv as dglconv  # noqa: E402
 
 from .helpers import gradients  # noqa: E402
 
-__all__ = ["Case", "CASES", "SKIP", "run", "build_pair", "stock_class"]
+__all__ = ["Case", "CASES", "SKIP", "EXTRA", "run", "build_pair", "stock_class"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,27 @@ def block() -> dgl.DGLGraph:
     """A message-flow block: all in-edges of nodes 0..N_DST-1 of :func:`graph`."""
     seeds = torch.arange(N_DST)
     return dgl.to_block(dgl.in_subgraph(graph(), seeds), dst_nodes=seeds)
+
+
+def heterograph() -> dgl.DGLGraph:
+    """Two node types and three relations, one within a type: ``HeteroGraphConv``'s input."""
+    g = _gen(0)
+
+    def edges(n_src: int, n_dst: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        src = torch.cat([torch.randint(0, n_src, (BR,), generator=g), torch.arange(n_src)])
+        dst = torch.cat([torch.randint(0, n_dst, (BR,), generator=g), torch.arange(n_src) % n_dst])
+        return src, dst
+
+    plays, follows = edges(N_SRC, N_DST), edges(N_SRC, N_SRC)
+    played = edges(N_DST, N_SRC)
+    return dgl.heterograph(
+        {
+            ("user", "plays", "game"): plays,
+            ("user", "follows", "user"): follows,
+            ("game", "played-by", "user"): played,
+        },
+        num_nodes_dict={"user": N_SRC, "game": N_DST},
+    )
 
 
 B_SRC = block().num_src_nodes()  # source nodes of block()
@@ -541,6 +562,44 @@ _case(
 _case("GatedGCNConv", "residual", lambda c: c(8, 8, 8, dropout=0.2), _on(graph, X, (E, 8)))
 _case("GatedGCNConv", "plain", lambda c: c(8, 4, 6, batch_norm=False), _on(graph, X, (E, 4)))
 
+
+# HeteroGraphConv (dgl.nn, not a conv module: EXTRA), a module per relation
+def _hetero_inputs() -> Tuple[tuple, dict]:
+    gen = _gen(1)
+    feats = {
+        "user": torch.randn(N_SRC, 8, generator=gen),
+        "game": torch.randn(N_DST, 8, generator=gen),
+    }
+    return (heterograph(), feats), {}
+
+
+def _per_relation(keys: Tuple[Any, ...]) -> Callable[[], Dict[Any, nn.Module]]:
+    def mods():
+        convs = [dglconv.GraphConv(8, 4), dglconv.SAGEConv(8, 4, "mean"), dglconv.GraphConv(8, 4)]
+        return dict(zip(keys, convs))
+
+    return mods
+
+
+_ETYPES = ("plays", "follows", "played-by")
+_CANONICAL = (("user", "plays", "game"), ("user", "follows", "user"), ("game", "played-by", "user"))
+for agg in ["sum", "stack"]:
+    _case(
+        "HeteroGraphConv",
+        agg,
+        lambda c, a=agg: c(_per_relation(_ETYPES)(), aggregate=a),
+        _hetero_inputs,
+    )
+_case(
+    "HeteroGraphConv",
+    "canonical",
+    lambda c: c(_per_relation(_CANONICAL)(), aggregate="mean"),
+    _hetero_inputs,
+)
+
+#: Classes of ``dgl.nn`` outside its conv module that get a case: their stock class.
+EXTRA: Dict[str, type] = {"HeteroGraphConv": dgl.nn.pytorch.HeteroGraphConv}
+
 SKIP: Dict[str, str] = {}
 for _name in ("CuGraphGATConv", "CuGraphRelGraphConv", "CuGraphSAGEConv"):
     if _name not in dglconv.__all__:
@@ -558,15 +617,17 @@ for _name in sorted(set(dglconv.__all__) - {c.name for c in _C} - set(SKIP)):
     SKIP[_name] = f"no case in tests/conv_cases_dgl.py for this class of DGL {dgl.__version__}"
 
 #: The cases of the classes this DGL has, less those in SKIP.
-CASES: List[Case] = [c for c in _C if c.name in dglconv.__all__ and c.name not in SKIP]
+CASES: List[Case] = [
+    c for c in _C if (c.name in dglconv.__all__ or c.name in EXTRA) and c.name not in SKIP
+]
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
 del _name, norm, agg, d
 
 
 # --------------------------------------------------------------------------- runner
 def stock_class(case: Case) -> type:
-    """The stock class of ``case``: ``dgl.nn.pytorch.conv.<case.name>``."""
-    return getattr(dglconv, case.name)
+    """The stock class of ``case``: ``dgl.nn.pytorch.conv.<case.name>`` (or :data:`EXTRA`'s)."""
+    return EXTRA[case.name] if case.name in EXTRA else getattr(dglconv, case.name)
 
 
 def build_pair(case: Case, ours_cls: type) -> Tuple[nn.Module, nn.Module]:

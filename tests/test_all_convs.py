@@ -50,8 +50,9 @@ PARAMS = [
 
 
 def _classes(fw: str, name: str) -> Tuple[type, type]:
-    ours, stock, _ = FRAMEWORKS[fw]
-    return getattr(stock, name), getattr(ours, name)
+    ours, stock, cases = FRAMEWORKS[fw]
+    extra = getattr(cases, "EXTRA", {})  # classes outside the conv module (HeteroGraphConv)
+    return (extra[name] if name in extra else getattr(stock, name)), getattr(ours, name)
 
 
 def _assert_same(ref: Dict[str, torch.Tensor], got: Dict[str, torch.Tensor]) -> None:
@@ -68,9 +69,10 @@ def _run(cases: Any, layer: torch.nn.Module, case: Any) -> Dict[str, torch.Tenso
 
 
 def _children(layer: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
-    from instrumented_convs.layers.generic import _children as children
+    from instrumented_convs.layers.relations import child_names
 
-    return [(n, c) for n, c in children(layer) if n not in GenericLayer._ic_skip]
+    named = [(n.replace("/", "|"), c) for n, c, _ in child_names(layer)]
+    return [(n, c) for n, c in named if n not in GenericLayer._ic_skip]
 
 
 def _repr(layer: torch.nn.Module) -> Any:
@@ -178,6 +180,8 @@ def test_every_conv_class_is_instrumented_or_listed_with_a_reason(fw):
         assert issubclass(getattr(ours, name), getattr(stock, name))
         assert (name in tested) != (name in cases.SKIP), f"{name}: tested or skipped with a reason"
         assert name not in cases.SKIP or cases.SKIP[name]
+    for name, cls in getattr(cases, "EXTRA", {}).items():  # beyond the conv module: tested
+        assert name in ours.__all__ and issubclass(getattr(ours, name), cls) and name in tested
 
 
 @pytest.mark.parametrize(

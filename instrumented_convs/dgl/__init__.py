@@ -2,7 +2,7 @@
 ``from instrumented_convs.dgl import GraphConv`` instead of ``from dgl.nn import GraphConv``.
 Each subclasses the stock one (same constructor, parameters, ``state_dict``): ``GraphConv``
 and ``EdgeWeightNorm`` are guarded copies of upstream's forwards with steps
-(:mod:`.graphconv`), every other module generic (:mod:`.generic`).
+(:mod:`.graphconv`), every other module generic (:mod:`.generic`), ``HeteroGraphConv`` too.
 """
 
 from . import generic
@@ -16,3 +16,9 @@ globals().update(_GENERIC)
 __all__ += sorted(_GENERIC)
 #: Conv classes of DGL with no instrumented version here, and why.
 NOT_INSTRUMENTED = generic.NOT_INSTRUMENTED
+
+# -- DGL's module per relation of a heterograph (dgl.nn.HeteroGraphConv), generic too: the
+# slicing of each relation's graph and the aggregation across relations are its steps, each
+# relation's module a step of that relation (layers.relations).
+HeteroGraphConv = generic.hetero_graph_conv(__name__)
+__all__ += ["HeteroGraphConv"]

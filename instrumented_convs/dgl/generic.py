@@ -30,6 +30,7 @@ __all__ = [
     "scopes",
     "Detailed",
     "fallback",
+    "hetero_graph_conv",
 ]
 
 logger = logging.getLogger(__name__)
@@ -155,6 +156,14 @@ def make_all(module: str, detailed: frozenset) -> Dict[str, type]:
     from ..layers.generic import make_all as make
 
     return make(conv, module, GenericDGL, detailed, NOT_INSTRUMENTED, vocabulary=VOCABULARY)
+
+
+def hetero_graph_conv(module: str) -> type:
+    """The generic instrumented ``dgl.nn.HeteroGraphConv`` (not a conv module of DGL's, but
+    the one a heterograph model is built of), living in ``module``."""
+    from dgl.nn.pytorch import HeteroGraphConv
+
+    return make_class(HeteroGraphConv, module, GenericDGL, None, VOCABULARY)
 
 
 #: What a DGL layer's forward calls that is timed as a step during its calls

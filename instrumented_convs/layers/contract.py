@@ -12,17 +12,19 @@ import copy
 import itertools
 import logging
 import threading
-from typing import Any, Callable, ClassVar, Dict, Iterator, Tuple, TypeVar
+from typing import Any, Callable, ClassVar, Dict, Iterator, Optional, Tuple, TypeVar
 
 import torch
 
 from ..core.native import speedups
-from ..core.steps.step import Step, recording
+from ..core.steps.step import Step, recording, relate
+from .relations import walk
 
 __all__ = [
     "InstrumentedLayer",
     "instance_scope",
     "name_layers",
+    "is_default_scope",
     "convert",
     "revert",
     "Timed",
@@ -152,8 +154,27 @@ class InstrumentedLayer:
     def scope(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a layer scope is a non-empty string, not {name!r}")
+        relation = self.__dict__.get("_ic_relation")
+        if relation is not None and name != self._ic_scope:
+            relate(self._ic_scope, None)
         self._ic_scope = name
         self.__dict__.pop("_ic_steps", None)
+        self.__dict__.pop("_ic_children", None)  # (children's steps may carry the scope)
+        if relation is not None:
+            relate(name, relation)
+
+    @property
+    def relation(self) -> Optional[str]:
+        """The relation of a heterogeneous model this layer computes (an edge type spelled
+        ``author__writes__paper``), or None; ``summary(by="relation")`` groups by it."""
+        return self.__dict__.get("_ic_relation")
+
+    @relation.setter
+    def relation(self, relation: Optional[str]) -> None:
+        if relation is not None and (not isinstance(relation, str) or not relation):
+            raise ValueError(f"a relation is a non-empty string or None, not {relation!r}")
+        self.__dict__["_ic_relation"] = relation
+        relate(self._ic_scope, relation)
 
     def _ic_step(self, device: torch.device) -> Step:
         """The layer's own top-level step for ``device``, built once per (scope, device)."""
@@ -222,7 +243,7 @@ def convert(layer: Any, cls: "type[L]") -> L:
 
 
 #: Attributes an instrumented layer keeps in its ``__dict__`` (the rest is the stock layer's).
-_OURS = ("_ic_scope", "_ic_steps", "_ic_children")
+_OURS = ("_ic_scope", "_ic_steps", "_ic_children", "_ic_relation")
 
 
 def revert(layer: Any) -> Any:
@@ -267,16 +288,28 @@ def _copy_children(layer: torch.nn.Module) -> None:
         layer._modules[name] = child
 
 
-def name_layers(model: torch.nn.Module, prefix: str = "") -> Dict[str, str]:
-    """Name every instrumented layer in ``model`` after its attribute path (``convs.0``).
+def name_layers(model: torch.nn.Module, prefix: str = "", *, keep: bool = False) -> Dict[str, str]:
+    """Name every instrumented layer in ``model`` after its attribute path (``convs.0``), and
+    give each layer of a heterogeneous model its relation (:mod:`.relations`): a key of
+    ``HeteroConv``, ``HeteroGraphConv`` or ``to_hetero`` is spelled canonically in the path
+    (``conv1.author__writes__paper``). ``keep``: layers named already (not ``GCNConv#0``)
+    keep their names.
 
     ``registry.summary(by="layer")`` then shows ``convs.0`` instead of ``GCNConv#0``.
     Returns the mapping from old to new scope names.
     """
     renamed = {}
-    for name, module in model.named_modules(prefix=prefix):
+    for name, module, relation in walk(model, prefix):
         if isinstance(module, InstrumentedLayer):
-            new = name or type(module).__name__
-            renamed[module.scope] = new
-            module.scope = new
+            if not keep or (name and is_default_scope(module)):
+                new = name or type(module).__name__
+                renamed[module.scope] = new
+                module.scope = new
+            if relation is not None:
+                module.relation = relation
     return renamed
+
+
+def is_default_scope(layer: InstrumentedLayer) -> bool:
+    """Whether ``layer`` has the scope it was made with (``GCNConv#0``), not a name."""
+    return layer.scope.startswith(layer._ic_stock.__name__ + "#")

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import inspect
 import threading
-from typing import Any, Callable, ClassVar, Dict, FrozenSet, Iterator, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -20,8 +20,9 @@ from torch import Tensor
 from ..core.compiler.dynamo import compiling, inside_compiled, skip_frame, traced
 from ..core.native import speedups
 from ..core.settings import switches
-from ..core.steps.step import Step, mark_outputs, recording
-from .contract import Handed, InstrumentedLayer, Timed
+from ..core.steps.step import Step, mark_outputs, recording, relate
+from .contract import Handed, InstrumentedLayer, Timed, name_layers
+from .relations import child_names, holder_attribute
 from .statements.forward import Own
 from .statements.routes import Routes, Vocabulary, handed, helpers, route_forward
 
@@ -150,26 +151,38 @@ def uninstall(undo: Undo) -> None:
 
 def _timed_children(layer: Any) -> List[Tuple[torch.nn.Module, Step]]:
     """``layer``'s direct children with their steps, cached on the instance while its children
-    stay the same objects (the cache is keyed by ``id(layer)``: a copy builds its own)."""
+    stay the same objects (the cache is keyed by ``id(layer)``: a copy builds its own). A
+    child that computes a relation (``HeteroConv``'s, ``HeteroGraphConv``'s) is a step of that
+    relation in a scope of its own: the child's (an instrumented layer's, while it keeps it),
+    else ``<layer's scope>.<name>``."""
     d = layer.__dict__
     modules = tuple(layer._modules.values())
     cached = d.get("_ic_children")
-    if cached is not None and cached[0] == id(layer) and cached[1] == modules:
+    if (
+        cached is not None
+        and cached[0] == id(layer)
+        and cached[1] == modules
+        and all(child._ic_scope == scope for child, scope in cached[3])
+    ):
         return cached[2]
     skip = layer._ic_skip
-    kids = [(child, Step(name)) for name, child in _children(layer) if name not in skip]
-    d["_ic_children"] = (id(layer), modules, kids)
-    return kids
-
-
-def _children(module: torch.nn.Module) -> Iterator[Tuple[str, torch.nn.Module]]:
-    """Direct children by attribute name; items of ModuleList/ModuleDict as ``name.key``."""
-    for name, child in module.named_children():
-        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)):
-            for key, item in child.named_children():
-                yield f"{name}.{key}".replace("/", "|"), item
+    kids, named = [], []
+    for name, child, relation in child_names(layer):
+        name = name.replace("/", "|")
+        if name in skip:
+            continue
+        if relation is None:
+            kids.append((child, Step(name)))
+            continue
+        if isinstance(child, InstrumentedLayer):
+            scope = child.scope
+            named.append((child, scope))
         else:
-            yield name, child
+            scope = f"{layer.scope}.{name}"
+        relate(scope, relation)
+        kids.append((child, Step(name, scope)))
+    d["_ic_children"] = (id(layer), modules, kids, named)
+    return kids
 
 
 class GenericLayer(InstrumentedLayer):
@@ -178,6 +191,13 @@ class GenericLayer(InstrumentedLayer):
 
     #: Children not timed as steps (PyG's aggregation module runs inside ``aggregate``).
     _ic_skip: ClassVar[FrozenSet[str]] = frozenset({"aggr_module"})
+
+    def _ic_after_init(self) -> None:
+        """A layer that holds a module per relation (``HeteroConv``) names its instrumented
+        children after their relation, below its own scope, unless named already."""
+        super()._ic_after_init()
+        if holder_attribute(self) is not None:
+            name_layers(self, self.scope, keep=True)
 
 
 _NOTHING = contextlib.nullcontext()

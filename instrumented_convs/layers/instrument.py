@@ -15,6 +15,7 @@ from typing import Collection, Dict, Optional, TypeVar
 import torch
 
 from .contract import InstrumentedLayer, convert, name_layers, revert
+from .relations import walk
 
 __all__ = ["instrument", "uninstrument"]
 
@@ -68,7 +69,8 @@ def instrument(
     scope becomes its attribute path (as :func:`~instrumented_convs.name_layers` does).
     ``only`` (class names, ``{"GCNConv", "SAGEConv"}``) instruments those classes alone;
     ``exclude`` leaves those classes stock. A name matches the classes of that name in both
-    frameworks.
+    frameworks. The layers of a heterogeneous model (``to_hetero``, ``HeteroConv``,
+    ``HeteroGraphConv``) get their relation, named or not (``summary(by="relation")``).
     """
     if isinstance(only, str) or isinstance(exclude, str):
         raise TypeError("only= and exclude= take a collection of class names, not one string")
@@ -83,6 +85,10 @@ def instrument(
             convert(module, cls)
     if name:
         name_layers(model)
+    else:  # the relations of a heterogeneous model all the same
+        for _, module, relation in walk(model):
+            if relation is not None and isinstance(module, InstrumentedLayer):
+                module.relation = relation
     return model
 
 

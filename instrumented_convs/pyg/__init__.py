@@ -5,7 +5,7 @@ GCNConv``. Each is a subclass of the stock layer (same constructor, parameters,
 (:mod:`.gcn`), every other class generic (:mod:`.generic`).
 """
 
-from . import generic
+from . import generic, hetero
 from .gcn import DETAILED, KNOWN, GCNConv, gcn_norm  # noqa: F401  (KNOWN: for tests, check)
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
@@ -16,3 +16,5 @@ globals().update(_GENERIC)
 __all__ += sorted(_GENERIC)
 #: Conv classes of PyG with no instrumented version here, and why.
 NOT_INSTRUMENTED = generic.NOT_INSTRUMENTED
+
+hetero.install()  # to_hetero's copies of our layers named after their relation

@@ -23,7 +23,7 @@ MIN_CHANGE = 0.05
 #: The absolute floor, µs a call: a change under it is below what a user can act on.
 MIN_CHANGE_US = 1.0
 
-Key = Tuple[str, str, Optional[str]]  # (path, phase, scope)
+Key = Tuple[str, str, Optional[str], Optional[str]]  # (path, phase, scope, relation)
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class DiffRow:
     step: str  #: its last component
     depth: int  #: 0 at the top level
     phase: str  #: ``forward`` or ``backward``
-    scope: Optional[str]  #: the layer instance (by-layer summaries)
+    scope: Optional[str]  #: the layer instance (by layer), or the relation (by relation)
     a: Any  #: the baseline's Row, or ``None`` (an added step)
     b: Any  #: the candidate's Row, or ``None`` (a missing step)
     change: Optional[float]  #: b's mean - a's mean, seconds per call
@@ -137,7 +137,8 @@ class SummaryDiff:
         event_w = max([30] + [len(x) for x in labels])
         layer_w = max([5] + [len(d.scope or "") for d in self.rows]) if layer else 0
         widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-        header = "  " + "Event".ljust(event_w) + (" | " + "Layer".ljust(layer_w) if layer else "")
+        group = "Relation" if getattr(self.a, "by", "step") == "relation" else "Layer"
+        header = "  " + "Event".ljust(event_w) + (" | " + group.ljust(layer_w) if layer else "")
         header += "".join(" | " + c.rjust(w) for c, w in zip(cols, widths))
         head = f"--- {title}: mean per call (times in {name}) "
         lines = [head + "-" * max(3, len(header) - len(head)), header]
@@ -209,8 +210,8 @@ def diff(
     """
     if a.by != b.by:
         raise ValueError(f"one summary is by {a.by!r}, the other by {b.by!r}: summarise both alike")
-    rows_a: Dict[Key, Any] = {(r.name, r.phase, r.scope): r for r in a.rows}
-    rows_b: Dict[Key, Any] = {(r.name, r.phase, r.scope): r for r in b.rows}
+    rows_a: Dict[Key, Any] = {r.key: r for r in a.rows}
+    rows_b: Dict[Key, Any] = {r.key: r for r in b.rows}
     order: List[Key] = list(rows_a)
     keys_b = list(rows_b)
     for i, key in enumerate(keys_b):  # b's own rows go after the row b has before them
@@ -234,7 +235,7 @@ def diff(
                 row.step,
                 row.depth,
                 row.phase,
-                row.scope,
+                row.relation if a.by == "relation" else row.scope,
                 ra,
                 rb,
                 change,

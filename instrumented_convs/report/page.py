@@ -72,6 +72,8 @@ def _rows(rows: Sequence[Any]) -> List[Dict[str, Any]]:
     out = []
     for row in rows:
         d = dataclasses.asdict(row)
+        if d["scope"] is None and d["relation"] is not None:  # by relation: the row's group
+            d["scope"] = d["relation"]
         out.append({k: _finite(d[k]) for k in _ROW_FIELDS})
     return out
 
@@ -109,12 +111,12 @@ def _ranks(summary: Any) -> Optional[Dict[str, Any]]:
     if summary.world_size is None:
         return None
     parts = summary.by_rank()
-    totals = [{(r.name, r.phase, r.scope): r.total for r in part.rows} for part in parts]
+    totals = [{r.key: r.total for r in part.rows} for part in parts]
     rows = []
     for r in summary.rows:
         if r.depth > _RANK_DEPTH:
             continue
-        key = (r.name, r.phase, r.scope)
+        key = r.key
         rows.append(
             {
                 "name": r.name,

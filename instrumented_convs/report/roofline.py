@@ -29,8 +29,8 @@ def rows_of(summary: Any, times: Any = None) -> List[Any]:
     path, phase and layer) and their FLOPs, bytes and memory per call, when given."""
     rows = [r for r in summary.rows if r.ops]
     if times is not None:
-        timed = {(t.name, t.phase, t.scope): t for t in times.rows}
-        rows = [_retimed(r, timed.get((r.name, r.phase, r.scope))) for r in rows]
+        timed = {t.key: t for t in times.rows}
+        rows = [_retimed(r, timed.get(r.key)) for r in rows]
     return rows
 
 

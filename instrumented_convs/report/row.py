@@ -83,6 +83,9 @@ class Row:
     #: copies and memsets they launched, where a report says (an Nsight Systems report read
     #: back: docs/nsys.md); 0.0 where unknown (the in-process clock times spans only).
     busy: float = 0.0
+    #: The relation (edge type) of a heterogeneous model the row's layer computes
+    #: (``author__writes__paper``): a row of a summary by relation, or by layer; else None.
+    relation: Optional[str] = None
     #: The statistics of :data:`~.stats.STATISTICS` that no field above holds (a statistic
     #: added at run time), by name; read as attributes too (``row.name``). Not in
     #: :data:`FIELDS`: written only by a column that shows one (:mod:`.columns`).
@@ -99,6 +102,11 @@ class Row:
     def parent(self) -> Optional[str]:
         """The path of the enclosing step, or ``None`` at the top level."""
         return self.name.rsplit("/", 1)[0] if "/" in self.name else None
+
+    @property
+    def key(self) -> Tuple[str, str, Optional[str], Optional[str]]:
+        """What tells the row apart in its summary: path, phase, scope and relation."""
+        return (self.name, self.phase, self.scope, self.relation)
 
     @property
     def spread(self) -> Optional[float]:

@@ -34,10 +34,23 @@ def _std_seconds(n: int, total: int, sumsq: int) -> float:
     return math.sqrt(_variance(n, total, sumsq)) * 1e-9
 
 
+#: The groupings of a summary's rows: by step path, by layer instance (scope), by relation.
+BY = ("step", "layer", "relation")
+
+
 def check_by(by: str) -> None:
-    """Raise ValueError unless ``by`` is a grouping a summary knows: ``step`` or ``layer``."""
-    if by not in ("step", "layer"):
-        raise ValueError(f"by must be 'step' or 'layer', not {by!r}")
+    """Raise ValueError unless ``by`` is a grouping a summary knows (:data:`BY`)."""
+    if by not in BY:
+        raise ValueError(f"by must be 'step', 'layer' or 'relation', not {by!r}")
+
+
+def _label(by: str) -> Callable[[EntryStats], Optional[str]]:
+    """What tells an entry's row apart besides its path and phase, grouped ``by``."""
+    if by == "layer":
+        return attrgetter("scope")
+    if by == "relation":
+        return attrgetter("relation")
+    return lambda s: None
 
 
 def estimated_total(s: EntryStats) -> float:
@@ -241,21 +254,22 @@ def _shares(statistic: Statistic, stats: Sequence[EntryStats]) -> List[Any]:
 
 
 def _groups(
-    stats: Sequence[EntryStats], layer: bool
+    stats: Sequence[EntryStats], by: str
 ) -> Tuple[Dict[_GroupKey, List[int]], Dict[_GroupKey, List[_GroupKey]]]:
-    """The entries of each row (by step path and phase, and by layer with ``layer``), and
-    each row's children: rows in order of first use."""
+    """The entries of each row (by step path and phase, and by layer or relation, ``by``),
+    and each row's children: rows in order of first use."""
     members: Dict[_GroupKey, List[int]] = {}
     children_of: Dict[_GroupKey, List[_GroupKey]] = {_TOP: []}
+    label = _label(by)
     for i, s in enumerate(stats):
-        key = (s.scope if layer else None, s.path, s.phase)
+        key = (label(s), s.path, s.phase)
         if key not in members:
             members[key] = []
             if s.parent < 0:
                 pkey = _TOP
             else:
                 p = stats[s.parent]
-                pkey = (p.scope if layer else None, p.path, p.phase)
+                pkey = (label(p), p.path, p.phase)
             children_of.setdefault(pkey, []).append(key)
             children_of[key] = []
         members[key].append(i)
@@ -290,8 +304,9 @@ def _tree_order(children_of: Dict[_GroupKey, List[_GroupKey]]) -> List[_GroupKey
     return order
 
 
-def _row(first: EntryStats, scope: Optional[str], g: Dict[str, Any], grand: float) -> Row:
-    """The row of the merged values ``g`` (``first``: its first entry; ``grand``: ns)."""
+def _row(first: EntryStats, label: Optional[str], g: Dict[str, Any], grand: float, by: str) -> Row:
+    """The row of the merged values ``g`` (``first``: its first entry; ``label``: its scope
+    or relation, grouped ``by`` layer or relation; ``grand``: ns)."""
     fields: Dict[str, Any] = {}
     extra: Dict[str, Any] = {}
     for statistic in STATISTICS:
@@ -304,9 +319,10 @@ def _row(first: EntryStats, scope: Optional[str], g: Dict[str, Any], grand: floa
         name=first.path,
         step=first.name,
         depth=first.depth,
-        scope=scope,
+        scope=label if by == "layer" else None,
         kind=first.kind,
         phase=first.phase,
+        relation=label if by == "relation" else first.relation if by == "layer" else None,
         **fields,
     )
 
@@ -321,7 +337,9 @@ def summarize(
     """Group ``stats`` (a registry snapshot, depth first) into a :class:`Summary`.
 
     ``by="step"`` merges each step path across layer instances; ``by="layer"`` keeps one
-    row per (layer instance, step path). Rows come in tree order, siblings in order of first
+    row per (layer instance, step path); ``by="relation"`` one per (relation of a
+    heterogeneous model, step path), each relation's layers added together (steps of no
+    relation merged as by step). Rows come in tree order, siblings in order of first
     use; rows that recorded nothing are left out. Fractions are shares of the grand total
     (the sum of the top-level rows), so they add up at every depth. Calls counted but not
     timed (backward sampling) are in the counts, and their time is estimated per entry
@@ -339,12 +357,12 @@ def summarize(
     """
     check_by(by)
     stats = unscaled(list(stats), sampling)
-    members, children_of = _groups(stats, by == "layer")
+    members, children_of = _groups(stats, by)
     merged = _merged(stats, members)
     order = _tree_order(children_of)
     grand = sum(merged[k]["total"] for k in order if stats[members[k][0]].depth == 0)
     rows = [
-        _row(stats[members[k][0]], k[0], merged[k], grand)
+        _row(stats[members[k][0]], k[0], merged[k], grand, by)
         for k in order
         if merged[k]["timed_calls"] + merged[k]["estimated"]
         or merged[k]["untimed"]
@@ -393,14 +411,14 @@ def merge_ranks(
         combined.extend(s._replace(parent=s.parent + offset) if s.parent >= 0 else s for s in stats)
     merged = summarize(combined, by=by, unit=unit, sampling=sampling)
 
-    seen: Dict[Tuple[Optional[str], str, str], List[Tuple[float, int]]] = {}
+    seen: Dict[Tuple[str, str, Optional[str], Optional[str]], List[Tuple[float, int]]] = {}
     for rank, part in enumerate(parts):
         for r in part.rows:
             if r.count:  # a rank whose calls were all untimed has no total to compare
-                seen.setdefault((r.scope, r.name, r.phase), []).append((r.total, rank))
+                seen.setdefault(r.key, []).append((r.total, rank))
     rows = []
     for r in merged.rows:
-        totals = seen.get((r.scope, r.name, r.phase), [])
+        totals = seen.get(r.key, [])
         if totals:
             slow, slow_rank = max(totals, key=lambda t: (t[0], -t[1]))  # a tie: the lowest rank
             r = dataclasses.replace(

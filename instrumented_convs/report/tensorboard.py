@@ -19,7 +19,7 @@ SECTIONS = {
     "bytes": "instrumented_convs GB per s",
 }
 
-_Key = Tuple[str, str, Optional[str]]  # a row: path, phase, scope
+_Key = Tuple[str, str, Optional[str], Optional[str]]  # a row: path, phase, scope, relation
 _Point = Tuple[float, float, int, int]  # its count, total seconds, FLOPs, bytes at a point
 _previous: "weakref.WeakKeyDictionary[Any, Dict[_Key, _Point]]" = weakref.WeakKeyDictionary()
 _ILLEGAL = re.compile(r"[^A-Za-z0-9_./\-]+")
@@ -59,7 +59,7 @@ def write_scalars(summary: Any, writer: Any, step: Optional[int] = None) -> int:
     now: Dict[_Key, _Point] = {}
     written = 0
     for row in summary:
-        key = (row.name, row.phase, row.scope)
+        key = row.key
         now[key] = (row.count, row.total, row.flops, row.bytes_read + row.bytes_written)
         count0, total0, flops0, bytes0 = before.get(key, (0, 0.0, 0, 0))
         if row.count < count0:  # the registry was reset since: from that reset on
@@ -72,7 +72,9 @@ def write_scalars(summary: Any, writer: Any, step: Optional[int] = None) -> int:
             scalars["flops"] = (row.flops - flops0) / seconds / 1e9
             scalars["bytes"] = (now[key][3] - bytes0) / seconds / 1e9
         for section, value in scalars.items():
-            writer.add_scalar(tag_of(section, row.name, row.phase, row.scope), value, step)
+            writer.add_scalar(
+                tag_of(section, row.name, row.phase, row.scope or row.relation), value, step
+            )
             written += 1
     try:
         _previous[writer] = now

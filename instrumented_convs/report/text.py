@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from ..core.storage.entry import BACKWARD_MARK
 from . import columns, hostdevice
 from .compiled import compiled_note, eager_breakdown
+from .fold import SUMMED, fold
 
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
 UPSTREAM_MARK = " (upstream code)"
@@ -137,7 +138,8 @@ def empty_note(summary: Any) -> List[str]:
 class TableRenderer:
     """Renders a :class:`~instrumented_convs.report.Summary` as the study's table, extended.
 
-    Columns: Event (indented by depth), Layer (grouped by layer), then :data:`.columns.COLUMNS`
+    Columns: Event (indented by depth), Layer or Relation (grouped so; the steps of the
+    largest relations, the others folded: :func:`.fold.fold`), then :data:`.columns.COLUMNS`
     (Count, Average, Total, Self, Min, Max, Std, Frac.; for a summary merged over ranks also
     Slowest and Spread, unless ``spread=False``). One time unit for the whole table,
     :func:`.columns.unit_of`, stated in the title line.
@@ -193,33 +195,47 @@ class TableRenderer:
         self, summary: Any, shown: List[columns.Column], unit: str, scale: float
     ) -> List[str]:
         """The title line, the header, a line per row and the closing rule."""
-        rows = summary.rows
-        by_layer = summary.by == "layer"
+        by = summary.by
+        listed = fold(summary.rows, by)
+        rows = [r for r, _ in listed]
+        grouped = by in ("layer", "relation")
         world = getattr(summary, "world_size", None)
         over = getattr(summary, "over", "ranks")
         labels = [label(r) for r in rows]
+        groups = [_group(r, by, n) for r, n in listed]
         event_w = max([30] + [len(text) for text in labels])
-        layer_w = max([5] + [len(r.scope or "") for r in rows]) if by_layer else 0
+        group_w = max([5 if by == "layer" else 8] + [len(g) for g in groups]) if grouped else 0
         cols = [c.header for c in shown]
         cells: List[List[str]] = [
-            [columns.cell(c, r, scale, world, over) for c in shown] for r in rows
+            [
+                columns.cell(c, r, scale, world, over) if not n or c.key in SUMMED else ""
+                for c in shown
+            ]
+            for r, n in listed
         ]
         widths = [max([len(col)] + [len(c[i]) for c in cells]) for i, col in enumerate(cols)]
         header = "  " + "Event".ljust(event_w)
-        if by_layer:
-            header += " | " + "Layer".ljust(layer_w)
+        if grouped:
+            header += " | " + ("Layer" if by == "layer" else "Relation").ljust(group_w)
         header += "".join(" | " + col.rjust(w) for col, w in zip(cols, widths))
         merged = f", {world} {over} merged" if world is not None else ""
         head = f"--- {self.title}{merged} (times in {unit}) "
         lines = [head + "-" * max(3, len(header) - len(head)), header]
-        for r, text, c in zip(rows, labels, cells):
+        for text, group, c in zip(labels, groups, cells):
             line = text.ljust(event_w + 2)
-            if by_layer:
-                line += " | " + (r.scope or "").ljust(layer_w)
+            if grouped:
+                line += " | " + group.ljust(group_w)
             line += "".join(" | " + v.rjust(w) for v, w in zip(c, widths))
             lines.append(line)
         lines.append("-" * len(header))
         return lines
+
+
+def _group(row: Any, by: str, folded: int) -> str:
+    """A row's cell of the Layer or Relation column (a folded line: how many it stands for)."""
+    if folded:
+        return f"({folded} more relations)"
+    return (row.scope if by == "layer" else row.relation) or ""
 
 
 def _run_notes(summary: Any) -> List[str]:

@@ -1,7 +1,8 @@
 """The layers ``check`` compares with the stock ones, and their inputs: the detailed layers
 over their input kinds (PyG ``GCNConv``: ``edge_index``, edge weights, ``SparseTensor``,
-``torch.sparse``; DGL ``GraphConv`` over its norms and options, ``EdgeWeightNorm``) and a
-sample of generic layers of both frameworks. Graphs are generated from fixed seeds, so two
+``torch.sparse``; DGL ``GraphConv`` over its norms and options, ``EdgeWeightNorm``), a
+sample of generic layers of both frameworks and their heterogeneous layers (``HeteroConv``,
+``HeteroGraphConv``, a conv per relation). Graphs are generated from fixed seeds, so two
 calls of a case's ``inputs`` give equal tensors. The frameworks import when a case is made.
 """
 
@@ -30,8 +31,9 @@ class Case:
     inputs: Callable[[int, torch.device], Tuple[tuple, Dict[str, Any]]]  #: (nodes, device)
     needs: Optional[str] = None  #: a module it needs (``torch_sparse``)
     args: Tuple[Any, ...] = (F_IN, F_OUT)  #: the constructor's positional arguments
-    #: makes a child module given as the first argument (GIN's MLP), fresh for each layer
-    child: Optional[Callable[[], torch.nn.Module]] = None
+    #: makes a child module given as the first argument (GIN's MLP; a heterogeneous layer's
+    #: module per relation), fresh for each layer
+    child: Optional[Callable[[], Any]] = None
 
     @property
     def name(self) -> str:
@@ -113,6 +115,47 @@ def _dgl(kind: str) -> Callable[[int, torch.device], Tuple[tuple, Dict[str, Any]
     return inputs
 
 
+#: The relations of the heterogeneous cases: a node type's own, and both ways between two.
+_RELATIONS = (("a", "to", "b"), ("b", "rev", "a"), ("a", "near", "a"))
+
+
+def _hetero(framework: str) -> Callable[[int, torch.device], Tuple[tuple, Dict[str, Any]]]:
+    """A heterogeneous graph's inputs: PyG's dicts of features and edge indices, or DGL's
+    heterograph and features (node type ``b`` has half as many nodes as ``a``)."""
+
+    def inputs(n: int, device: torch.device) -> Tuple[tuple, Dict[str, Any]]:
+        half = n // 2
+        sizes = {"a": n, "b": half}
+        x = {t: _x(k, seed=7 + i).to(device) for i, (t, k) in enumerate(sizes.items())}
+        edges = {}
+        for i, rel in enumerate(_RELATIONS):
+            ei = _edges(n, 17 + i)
+            edges[rel] = torch.stack([ei[0] % sizes[rel[0]], ei[1] % sizes[rel[2]]])
+        if framework == "pyg":
+            return (x, {k: v.to(device) for k, v in edges.items()}), {}
+        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import dgl
+
+        graph = dgl.heterograph({k: (v[0], v[1]) for k, v in edges.items()}, sizes)
+        return (graph.to(device), x), {}
+
+    return inputs
+
+
+def _per_relation(framework: str) -> Dict[Any, torch.nn.Module]:
+    """A conv per relation (the stock classes: the heterogeneous layer is what is compared)."""
+    if framework == "pyg":
+        import torch_geometric.nn as nn
+
+        convs = [nn.SAGEConv(F_IN, F_OUT), nn.GATConv(F_IN, F_OUT, add_self_loops=False)]
+        convs.append(nn.GraphConv(F_IN, F_OUT))
+        return dict(zip(_RELATIONS, convs))
+    import dgl.nn as nn
+
+    convs = [nn.SAGEConv(F_IN, F_OUT, "mean"), nn.GraphConv(F_IN, F_OUT), nn.GINConv(_mlp())]
+    return dict(zip(_RELATIONS, convs))
+
+
 def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(F_IN, F_OUT), torch.nn.ReLU())
 
@@ -136,6 +179,15 @@ def cases(quick: bool = False) -> List[Case]:
         Case("pyg", "GATConv", "heads=2", (("heads", 2),), _pyg("edge_index")),
         Case("pyg", "GINConv", "edge_index", (), _pyg("edge_index"), args=(), child=_mlp),
         Case("pyg", "TransformerConv", "edge_index", (), _pyg("edge_index")),
+        Case(
+            "pyg",
+            "HeteroConv",
+            "3 relations",
+            (("aggr", "sum"),),
+            _hetero("pyg"),
+            args=(),
+            child=lambda: _per_relation("pyg"),
+        ),
     ]
     dgl: List[Case] = [
         Case("dgl", "GraphConv", f"norm={norm}", (("norm", norm),), _dgl("plain"))
@@ -156,6 +208,15 @@ def cases(quick: bool = False) -> List[Case]:
             _dgl("plain"),
             args=(),
             child=_mlp,
+        ),
+        Case(
+            "dgl",
+            "HeteroGraphConv",
+            "3 relations",
+            (("aggregate", "sum"),),
+            _hetero("dgl"),
+            args=(),
+            child=lambda: _per_relation("dgl"),
         ),
     ]
     if quick:  # the detailed layers' kinds and one generic layer each

@@ -32,10 +32,13 @@ ABOUT = (
 
 
 def _tensors(out: Any) -> List[torch.Tensor]:
+    """The tensors of a layer's output (nested tuples, lists and dicts, dicts in key order)."""
     if isinstance(out, torch.Tensor):
         return [out]
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in _tensors(o)]
+    if isinstance(out, dict):  # a heterogeneous layer's: per node type
+        return [t for k in sorted(out, key=str) for t in _tensors(out[k])]
     return []
 
 
@@ -155,6 +158,8 @@ def run_case(
     data = {"max_abs_diff": worst, "where": where, "rows": len(registry.summary().rows)}
     if not rows or rows[0].count < 1:
         return FAIL, "the same results, but no row recorded for the layer", data
+    if not any(k.startswith("out.") for k in got):
+        return FAIL, "the layer gave no tensor to compare", data
     if cuda and pending == 0:
         return FAIL, "recorded, but not with CUDA events", data
     if equal:

@@ -14,10 +14,11 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Set
 
 import torch
 
-from ... import configure, core, instrument, registry, uninstrument
+from ... import configure, core, instrument, name_layers, registry, uninstrument
 from ...layers import InstrumentedLayer, Step, mark_outputs, recording
 from ...workers import Recorder
 from .inputs import note_inputs
+from .models import backend_code, models_of, optimized_module, unwrap
 
 __all__ = ["Hooks", "FORWARD", "NO_GRAD", "BACKWARD", "OPTIMIZER", "DATA", "COMPILED"]
 
@@ -31,50 +32,11 @@ DATA = "data"
 COMPILED = "compiled"  #: the prefix of a compiled model's or function's step
 
 
-def _optimized_module() -> Optional[type]:
-    """The class of what ``torch.compile(model)`` returns (None in a torch without it)."""
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # pragma: no cover - a torch without Dynamo
-        return None
-    return OptimizedModule
-
-
 class _Local(threading.local):
     def __init__(self) -> None:
         self.depth = 0  # inside a module call
         self.backward = 0  # inside torch.autograd.backward
         self.optimizers: List[Any] = []  # (optimizer, region or None) of steps under way
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The model inside DDP, DataParallel and ``torch.compile`` wrappers (for naming)."""
-    while True:
-        inner = getattr(model, "_orig_mod", None)
-        if inner is None and type(model).__name__ in ("DistributedDataParallel", "DataParallel"):
-            inner = getattr(model, "module", None)
-        if not isinstance(inner, torch.nn.Module):
-            return model
-        model = inner
-
-
-def _models_of(fn: Any) -> List[torch.nn.Module]:
-    """The modules a function refers to by name: its bound ``self``, the globals its code
-    reads and its closure's cells (one level: not those of the functions it calls)."""
-    import inspect
-
-    fn = inspect.unwrap(fn)
-    found = [getattr(fn, "__self__", None)]
-    code, names = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    if code is not None:
-        found += [names.get(n) for n in code.co_names]
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                found.append(cell.cell_contents)
-            except ValueError:  # an empty cell
-                continue
-    unique = {id(m): m for m in found if isinstance(m, torch.nn.Module)}
-    return list(unique.values())
 
 
 class Hooks:
@@ -198,7 +160,7 @@ class Hooks:
         forward, no_grad = self._regions[FORWARD], self._regions[NO_GRAD]
         grad, cuda = torch.is_grad_enabled, torch.cuda.is_initialized
         noting, compiling, idle = self.inputs, core.compiling, self.on_demand
-        compiled_type, compiled_steps, owner = _optimized_module(), self._compiled, core.owner
+        compiled_type, compiled_steps, owner = optimized_module(), self._compiled, core.owner
         graph_module = torch.fx.GraphModule
 
         def compiled_call(
@@ -209,7 +171,7 @@ class Hooks:
             Dynamo's traces of our layers during the call are noted as its own."""
             step = compiled_steps.get(id(module))
             if step is None:
-                name = f"{COMPILED} {type(_unwrap(module)).__name__}"
+                name = f"{COMPILED} {type(unwrap(module)).__name__}"
                 step = compiled_steps[id(module)] = Step(name, None, None, "step")
             before, owner.name = owner.name, step.name
             try:
@@ -232,11 +194,10 @@ class Hooks:
         def __call__(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
             if compiling():  # Dynamo inlines this into a graph: nothing of ours in it
                 return call(module, *args, **kwargs)
-            if tls.depth or not recording() or isinstance(module, graph_module):
-                # (a GraphModule: compiled code a backend runs, not a model of the script)
-                if idle and not tls.depth and id(module) not in seen:  # (on demand: now)
-                    if not isinstance(module, graph_module):
-                        adopt(module)
+            backend = isinstance(module, graph_module) and backend_code(module)
+            if tls.depth or not recording() or backend:
+                if idle and not tls.depth and id(module) not in seen and not backend:
+                    adopt(module)  # (on demand: now)
                 if noting and isinstance(module, InstrumentedLayer):
                     (note_eagerly if inside_compiled() else note_layer)(module, args, kwargs)
                 elif type(module) is compiled_type:  # a compiled model, not recorded now
@@ -287,7 +248,7 @@ class Hooks:
                 return out  # a model: its calls are timed by __call__
             name = f"{COMPILED} {getattr(model, '__name__', type(model).__name__)}"
             step = Step(name, None, None, "step")
-            unseen = [model]  # its models, listed at its first call (see _models_of)
+            unseen = [model]  # its models, listed at its first call (see models_of)
 
             @functools.wraps(out)
             def call(*args: Any, **kw: Any) -> Any:
@@ -315,10 +276,10 @@ class Hooks:
         model's only for the eager breakdown (instrumenting changes the classes Dynamo
         traces: its frames and graph breaks), else its conv layers are listed as such."""
         with self._lock:
-            if type(model) is _optimized_module() and configure().compiled != "eager":
+            if type(model) is optimized_module() and configure().compiled != "eager":
                 self._list_compiled(model)
                 return
-            target = _unwrap(model)
+            target = unwrap(model)
             ours = {id(m) for m in target.modules() if isinstance(m, InstrumentedLayer)}
             instrument(target, name=False, only=self.only, exclude=self.exclude)
             self.converted.extend(
@@ -326,12 +287,10 @@ class Hooks:
                 for m in target.modules()
                 if isinstance(m, InstrumentedLayer) and id(m) not in ours
             )
-            for path, module in target.named_modules():
+            name_layers(target, keep=True)  # (each by its path, relations too)
+            for module in target.modules():
                 if isinstance(module, InstrumentedLayer):
-                    stock = type(module)._ic_stock.__name__
-                    self.built.add(stock)
-                    if path and module.scope.startswith(stock + "#"):  # not named by the user
-                        module.scope = path
+                    self.built.add(type(module)._ic_stock.__name__)
                 elif type(module).__module__.startswith(("torch_geometric.nn.conv", "dgl.nn")):
                     self.built.add(type(module).__name__)  # left stock by only/exclude
             seen, metrics = self._seen, self._metrics
@@ -345,21 +304,21 @@ class Hooks:
 
     def _list_models_of(self, fn: Any, name: str) -> None:
         """List the conv layers of the models a compiled function refers to by name (its
-        globals, closure and bound ``self``: :func:`_models_of`) as its own, ``name``; run
+        globals, closure and bound ``self``: :func:`.models.models_of`) as its own, ``name``; run
         inside it, Dynamo traces them and ``run`` never sees their calls. Left as they are,
         as a compiled model's (unless the eager breakdown is on: its eager iterations call
         them through ``run``, which instruments them then)."""
         if configure().compiled == "eager":
             return
         with self._lock:
-            for model in _models_of(fn):
+            for model in models_of(fn):
                 if id(model) not in self._seen:
                     self._list_compiled(model, name)
 
     def _list_compiled(self, model: torch.nn.Module, name: Optional[str] = None) -> None:
         """Note the conv layers of a compiled model (or of one a compiled function ``name``
         runs), left as they are (see :meth:`_adopt`)."""
-        target = _unwrap(model)
+        target = unwrap(model)
         layers = {}
         for path, module in target.named_modules():
             if isinstance(module, InstrumentedLayer):  # ours note themselves when traced

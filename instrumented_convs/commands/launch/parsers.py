@@ -125,9 +125,10 @@ def _add_table_options(parser: argparse.ArgumentParser) -> None:
     """``--by`` and ``--unit``: the table's rows and its time unit."""
     parser.add_argument(
         "--by",
-        choices=("step", "layer"),
+        choices=("step", "layer", "relation"),
         default="step",
-        help="a row per step path, or per step and layer",
+        help="a row per step path, per step and layer, or per step and relation of a "
+        "heterogeneous model (its layers added together)",
     )
     parser.add_argument(
         "--unit",

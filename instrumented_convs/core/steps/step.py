@@ -34,6 +34,7 @@ __all__ = [
     "depth",
     "open_steps",
     "mark_outputs",
+    "relate",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -327,3 +328,10 @@ def region(name: str, *, device: Any = None) -> Union[Step, _NullStep, Iteration
     if not switches.enabled:
         return _NullStep(name, None, device, "region")
     return Step(name, None, device, "region")
+
+
+def relate(scope: str, relation: Optional[str]) -> None:
+    """Say that the steps of the layer scope ``scope`` compute ``relation`` (an edge type of a
+    heterogeneous model, ``author__writes__paper``); None forgets it. A summary groups by it
+    (``by="relation"``) and every row of the scope carries it."""
+    registry.relate(scope, relation)

@@ -124,6 +124,9 @@ class EntryStats(NamedTuple):
     #: The device's busy time in those calls (ns): the summed durations of the work they
     #: launched, where that is known (an Nsight Systems report read back; report.nsys).
     busy: int = 0
+    #: The relation of a heterogeneous model its scope computes (``author__writes__paper``:
+    #: :meth:`~.registry.Registry.relate`), or None.
+    relation: Optional[str] = None
 
 
 class Entry:

@@ -75,6 +75,9 @@ class Registry:
         self.pending = PendingTimes(self._fold_locked)
         #: Calls counted by backward sampling, not yet added (see :meth:`record_skipped`).
         self._skips: Deque[List[Entry]] = deque()
+        #: scope -> the relation it computes (:meth:`relate`); kept across resets, as the
+        #: layers are.
+        self.relations: Dict[str, str] = {}
 
     # -- writing ------------------------------------------------------------------------
     def child(
@@ -319,6 +322,15 @@ class Registry:
             self.stratum = stratum
             self.root = root
 
+    def relate(self, scope: str, relation: Optional[str]) -> None:
+        """Say that the steps of ``scope`` compute ``relation`` of a heterogeneous model (an
+        edge type); None forgets it. Snapshots carry it in each entry of the scope."""
+        with self._lock:
+            if relation is None:
+                self.relations.pop(scope, None)
+            else:
+                self.relations[scope] = relation
+
     def reset(self) -> None:
         """Forget every recorded time (the timeline too) and start a new tree.
 
@@ -395,10 +407,13 @@ class Registry:
             index = {id(e): i for i, e in enumerate(entries)}
             weight = {id(s.root): w for s, w in zip(self.strata, self._weights_locked())}
             out = [e.stats(index.get(id(e.parent), -1)) for e in entries]
+            relations = self.relations
             for i, e in enumerate(entries):
                 w = weight[id(_root_of(e))]
                 if w != 1.0:
                     out[i] = out[i]._replace(weight=w)
+                if relations and e.scope in relations:
+                    out[i] = out[i]._replace(relation=relations[e.scope])
         for read in readers:  # fields others keep per entry (the meters': meters.readings)
             for i, e in enumerate(entries):
                 fields = read(e)

@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 import torch
 
 from ...core.steps.step import Step
-from .rewrite import Wrap
+from ..relations import relation_step
+from .rewrite import RELATION, Wrap
 from .split import TRUTH
 from .statements import Known
 
@@ -204,10 +205,11 @@ def with_steps(
         wrap = Wrap(timed, methods, Known(fn.__globals__))
         wrap.top = fn_ast
         wrap.visit(fn_ast)
-        if not wrap.names:
+        if not wrap.names and not wrap.relations:
             return None
         params = [f"_ic_step{i}_" for i in range(len(wrap.names))]  # (no __: mangled)
         params += [TRUTH] if wrap.truth else []
+        params += [RELATION] if wrap.relations else []
         owner = qualname.split(".")[0]
         cls_ast = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner)
         prefix = _enclose(tree, cls_ast, params)
@@ -224,6 +226,7 @@ def with_steps(
     }
     cells.update((p, types.CellType(Step(n))) for p, n in zip(params, wrap.names))
     cells[TRUTH] = types.CellType(operator.truth)
+    cells[RELATION] = types.CellType(relation_step)
     if set(new.co_freevars) - set(cells):  # the class's own name, say: a local of the enclosure
         logger.debug("%s.forward: free names %s", stock.__name__, new.co_freevars)
         return None

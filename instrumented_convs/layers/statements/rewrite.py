@@ -12,7 +12,10 @@ from typing import Any, FrozenSet, List, Optional
 from .split import Split
 from .statements import NEVER, SIMPLE, Shape, label, wrap
 
-__all__ = ["Wrap"]
+__all__ = ["Wrap", "RELATION"]
+
+#: The free variable of the function that gives a relation's step (``relation_step(layer, i)``).
+RELATION = "_ic_relation_"
 
 
 class Wrap(ast.NodeTransformer):
@@ -26,6 +29,7 @@ class Wrap(ast.NodeTransformer):
         self.names: List[str] = []  #: the steps' names, in the order of their variables
         self.temps = 0  #: temporaries made by splitting statements
         self.truth = False  #: whether ``operator.truth`` is used (:data:`.split.TRUTH`)
+        self.relations = False  #: whether a loop over relations is a step each (RELATION)
         self.top: Optional[ast.AST] = None
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
@@ -69,7 +73,39 @@ class Wrap(ast.NodeTransformer):
         self.temps += 1
         return f"_ic_t{self.temps - 1}_"
 
+    def _relation_loop(self, stmt: ast.stmt) -> Optional[str]:
+        """The loop variable of ``for i in range(self.num_relations):`` (RGCN's loop over
+        edge types, ``self`` the forward's first argument), else None."""
+        top = self.top
+        if not isinstance(stmt, ast.For) or not isinstance(stmt.target, ast.Name):
+            return None
+        it = stmt.iter
+        if not (
+            isinstance(top, ast.FunctionDef)
+            and top.args.args
+            and isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and it.func.id == "range"
+            and len(it.args) == 1
+            and not it.keywords
+            and isinstance(it.args[0], ast.Attribute)
+            and it.args[0].attr == "num_relations"
+            and isinstance(it.args[0].value, ast.Name)
+            and it.args[0].value.id == top.args.args[0].arg
+        ):
+            return None
+        return stmt.target.id
+
     def _statement(self, stmt: ast.stmt) -> List[ast.stmt]:
+        index = self._relation_loop(stmt)
+        if index is not None:  # each iteration a step of its relation, its statements inside
+            self.generic_visit(stmt)
+            layer = ast.Name(self.top.args.args[0].arg, ast.Load())  # type: ignore[union-attr]
+            loop = ast.Name(index, ast.Load())
+            call = ast.Call(ast.Name(RELATION, ast.Load()), [layer, loop], [])
+            stmt.body = [wrap(call, stmt.body, stmt.body[0])]  # type: ignore[arg-type]
+            self.relations = True
+            return [stmt]
         if isinstance(stmt, ast.FunctionDef):
             return [self._function(stmt)]
         if isinstance(stmt, (ast.AsyncFunctionDef, ast.ClassDef, *NEVER)):

@@ -185,6 +185,6 @@ SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
 NEVER = (ast.Assert, ast.Raise)
 
 
-def wrap(var: ast.Name, body: List[ast.stmt], where: ast.stmt) -> ast.stmt:
+def wrap(var: ast.expr, body: List[ast.stmt], where: ast.stmt) -> ast.stmt:
     """``with var: <body>``, at ``where``'s position."""
     return ast.copy_location(ast.With(items=[ast.withitem(context_expr=var)], body=body), where)
