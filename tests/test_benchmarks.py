@@ -474,3 +474,16 @@ def test_worker_cost_reports_the_worker_and_the_training_process(tmp_path):
     assert got["worker"]["own_us_per_batch"] > 0 and got["worker"]["frames_bytes_per_batch"] > 0
     assert set(got["worker"]["ratios"]) == {"recorded", "stock again"}
     assert [t["workers"] for t in got["training"]] == [0, 2]
+
+
+def test_hetero_cost_reports_every_variant(tmp_path):
+    """benchmarks/hetero_cost.py (issue 62): a to_hetero model's variants beside stock, their
+    ratios, the rows an epoch records and the cost per row."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "hetero.json"
+    proc = run_script("benchmarks/hetero_cost.py", "--quick", "--json", str(out))
+    data = json.loads(out.read_text())
+    assert set(data["ratio"]) == {"stock", "import swap", "instrument()", "stock again"}
+    assert data["ratio"]["stock"] == 1.0 and data["rows"] > 0
+    assert set(data["per_row_us"]) == {"import swap", "instrument()", "stock again"}
+    assert "rows recorded per epoch" in proc.stdout

@@ -254,7 +254,7 @@ _GLOBAL_MODEL = torch.nn.Linear(2, 2)
 def test_the_models_a_compiled_function_names_are_found():
     """``run`` lists the conv layers of the models a compiled training step refers to (its
     globals, its closure, its bound module); an unrelated module is not taken."""
-    from instrumented_convs.commands.launch.hooks import _models_of
+    from instrumented_convs.commands.launch.models import models_of as _models_of
 
     inner, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
 

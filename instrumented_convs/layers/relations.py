@@ -70,9 +70,11 @@ def child_names(
     ``graph``: ``module`` is inside a ``torch.fx.GraphModule``."""
     holder = holder_attribute(module)
     own = _relation_keys(module, graph)  # a dict of relations walked itself
+    seen = set()  # a module under two names is one child (the first), as named_children has it
     for name, child in module._modules.items():
-        if child is None:
+        if child is None or id(child) in seen:
             continue
+        seen.add(id(child))
         if own:
             shown = canonical(name)
             yield shown, child, shown if SEPARATOR in shown else None
@@ -82,9 +84,11 @@ def child_names(
             continue
         related = name == holder or _relation_keys(child, graph)
         external = getattr(child, "to_external_key", None)  # PyG's ModuleDict
+        items = set()
         for key, item in child._modules.items():
-            if item is None:
+            if item is None or id(item) in items:
                 continue
+            items.add(id(item))
             if external is not None:
                 shown = canonical(external(key))
             else:

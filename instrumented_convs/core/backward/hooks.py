@@ -7,7 +7,7 @@ that runs it (:mod:`~instrumented_convs.core.frames.lifecycle`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 # end read it, and a lookup through ``torch._C`` costs more than the call.
 _task_id: Callable[[], int] = torch._C._current_graph_task_id
 live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
+#: graph task -> the CPU clock when a backward step of it last closed on its thread, and the
+#: thread's tool time then: a step still open at the task's end (autograd skipped its last
+#: node) ended then
+_closed: Dict[int, Tuple[int, int]] = {}
 
 
 class Record:
@@ -133,14 +137,19 @@ class _TaskEnd:
     def __call__(self) -> None:
         try:
             stack = _tls.stack
-            for frame in [f for f in stack if f.task == self.task]:  # a pruned last node
+            last = _closed.pop(self.task, None)
+            for frame in reversed([f for f in stack if f.task == self.task]):  # pruned last nodes
                 stack.remove(frame)
-                _abandon(frame, error=False)
+                if last is not None and frame.mode == CPU and last[0] > frame.start:
+                    _close_at(frame, *last)  # ended with the last of its steps that ran
+                else:
+                    _abandon(frame, error=False)
         except Exception:  # never break the user's backward
             logger.exception("instrumented_convs: closing backward steps failed")
 
     def __del__(self) -> None:
         live.discard(self.task)
+        _closed.pop(self.task, None)
         try:  # a backward that raised: close its frames now if they are on this thread
             stack = _tls.stack
             if stack[-1].task == self.task:
@@ -199,6 +208,9 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
         close_stale(stack)
     if task not in live:
         torch.autograd.Variable._execution_engine.queue_callback(_TaskEnd(task))
+    records = _unopened(records[0].parent, task) + records
+    if stack[-1].task == task:
+        _close_ended(stack, records[0], t_in)
     for r in records:
         if r.frame is not None:
             if r.task == task:
@@ -224,6 +236,49 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
         r.frame, r.task = frame, task
 
 
+def _unopened(parent: Optional[Record], task: int) -> Tuple[Record, ...]:
+    """The steps around a step whose backward begins that are not open in this pass, outer
+    first: autograd skipped their first node (an output the loss does not use), so they open
+    with the first of their steps that runs."""
+    out: List[Record] = []
+    while parent is not None and not (parent.frame is not None and parent.task == task):
+        out.append(parent)
+        parent = parent.parent
+    return tuple(reversed(out))
+
+
+def _close_ended(stack: List[Frame], first: Record, t1: int) -> None:
+    """Close, as ended at ``t1``, the backward frames of this pass on top of ``stack`` whose
+    step is not ``first``'s nor one around it: autograd skipped its last node (an output of
+    the step that the loss does not use, a heterogeneous layer's relation), and a step
+    outside it begins, so every node of it that runs has run (one thread runs a pass's nodes
+    in decreasing sequence number). Else it would stay open to the pass's end, untimed, the
+    steps after it nested inside it."""
+    around = set()
+    r: Optional[Record] = first
+    while r is not None:
+        around.add(id(r))
+        r = r.parent
+    task = stack[-1].task
+    while stack[-1].task == task and id(stack[-1].owner) not in around:
+        _close_at(stack.pop(), t1)
+
+
+def _close_at(frame: Frame, t1: int, own_total: Optional[int] = None) -> None:
+    """Close the backward ``frame`` (taken off its stack) as ended at ``t1``, timed;
+    ``own_total``: the thread's tool time then (default: now)."""
+    owner = frame.owner
+    if owner.frame is frame:
+        owner.frame = None
+    task = frame.task
+    frame.task = frame.owner = None  # the frame is reused: let go of the record
+    if own_total is None:
+        own_total = _tls.stack[0].own
+    own = own_total - frame.own if frame.mode == CPU else 0
+    lifecycle.close_frame(frame, t1, False, owner.link, own)
+    _closed[task] = (t1, own_total)
+
+
 def _end(records: Tuple[Record, ...], t1: int) -> None:
     """The post-hook of a step's last node: close the backward of ``records``, inner first
     (``t1``: the CPU clock, read first when the hook began)."""
@@ -233,6 +288,8 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
     stack = _tls.stack
     for r in records:
         frame = r.frame
+        if frame is None and r.task == task:  # closed already: a step outside it began
+            continue
         if frame is None or r.task != task:  # its first node did not run in this pass
             registry.record_untimed(_bw_entry(r, task, stack))
             continue
@@ -247,6 +304,7 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
         frame.task = frame.owner = None  # the frame is reused: let go of the record
         own = stack[0].own - frame.own if frame.mode == CPU else 0
         lifecycle.close_frame(frame, t1, False, r.link, own)
+        _closed[task] = (t1, stack[0].own)
 
 
 # The tool's own time. Hooks run inside the backward of the steps around them: a step's
