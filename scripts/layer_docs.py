@@ -62,7 +62,8 @@ def section(fw: str) -> List[str]:
         "| layer | kind | forward steps (below the layer's own step) | backward steps |",
         "|---|---|---|---|",
     ]
-    for name in stock.__all__:
+    extra = getattr(cases, "EXTRA", {})  # classes beyond the conv module (HeteroGraphConv)
+    for name in [*stock.__all__, *extra]:
         if name in ours.NOT_INSTRUMENTED:
             lines.append(f"| {name} | not instrumented | {ours.NOT_INSTRUMENTED[name]} | |")
             continue

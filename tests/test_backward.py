@@ -927,3 +927,38 @@ def test_closing_frames_above_a_step_not_on_this_stack_closes_nothing():
         assert stack[-1] is frame
     finally:
         stack.remove(frame)
+
+
+def _two_outputs(x, w, used_first):
+    """A step ``outer`` with two steps inside, each making one of its two outputs; the one
+    the next layer uses is made first (``used_first``) or second."""
+    from instrumented_convs.layers import mark_outputs
+
+    with step("outer"):
+        outs = []
+        for name in ("a", "b"):
+            with step(name):
+                outs.append(mark_outputs(x * w))
+        mark_outputs(tuple(outs))
+    return outs[0] if used_first else outs[1]
+
+
+@pytest.mark.parametrize("used_first", [True, False], ids=["last-node-pruned", "first-pruned"])
+def test_a_backward_run_in_part_is_timed_and_nests_no_later_step(used_first):
+    """Autograd skips the nodes of an output the loss does not use (a heterogeneous layer's
+    relation): the step's backward opens with the first of its steps that runs, and ends
+    when a step outside it begins (or with the last of its steps at the pass's end), so the
+    layer before it is not nested inside it and no call goes untimed."""
+    w1, w2 = (torch.randn(4, requires_grad=True) for _ in range(2))
+    registry.reset()
+    for _ in range(3):
+        with region("backward"):
+            h = _two_outputs(torch.randn(4), w1, used_first)
+            _two_outputs(h, w2, used_first).sum().backward()
+    rows = {r.name: r for r in registry.summary().rows if r.phase == "backward"}
+    assert rows["backward/outer"].count == 6 and rows["backward/outer"].untimed == 0, rows
+    assert not [n for n in rows if n.count("outer") > 1]  # the first layer beside, not inside
+    kept = "a" if used_first else "b"
+    assert rows[f"backward/outer/{kept}"].count == 6
+    assert rows["backward/outer"].self_time >= 0
+    assert depth() == 0

@@ -310,3 +310,49 @@ def test_summary_by_relation_round_trips_and_diffs(tmp_path):
     assert len(s.diff(slower).rows) == len(s.rows)  # paired by relation, none added or missing
     with pytest.raises(ValueError, match="relation"):
         registry.summary(by="relations")
+
+
+def test_the_example_prints_both_frameworks_by_relation():
+    """examples/hetero.py: PyG's to_hetero and DGL's HeteroGraphConv on OGB-MAG's shape, the
+    loss on papers only (most relations' outputs unused in the last layer): each table by
+    relation, every backward call timed."""
+    pytest.importorskip("dgl")
+    _to_hetero_or_skip()
+    out = run_script("examples/hetero.py", "--epochs", "2").stdout
+    assert "PyG to_hetero: loss" in out and "DGL HeteroGraphConv: loss" in out
+    assert out.count("| Relation ") == 2
+    for relation in ("author__writes__paper", "paper__cites__paper", "rev_has_topic"):
+        assert relation in out
+    assert "not timed" not in out
+    backward = [line for line in out.splitlines() if "HeteroGraphConv [backward]" in line]
+    assert backward and int(backward[0].split("|")[2]) == 4  # two layers, two epochs
+
+
+def test_on_demand_adopts_a_fx_model_at_its_first_call(tmp_path):
+    """On demand nothing records until a capture asks, and a model is instrumented at its
+    first call all the same (a capture's first iteration is as the others): a
+    ``torch.fx.GraphModule`` too, its layers named by their paths."""
+    from torch_geometric.nn import MessagePassing
+
+    from instrumented_convs.commands.launch.hooks import Hooks
+    from instrumented_convs.layers import InstrumentedLayer
+
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m, name):
+            return isinstance(m, MessagePassing) or super().is_leaf_module(m, name)
+
+    data = _hetero_data()
+    gnn_ = _gnn(gnn)
+    model = torch.fx.GraphModule(gnn_, Leaves().trace(gnn_))
+    x, ei = data["paper"].x, data["paper", "cites", "paper"].edge_index
+    hooks = Hooks(on_demand=True).install()
+    try:
+        with ic.configure(record="on-demand", captures=tmp_path):
+            model(x, ei)
+        ours = {m.scope for m in model.modules() if isinstance(m, InstrumentedLayer)}
+    finally:
+        hooks.close()
+        hooks.remove()
+        hooks.put_back()
+    assert ours == {"conv1", "conv2"} and hooks.built == {"SAGEConv"}
+    assert not [m for m in model.modules() if isinstance(m, InstrumentedLayer)]  # put back
