@@ -162,7 +162,7 @@ def _timed_children(layer: Any) -> List[Tuple[torch.nn.Module, Step]]:
         cached is not None
         and cached[0] == id(layer)
         and cached[1] == modules
-        and all(child._ic_scope == scope for child, scope in cached[3])
+        and (not cached[3] or all(child._ic_scope == scope for child, scope in cached[3]))
     ):
         return cached[2]
     skip = layer._ic_skip

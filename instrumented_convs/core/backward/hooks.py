@@ -208,8 +208,12 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
         close_stale(stack)
     if task not in live:
         torch.autograd.Variable._execution_engine.queue_callback(_TaskEnd(task))
-    records = _unopened(records[0].parent, task) + records
-    if stack[-1].task == task:
+    parent = records[0].parent  # (the common case: open, and the frame on top)
+    if parent is not None and (parent.frame is None or parent.task != task):
+        records = _unopened(parent, task) + records
+        parent = records[0].parent
+    top = stack[-1]
+    if top.task == task and top.owner is not parent:
         _close_ended(stack, records[0], t_in)
     for r in records:
         if r.frame is not None:
