@@ -943,7 +943,7 @@ def _two_outputs(x, w, used_first):
     return outs[0] if used_first else outs[1]
 
 
-@pytest.mark.parametrize("used_first", [True, False], ids=["last-node-pruned", "first-pruned"])
+@pytest.mark.parametrize("used_first", [True, False], ids=["first-node-pruned", "last-pruned"])
 def test_a_backward_run_in_part_is_timed_and_nests_no_later_step(used_first):
     """Autograd skips the nodes of an output the loss does not use (a heterogeneous layer's
     relation): the step's backward opens with the first of its steps that runs, and ends
@@ -961,4 +961,26 @@ def test_a_backward_run_in_part_is_timed_and_nests_no_later_step(used_first):
     kept = "a" if used_first else "b"
     assert rows[f"backward/outer/{kept}"].count == 6
     assert rows["backward/outer"].self_time >= 0
+    assert depth() == 0
+
+
+def test_counted_calls_after_a_backward_run_in_part_are_beside_it():
+    """Past the census most calls are counted, their count hook on the anchor's output: a
+    step whose backward autograd ran in part (its first output unused) has ended by then,
+    so the counted layer's rows are beside it, not nested in it; every call is counted."""
+
+    w1, w2 = (torch.randn(4, requires_grad=True) for _ in range(2))
+
+    @step("single")
+    def single(v):
+        return v * w1
+
+    registry.reset()
+    for _ in range(40):
+        with region("backward"):
+            _two_outputs(single(torch.randn(4)), w2, used_first=False).sum().backward()
+    rows = {r.name: r for r in registry.summary().rows if r.phase == "backward"}
+    assert rows["backward/single"].count == 40 and rows["backward/single"].estimated > 0
+    assert rows["backward/outer"].count == 40 and rows["backward/outer"].untimed == 0
+    assert not [n for n in rows if "outer/single" in n]
     assert depth() == 0

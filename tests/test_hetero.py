@@ -356,3 +356,74 @@ def test_on_demand_adopts_a_fx_model_at_its_first_call(tmp_path):
         hooks.put_back()
     assert ours == {"conv1", "conv2"} and hooks.built == {"SAGEConv"}
     assert not [m for m in model.modules() if isinstance(m, InstrumentedLayer)]  # put back
+
+
+class HeteroNet(torch.nn.Module):
+    """A model of one drop-in HeteroConv of two relations (module level: it pickles)."""
+
+    def __init__(self):
+        super().__init__()
+        from instrumented_convs import pyg as P
+
+        self.conv1 = P.HeteroConv(
+            {
+                ("author", "writes", "paper"): P.SAGEConv((8, 8), 4),
+                ("paper", "cites", "paper"): P.SAGEConv((8, 8), 4),
+            }
+        )
+
+    def forward(self, x, ei):
+        return self.conv1(x, ei)
+
+
+def test_names_and_relations_survive_renaming_copying_pickling_and_reverting():
+    import pickle
+
+    from instrumented_convs.core.storage.registry import registry as store
+
+    data = _hetero_data()
+    inputs = (data.x_dict, data.edge_index_dict)
+    net = HeteroNet()
+    child = net.conv1.convs["author", "writes", "paper"]
+    assert child.scope.endswith(".convs.author__writes__paper")  # named by its holder
+    ic.name_layers(net, keep=True)  # as run does: the holder's names give way to the paths
+    assert child.scope == "conv1.convs.author__writes__paper"
+    copy_ = copy.deepcopy(net)
+    ic.name_layers(copy_, "ema")  # renaming a copy leaves the original's relation
+    registry.reset()
+    net(*inputs)
+    assert {r.relation for r in registry.summary(by="layer").rows if r.step == "SAGEConv"} == {
+        "author__writes__paper",
+        "paper__cites__paper",
+    }
+    store.relations.clear()  # (as a fresh process has it)
+    loaded = pickle.loads(pickle.dumps(net))
+    registry.reset()
+    loaded(*inputs)
+    assert {r.relation for r in registry.summary(by="layer").rows if r.step == "SAGEConv"} == {
+        "author__writes__paper",
+        "paper__cites__paper",
+    }
+    ic.uninstrument(net.conv1.convs)  # its modules stock again, the holder still ours
+    registry.reset()
+    net(*inputs)  # (the holder's cache of its children's steps is made again)
+    assert "conv1.convs.author__writes__paper" in {r.scope for r in registry.summary(by="layer")}
+
+
+def test_a_table_by_layer_folds_the_layers_of_the_smaller_relations():
+    from instrumented_convs.report import Row
+
+    def row(scope, relation, total):
+        return Row("forward/SAGEConv", "SAGEConv", 1, scope, "step", 1, total, total, total,
+                   total, total, 0.0, 0.0, 0.0, relation=relation)  # fmt: skip
+
+    top = Row("forward", "forward", 0, None, "region", 1, 100.0, 1.0, 100.0, 100.0, 100.0,
+              0.0, 1.0, 0.0)  # fmt: skip
+    rows = [top] + [
+        row(f"conv{i}.r{k}", f"r{k}", float(k + i)) for k in range(SHOWN + 2) for i in (1, 2)
+    ]
+    text = str(Summary(rows, by="layer", total=100.0))
+    layers = {line.split("|")[1].strip() for line in text.splitlines()[2:-2] if "|" in line}
+    assert "(4 more layers)" in layers  # the two smallest relations' two layers each
+    assert not {"conv1.r0", "conv2.r0", "conv1.r1", "conv2.r1"} & layers
+    assert {"conv1.r2", "conv2.r2", f"conv1.r{SHOWN + 1}"} <= layers

@@ -176,7 +176,9 @@ def test_counted_calls_count_exactly_whatever_the_anchor_returns(
     clock, every_fourth, exit_path, returns
 ):
     """The anchor's exit counts a call on the newest of its outputs' nodes: directly when its
-    one output is its newest node, else after gathering every output (the general path)."""
+    one output is its newest node, else after gathering every output (the general path); an
+    anchor that declares several outputs has every call timed (the loss may not use the one
+    a count hook would be on: a heterogeneous layer's outputs per node type)."""
 
     @step("h")
     def h(v):
@@ -196,7 +198,8 @@ def test_counted_calls_count_exactly_whatever_the_anchor_returns(
             loss.backward()
     s = registry.summary()
     row = s["bwd/h"]
-    assert (row.count, row.estimated) == (60, 60 - (4 + 56 // 4))
+    counted = 0 if returns == "tuple" else 60 - (4 + 56 // 4)
+    assert (row.count, row.estimated) == (60, counted)
     assert row.total == pytest.approx(60 * 100 * SEC)
 
 

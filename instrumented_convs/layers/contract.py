@@ -154,10 +154,9 @@ class InstrumentedLayer:
     def scope(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"a layer scope is a non-empty string, not {name!r}")
-        relation = self.__dict__.get("_ic_relation")
-        if relation is not None and name != self._ic_scope:
-            relate(self._ic_scope, None)
-        self._ic_scope = name
+        relation = self.__dict__.get("_ic_relation")  # (the old scope's is kept: a copy
+        self._ic_scope = name  # of this layer may have it still)
+        self.__dict__.pop("_ic_provisional", None)
         self.__dict__.pop("_ic_steps", None)
         self.__dict__.pop("_ic_children", None)  # (children's steps may carry the scope)
         if relation is not None:
@@ -175,6 +174,13 @@ class InstrumentedLayer:
             raise ValueError(f"a relation is a non-empty string or None, not {relation!r}")
         self.__dict__["_ic_relation"] = relation
         relate(self._ic_scope, relation)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """Unpickled (``torch.load`` of a model): the layer's relation said again."""
+        super().__setstate__(state)  # type: ignore[misc]
+        relation = self.__dict__.get("_ic_relation")
+        if relation is not None:
+            relate(self._ic_scope, relation)
 
     def _ic_step(self, device: torch.device) -> Step:
         """The layer's own top-level step for ``device``, built once per (scope, device)."""
@@ -243,7 +249,7 @@ def convert(layer: Any, cls: "type[L]") -> L:
 
 
 #: Attributes an instrumented layer keeps in its ``__dict__`` (the rest is the stock layer's).
-_OURS = ("_ic_scope", "_ic_steps", "_ic_children", "_ic_relation")
+_OURS = ("_ic_scope", "_ic_steps", "_ic_children", "_ic_relation", "_ic_provisional")
 
 
 def revert(layer: Any) -> Any:
@@ -292,12 +298,20 @@ def name_layers(model: torch.nn.Module, prefix: str = "", *, keep: bool = False)
     """Name every instrumented layer in ``model`` after its attribute path (``convs.0``), and
     give each layer of a heterogeneous model its relation (:mod:`.relations`): a key of
     ``HeteroConv``, ``HeteroGraphConv`` or ``to_hetero`` is spelled canonically in the path
-    (``conv1.author__writes__paper``). ``keep``: layers named already (not ``GCNConv#0``)
-    keep their names.
+    (``conv1.author__writes__paper``). ``keep``: layers named already (not ``GCNConv#0``, nor
+    a name a heterogeneous layer gave its modules) keep their names.
 
     ``registry.summary(by="layer")`` then shows ``convs.0`` instead of ``GCNConv#0``.
     Returns the mapping from old to new scope names.
     """
+    return _name(model, prefix, keep)
+
+
+def _name(
+    model: torch.nn.Module, prefix: str, keep: bool, provisional: bool = False
+) -> Dict[str, str]:
+    """:func:`name_layers`; ``provisional``: the names given are replaced by a later naming
+    with ``keep`` (a heterogeneous layer naming its modules below its own default scope)."""
     renamed = {}
     for name, module, relation in walk(model, prefix):
         if isinstance(module, InstrumentedLayer):
@@ -305,11 +319,16 @@ def name_layers(model: torch.nn.Module, prefix: str = "", *, keep: bool = False)
                 new = name or type(module).__name__
                 renamed[module.scope] = new
                 module.scope = new
+                if provisional:
+                    module.__dict__["_ic_provisional"] = True
             if relation is not None:
                 module.relation = relation
     return renamed
 
 
 def is_default_scope(layer: InstrumentedLayer) -> bool:
-    """Whether ``layer`` has the scope it was made with (``GCNConv#0``), not a name."""
-    return layer.scope.startswith(layer._ic_stock.__name__ + "#")
+    """Whether ``layer`` has the scope it was made with (``GCNConv#0``), or one a
+    heterogeneous layer gave it, not a name of the user's."""
+    return layer.scope.startswith(layer._ic_stock.__name__ + "#") or bool(
+        layer.__dict__.get("_ic_provisional")
+    )

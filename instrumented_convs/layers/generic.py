@@ -21,7 +21,7 @@ from ..core.compiler.dynamo import compiling, inside_compiled, skip_frame, trace
 from ..core.native import speedups
 from ..core.settings import switches
 from ..core.steps.step import Step, mark_outputs, recording, relate
-from .contract import Handed, InstrumentedLayer, Timed, name_layers
+from .contract import Handed, InstrumentedLayer, Timed, _name
 from .relations import child_names, holder_attribute
 from .statements.forward import Own
 from .statements.routes import Routes, Vocabulary, handed, helpers, route_forward
@@ -162,7 +162,7 @@ def _timed_children(layer: Any) -> List[Tuple[torch.nn.Module, Step]]:
         cached is not None
         and cached[0] == id(layer)
         and cached[1] == modules
-        and (not cached[3] or all(child._ic_scope == scope for child, scope in cached[3]))
+        and (not cached[3] or all(c.__dict__.get("_ic_scope") == s for c, s in cached[3]))
     ):
         return cached[2]
     skip = layer._ic_skip
@@ -197,7 +197,7 @@ class GenericLayer(InstrumentedLayer):
         children after their relation, below its own scope, unless named already."""
         super()._ic_after_init()
         if holder_attribute(self) is not None:
-            name_layers(self, self.scope, keep=True)
+            _name(self, self.scope, keep=True, provisional=True)
 
 
 _NOTHING = contextlib.nullcontext()

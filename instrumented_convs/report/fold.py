@@ -25,10 +25,10 @@ def _label(row: Row, by: str) -> Optional[str]:
 
 def fold(rows: Sequence[Row], by: str, shown: int = SHOWN) -> List[Tuple[Row, int]]:
     """``rows`` (tree order) with, among the siblings of one step (same parent, path and
-    phase) that compute more than ``shown`` relations, only the ``shown`` largest kept with
-    their descendants: the others are one row at the place of the first left out, their
-    counts and times added up (:data:`SUMMED`), paired with how many it folds (0 for a row
-    shown as it is)."""
+    phase) that compute more than ``shown`` relations, only the rows of the ``shown`` largest
+    relations kept with their descendants (by layer: a relation's layers added to rank it):
+    the others are one row at the place of the first left out, their counts and times added
+    up (:data:`SUMMED`), paired with how many rows it folds (0 for a row shown as it is)."""
     if by not in ("layer", "relation") or not any(r.relation for r in rows):
         return [(r, 0) for r in rows]
     parent_of: List[int] = []
@@ -43,10 +43,13 @@ def fold(rows: Sequence[Row], by: str, shown: int = SHOWN) -> List[Tuple[Row, in
     hidden: Dict[int, List[int]] = {}  # the first row left out -> the rows it stands for
     dropped = set()
     for members in groups.values():
-        if len({_label(rows[i], by) for i in members}) <= shown:
+        totals: Dict[Optional[str], float] = {}  # per relation (by layer: its layers added)
+        for i in members:
+            totals[rows[i].relation] = totals.get(rows[i].relation, 0.0) + rows[i].total
+        if len(totals) <= shown:
             continue
-        ranked = sorted(members, key=lambda i: -rows[i].total)
-        out = sorted(ranked[shown:])
+        kept = set(sorted(totals, key=lambda k: -totals[k])[:shown])
+        out = [i for i in members if rows[i].relation not in kept]
         hidden[out[0]] = out
         dropped.update(out)
     if not hidden:

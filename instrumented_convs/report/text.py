@@ -234,7 +234,7 @@ class TableRenderer:
 def _group(row: Any, by: str, folded: int) -> str:
     """A row's cell of the Layer or Relation column (a folded line: how many it stands for)."""
     if folded:
-        return f"({folded} more relations)"
+        return f"({folded} more {'layers' if by == 'layer' else 'relations'})"
     return (row.scope if by == "layer" else row.relation) or ""
 
 

@@ -156,13 +156,25 @@ def chosen(
         _tensors(out, roots)
     if how == sampling.COUNT:
         newest = _newest(roots, seq0, seq1)
-        if newest is not None:
+        if newest is not None and not _several(outputs):
             sampling.count(newest[0], newest[1], template, fwd_stack)
             return
-        how = sampling.CENSUS  # no output of its own to count on: time this call instead
+        # No output of its own to count on, or several (a heterogeneous layer's, per node
+        # type): the loss may use some only, autograd skip the newest's node and a count hook
+        # on it never run; time this call instead.
+        how = sampling.CENSUS
     recs = walk(log, seq1, entry, mode, roots, explicit, fwd_stack, how == sampling.SAMPLED)
     if template is None:
         sampling.remember(entry, shape, recs)
+
+
+def _several(outputs: Any) -> bool:
+    """Whether an anchor declared more than one tensor as its outputs."""
+    if outputs is None or type(outputs) is torch.Tensor:
+        return False
+    found: List[Any] = []
+    _tensors(outputs, found)
+    return len(found) > 1
 
 
 def _newest(roots: List[Any], seq0: int, seq1: int) -> Optional[Tuple[Any, Any]]:

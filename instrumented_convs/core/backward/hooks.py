@@ -19,7 +19,15 @@ from ..settings import switches
 from ..storage.entry import BACKWARD_MARK
 from ..storage.registry import backward_key, backward_parent, registry
 
-__all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "live"]
+__all__ = [
+    "Record",
+    "pre_hook",
+    "post_hook",
+    "close_stale",
+    "close_above",
+    "close_ended",
+    "live",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +129,10 @@ def _bw_entry(r: Record, task: int, stack: List[Frame]) -> Any:
 class _TaskEnd:
     """Queued at the end of a graph task: closes steps it left open; its death ends the task.
 
-    A pass that does not run a step's last node (``torch.autograd.grad`` pruning it) closes
-    the step here and counts the call as untimed. A backward that raises leaves frames whose
+    A pass that does not run a step's last node (``torch.autograd.grad`` pruning it, an
+    output the loss does not use) closes the step here: on the CPU clock, as ended with the
+    last of this pass's steps that closed after it began; else (a CUDA event cannot be put
+    back in time) untimed. A backward that raises leaves frames whose
     graph task has died, which is seen when this object is freed: they are closed, as
     errors, right then if they are on the freeing thread, else by an enclosing step's exit
     or at the next step or hook on that thread (:func:`close_stale`).
@@ -208,8 +218,8 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
         close_stale(stack)
     if task not in live:
         torch.autograd.Variable._execution_engine.queue_callback(_TaskEnd(task))
-    parent = records[0].parent  # (the common case: open, and the frame on top)
-    if parent is not None and (parent.frame is None or parent.task != task):
+    parent = records[0].parent  # (the common case: open in this pass, and on top)
+    if parent is not None and parent.task != task:
         records = _unopened(parent, task) + records
         parent = records[0].parent
     top = stack[-1]
@@ -245,7 +255,7 @@ def _unopened(parent: Optional[Record], task: int) -> Tuple[Record, ...]:
     first: autograd skipped their first node (an output the loss does not use), so they open
     with the first of their steps that runs."""
     out: List[Record] = []
-    while parent is not None and not (parent.frame is not None and parent.task == task):
+    while parent is not None and parent.task != task:  # (closed in this pass: not again)
         out.append(parent)
         parent = parent.parent
     return tuple(reversed(out))
@@ -263,8 +273,23 @@ def _close_ended(stack: List[Frame], first: Record, t1: int) -> None:
     while r is not None:
         around.add(id(r))
         r = r.parent
-    task = stack[-1].task
-    while stack[-1].task == task and id(stack[-1].owner) not in around:
+    task, thread = stack[-1].task, first.fwd_stack
+    while (
+        stack[-1].task == task
+        and id(stack[-1].owner) not in around
+        and stack[-1].owner.fwd_stack is thread  # (sequence numbers are a thread's own)
+    ):
+        _close_at(stack.pop(), t1)
+
+
+def close_ended(stack: List[Frame]) -> None:
+    """Before a counted call's backward is counted (its anchor's output node runs): close
+    this pass's backward frames on top of ``stack``, as ended now. Anchors never nest, so a
+    step still open there is one whose backward autograd ran in part (see
+    :func:`_close_ended`)."""
+    task = _task_id()
+    t1 = clock.cpu_now()
+    while stack[-1].task is not None and stack[-1].task == task:
         _close_at(stack.pop(), t1)
 
 

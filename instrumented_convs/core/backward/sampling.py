@@ -16,6 +16,7 @@ from ..frames.stack import Frame, _tls
 from ..native import speedups
 from ..settings import switches
 from ..storage.registry import backward_key, backward_parent, registry
+from .hooks import close_ended
 
 __all__ = [
     "Template",
@@ -128,7 +129,10 @@ def counted(template: Template, fwd_stack: List[Frame]) -> None:
     try:
         if not (switches.enabled and switches.backward):
             return None
-        parent = backward_parent(_tls.stack, fwd_stack)
+        stack = _tls.stack
+        if stack[-1].task is not None:  # a step's backward autograd ran in part: it ended
+            close_ended(stack)
+        parent = backward_parent(stack, fwd_stack)
         if parent.retired:
             parent = registry.relocate(parent)
         registry.record_skipped(template.entries(parent))

@@ -32,7 +32,7 @@ typedef struct {
 } CountHook;
 
 /* The common case of sampling.counted: the switches on, a forward step open on this thread
- * (the backward's parent) that is not retired, the template's entries under it cached, the
+ * (the backward's parent, not a backward frame left open) that is not retired, the template's entries under it cached, the
  * registry's queue of skipped calls short: append them. 1 done, 0 not the common case, -1 error. */
 static int count_fast(CountHook *self) {
     if (g_skips == NULL || o_under < 0) return 0;
@@ -44,6 +44,7 @@ static int count_fast(CountHook *self) {
     if (!PyList_CheckExact(stack) || PyList_GET_SIZE(stack) == 0) return 0;
     Frame *top = (Frame *)PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1);
     if (Py_TYPE(top) != &FrameType) return 0;
+    if (top->task != NULL && top->task != Py_None) return 0;  /* a step's backward run in part */
     PyObject *parent = top->entry;
     if (parent == NULL || (PyObject *)Py_TYPE(parent) != g_entry_type || SLOT(parent, o_retired) != Py_False)
         return 0;  /* no step open here (a CUDA device thread), or opened before a reset */
