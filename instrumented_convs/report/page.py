@@ -62,6 +62,8 @@ def _run(label: str, rows: Sequence[Any], unit: str, world: Optional[int]) -> Di
     return {
         "label": label,
         "unit": unit,
+        # by relation: the rows' group column is their relation (see _rows)
+        "relations": any(r.scope is None and r.relation is not None for r in rows),
         "rows": _rows(rows),
         "columns": headers,
         "cells": [[columns.cell(c, r, scale, world) for c in shown] for r in rows],

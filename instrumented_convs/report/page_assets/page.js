@@ -192,7 +192,7 @@
    * (instrumented_convs/report/columns.py), written by Python in the table's unit. */
   function rowsTable(run) {
     const scoped = run.rows.some(function (r) { return r.scope; });
-    const head = ["step"].concat(scoped ? ["layer"] : [], run.columns);
+    const head = ["step"].concat(scoped ? [run.relations ? "relation" : "layer"] : [], run.columns);
     const body = run.rows.map(function (r, k) {
       return [indent(r)].concat(scoped ? [r.scope || ""] : [], run.cells[k]);
     });
