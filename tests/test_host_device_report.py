@@ -290,3 +290,17 @@ def test_the_trace_gives_each_cuda_slice_the_other_clocks_duration():
     on_gpu = {e["name"]: e["args"] for e in events if e["cat"] == "forward,gpu"}
     assert on_cpu["lin"]["device_us"] == 10.0 and "device_us" not in on_cpu["cpu"]
     assert on_gpu["lin"]["host_us"] == 2.0 and set(on_gpu) == {"lin"}
+
+
+def test_steps_by_relation_are_named_with_their_relation():
+    """A summary by relation names each host-heavy step with its relation (by step, the
+    relations' rows are one)."""
+    heavy = _device(10, 18 * MS, 0, 10)  # host about the device's time: named
+    snap = [
+        _entry("forward", "forward", None, 0, -1, 10, 40 * MS, "region", **_device(10, 1, 0, 10)),
+        _entry("SAGEConv", "forward/SAGEConv", "c.a", 1, 0, 10, 19 * MS, relation="a", **heavy),
+        _entry("SAGEConv", "forward/SAGEConv", "c.b", 1, 0, 10, 19 * MS, relation="b", **heavy),
+    ]
+    names = {p.name for p in hostdevice.parts(summarize(snap, by="relation"))["steps"]}
+    assert names == {"forward/SAGEConv (a)", "forward/SAGEConv (b)"}
+    assert {p.name for p in hostdevice.parts(summarize(snap))["steps"]} == {"forward/SAGEConv"}

@@ -105,10 +105,12 @@ def _part(name: str, what: str, rows: Sequence[Any]) -> Part:
     )
 
 
-def _label(row: Any, by_layer: bool) -> str:
-    """A row's name in the section: its path, marked backward, with its layer by layer."""
+def _label(row: Any, grouped: bool) -> str:
+    """A row's name in the section: its path, marked backward, with its layer (or relation)
+    in a summary grouped so."""
     mark = BACKWARD_MARK if row.phase == "backward" else ""
-    return row.name + mark + (f" ({row.scope})" if by_layer and row.scope else "")
+    group = row.scope or row.relation
+    return row.name + mark + (f" ({group})" if grouped and group else "")
 
 
 def _layers(rows: Sequence[Any]) -> List[Part]:
@@ -129,17 +131,18 @@ def parts(summary: Any) -> Dict[str, List[Part]]:
     least :data:`HOST_HEAVY` of their device time, the largest device times first, at most
     :data:`MOST_NAMED`)."""
     rows = [r for r in summary.rows if r.device_calls]
-    by_layer = getattr(summary, "by", "step") == "layer"
+    by = getattr(summary, "by", "step")
+    by_layer, grouped = by == "layer", by in ("layer", "relation")
     tops = [r for r in rows if r.depth == 0]
     regions = [r for r in tops if r.kind == "region"] or tops
     heavy = [
-        _part(_label(r, by_layer), "step", [r])
+        _part(_label(r, grouped), "step", [r])
         for r in rows
         if r.kind != "region" and r.host >= HOST_HEAVY * _device(r)
     ]
     heavy.sort(key=lambda p: -p.device)
     return {
-        "regions": [_part(_label(r, by_layer), r.kind, [r]) for r in regions],
+        "regions": [_part(_label(r, grouped), r.kind, [r]) for r in regions],
         "layers": _layers(summary.rows) if by_layer else [],
         "steps": heavy[:MOST_NAMED],
     }
