@@ -13,9 +13,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 import torch
 
-from ..core.steps.step import Step, relate
-
-__all__ = ["SEPARATOR", "canonical", "holder_attribute", "child_names", "walk", "relation_step"]
+__all__ = ["SEPARATOR", "canonical", "holder_attribute", "child_names", "walk"]
 
 #: What joins an edge type's parts: PyG's own spelling of a key (``to_hetero``, PyG 2.3).
 SEPARATOR = "__"
@@ -117,18 +115,3 @@ def walk(
             for name, child, rel in child_names(module, inside)
         ]
         todo.extend(reversed(children))
-
-
-def relation_step(layer: Any, index: Any) -> Step:
-    """The step of one iteration of a layer's loop over its relations (RGCN's ``for i in
-    range(self.num_relations)``): ``relation``, in the scope ``<layer's scope>.<i>`` of the
-    relation ``str(i)``, made once per layer scope and relation (kept with the layer's own
-    steps, :meth:`~.contract.InstrumentedLayer._ic_step`)."""
-    steps = layer.__dict__.setdefault("_ic_steps", {})
-    key = ("relation", layer._ic_scope, index)
-    step = steps.get(key)
-    if step is None:
-        scope = f"{layer._ic_scope}.{index}"
-        relate(scope, str(index))
-        step = steps[key] = Step("relation", scope)
-    return step

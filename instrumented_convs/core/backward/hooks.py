@@ -7,7 +7,7 @@ that runs it (:mod:`~instrumented_convs.core.frames.lifecycle`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 import torch
 
@@ -25,7 +25,6 @@ __all__ = [
     "post_hook",
     "close_stale",
     "close_above",
-    "close_ended",
     "live",
 ]
 
@@ -35,10 +34,6 @@ logger = logging.getLogger(__name__)
 # end read it, and a lookup through ``torch._C`` costs more than the call.
 _task_id: Callable[[], int] = torch._C._current_graph_task_id
 live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
-#: graph task -> the CPU clock when a backward step of it last closed on its thread, and the
-#: thread's tool time then: a step still open at the task's end (autograd skipped its last
-#: node) ended then
-_closed: Dict[int, Tuple[int, int]] = {}
 
 
 class Record:
@@ -147,11 +142,13 @@ class _TaskEnd:
     def __call__(self) -> None:
         try:
             stack = _tls.stack
-            last = _closed.pop(self.task, None)
+            last = lifecycle.closed.pop(self.task, None)
             for frame in reversed([f for f in stack if f.task == self.task]):  # pruned last nodes
                 stack.remove(frame)
                 if last is not None and frame.mode == CPU and last[0] > frame.start:
-                    _close_at(frame, *last)  # ended with the last of its steps that ran
+                    lifecycle.close_backward(
+                        frame, *last
+                    )  # ended with the last of its steps that ran
                 else:
                     _abandon(frame, error=False)
         except Exception:  # never break the user's backward
@@ -159,7 +156,7 @@ class _TaskEnd:
 
     def __del__(self) -> None:
         live.discard(self.task)
-        _closed.pop(self.task, None)
+        lifecycle.closed.pop(self.task, None)
         try:  # a backward that raised: close its frames now if they are on this thread
             stack = _tls.stack
             if stack[-1].task == self.task:
@@ -279,33 +276,7 @@ def _close_ended(stack: List[Frame], first: Record, t1: int) -> None:
         and id(stack[-1].owner) not in around
         and stack[-1].owner.fwd_stack is thread  # (sequence numbers are a thread's own)
     ):
-        _close_at(stack.pop(), t1)
-
-
-def close_ended(stack: List[Frame]) -> None:
-    """Before a counted call's backward is counted (its anchor's output node runs): close
-    this pass's backward frames on top of ``stack``, as ended now. Anchors never nest, so a
-    step still open there is one whose backward autograd ran in part (see
-    :func:`_close_ended`)."""
-    task = _task_id()
-    t1 = clock.cpu_now()
-    while stack[-1].task is not None and stack[-1].task == task:
-        _close_at(stack.pop(), t1)
-
-
-def _close_at(frame: Frame, t1: int, own_total: Optional[int] = None) -> None:
-    """Close the backward ``frame`` (taken off its stack) as ended at ``t1``, timed;
-    ``own_total``: the thread's tool time then (default: now)."""
-    owner = frame.owner
-    if owner.frame is frame:
-        owner.frame = None
-    task = frame.task
-    frame.task = frame.owner = None  # the frame is reused: let go of the record
-    if own_total is None:
-        own_total = _tls.stack[0].own
-    own = own_total - frame.own if frame.mode == CPU else 0
-    lifecycle.close_frame(frame, t1, False, owner.link, own)
-    _closed[task] = (t1, own_total)
+        lifecycle.close_backward(stack.pop(), t1)
 
 
 def _end(records: Tuple[Record, ...], t1: int) -> None:
@@ -333,7 +304,7 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
         frame.task = frame.owner = None  # the frame is reused: let go of the record
         own = stack[0].own - frame.own if frame.mode == CPU else 0
         lifecycle.close_frame(frame, t1, False, r.link, own)
-        _closed[task] = (t1, stack[0].own)
+        lifecycle.closed[task] = (t1, stack[0].own)
 
 
 # The tool's own time. Hooks run inside the backward of the steps around them: a step's

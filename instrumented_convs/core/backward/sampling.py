@@ -12,11 +12,11 @@ from collections import OrderedDict
 from itertools import count as _counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..frames.lifecycle import close_ended
 from ..frames.stack import Frame, _tls
 from ..native import speedups
 from ..settings import switches
 from ..storage.registry import backward_key, backward_parent, registry
-from .hooks import close_ended
 
 __all__ = [
     "Template",

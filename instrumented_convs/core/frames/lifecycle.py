@@ -6,7 +6,7 @@ and the profiler label, so the bookkeeping stays outside the measured time.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -16,13 +16,16 @@ from ..labels import nvtx, profiler
 from ..settings import switches
 from ..storage import registry as registry_module
 from ..storage import timeline
-from .stack import CPU, CUDA, LABELLED, PUSHED, RANGED, SAMPLED, UNTIMED, Frame
+from .stack import CPU, CUDA, LABELLED, PUSHED, RANGED, SAMPLED, UNTIMED, Frame, _tls
 
 __all__ = [
     "open_frame",
     "close_frame",
     "close_elsewhere",
     "abandon_frame",
+    "close_backward",
+    "close_ended",
+    "closed",
 ]
 
 # The registry, assigned rather than imported: CPython 3.11 compiles ``name.method(...)`` on
@@ -188,3 +191,37 @@ def _close_label_and_range(frame: Frame, flags: int) -> None:
     finally:
         if flags & PUSHED:
             nvtx.pop()
+
+
+#: graph task -> the CPU clock when a backward step of it last closed on its thread, and the
+#: thread's tool time then: a step still open at the task's end (autograd skipped its last
+#: node) ended then (``backward.hooks``)
+closed: Dict[int, Tuple[int, int]] = {}
+_task_id = torch._C._current_graph_task_id
+
+
+def close_backward(frame: Frame, t1: int, own_total: Optional[int] = None) -> None:
+    """Close the backward ``frame`` (taken off its stack already) as ended at ``t1``, timed;
+    ``own_total``: the thread's tool time then (default: now).
+    Its record (``frame.owner``) lets go of it and keeps its pass: the step's last node, if
+    it runs, then closes nothing."""
+    owner = frame.owner
+    if owner.frame is frame:
+        owner.frame = None
+    task = frame.task
+    frame.task = frame.owner = None  # the frame is reused: let go of the record
+    if own_total is None:
+        own_total = _tls.stack[0].own
+    own = own_total - frame.own if frame.mode == CPU else 0
+    close_frame(frame, t1, False, owner.link, own)
+    closed[task] = (t1, own_total)
+
+
+def close_ended(stack: List[Frame]) -> None:
+    """Before a counted call's backward is counted (its anchor's output node runs): close
+    this pass's backward frames on top of ``stack``, as ended now. Anchors never nest, so a
+    step still open there is one whose backward autograd ran in part."""
+    task = _task_id()
+    t1 = clock.cpu_now()
+    while stack[-1].task is not None and stack[-1].task == task:
+        close_backward(stack.pop(), t1)

@@ -17,13 +17,12 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
-from ...core.steps.step import Step
-from ..relations import relation_step
+from ...core.steps.step import Step, relate
 from .rewrite import RELATION, Wrap
 from .split import TRUTH
 from .statements import Known
 
-__all__ = ["with_steps", "Own"]
+__all__ = ["with_steps", "Own", "relation_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -269,3 +268,18 @@ class Own:
     def steps(self) -> Tuple[str, ...]:
         """The names of the statements' steps (none: the stock forward runs as it is)."""
         return getattr(self.resolve(), "_ic_steps", ())
+
+
+def relation_step(layer: Any, index: Any) -> Step:
+    """The step of one iteration of a layer's loop over its relations (RGCN's ``for i in
+    range(self.num_relations)``): ``relation``, in the scope ``<layer's scope>.<i>`` of the
+    relation ``str(i)``, made once per layer scope and relation (kept with the layer's own
+    steps, in its ``_ic_steps``)."""
+    steps = layer.__dict__.setdefault("_ic_steps", {})
+    key = ("relation", layer._ic_scope, index)
+    step = steps.get(key)
+    if step is None:
+        scope = f"{layer._ic_scope}.{index}"
+        relate(scope, str(index))
+        step = steps[key] = Step("relation", scope)
+    return step
