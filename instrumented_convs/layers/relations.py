@@ -55,8 +55,9 @@ def holder_attribute(module: torch.nn.Module) -> Optional[str]:
 
 
 def _relation_keys(container: torch.nn.Module, graph: bool) -> bool:
-    """Whether the keys of ``container`` are relations: a plain ``ModuleDict`` inside a
-    ``torch.fx.GraphModule`` (``to_hetero``'s per-edge-type copies) whose keys join parts."""
+    """Whether ``container`` is a dict of ``to_hetero``'s copies, a plain ``ModuleDict``
+    inside a ``torch.fx.GraphModule``: its keys that join parts (edge types) are relations,
+    the others node types."""
     return graph and type(container) is torch.nn.ModuleDict
 
 

@@ -19,14 +19,7 @@ from ..settings import switches
 from ..storage.entry import BACKWARD_MARK
 from ..storage.registry import backward_key, backward_parent, registry
 
-__all__ = [
-    "Record",
-    "pre_hook",
-    "post_hook",
-    "close_stale",
-    "close_above",
-    "live",
-]
+__all__ = ["Record", "pre_hook", "post_hook", "close_stale", "close_above", "live"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,9 +139,8 @@ class _TaskEnd:
             for frame in reversed([f for f in stack if f.task == self.task]):  # pruned last nodes
                 stack.remove(frame)
                 if last is not None and frame.mode == CPU and last[0] > frame.start:
-                    lifecycle.close_backward(
-                        frame, *last
-                    )  # ended with the last of its steps that ran
+                    # ended with the last of its steps that ran
+                    lifecycle.close_backward(frame, *last)
                 else:
                     _abandon(frame, error=False)
         except Exception:  # never break the user's backward
