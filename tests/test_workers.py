@@ -181,7 +181,10 @@ def test_run_saves_what_a_killed_workers_batches_recorded(tmp_path):
     assert run["ended_by"] == "exception" and run["exit_code"] == 1
     loader, workers = run["workers"]["loaders"][0], run["workers"]["workers"]
     taken = sum(x.startswith("batch ") for x in proc.stdout.splitlines())
-    assert loader["consumed"] == taken and sum(w["batches"] for w in workers) >= taken
+    # torch's SIGCHLD handler raises whenever the killed worker's signal arrives: also between
+    # a batch handed over (consumed) and the loop's print of it (CI saw it once in several)
+    assert taken <= loader["consumed"] <= taken + 1
+    assert sum(w["batches"] for w in workers) >= loader["consumed"]
     assert all(len(w["spans"]) == w["batches"] for w in workers)
 
 
