@@ -20,6 +20,24 @@ import torch
 
 from instrumented_convs.testing import FakeClock  # noqa: F401  (re-exported for tests)
 
+READ = 1_000  #: ns a :class:`Ticking` clock reading costs
+
+
+class Ticking:
+    """A CPU clock that moves ``READ`` ns at every reading (the tool's cost), and when told
+    (``advance``: the work)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += READ
+        return self.now
+
+    def advance(self, ns: int) -> None:
+        self.now += ns
+
+
 #: The repository root (scripts run from there, with it on ``PYTHONPATH``).
 ROOT = Path(__file__).resolve().parents[1]
 

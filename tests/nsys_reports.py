@@ -32,7 +32,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 __all__ = ["Launch", "RangeSpec", "Proc", "gtid", "gpid", "build_report", "SCHEMA"]
 
@@ -198,13 +198,13 @@ class RangeSpec:
 class Proc:
     """A process: its ranges by thread id, CUDA calls made outside any range by thread id
     (``launches``), its name, and the marks its main thread made in our domain (``(time,
-    text)``: ``settings: rank=1 ...``, ``reset``)."""
+    text)``: ``settings: rank=1 ...``, ``reset``; ``(time, text, payload)``: ``time``)."""
 
     pid: int
     threads: Dict[int, Sequence[RangeSpec]] = field(default_factory=dict)
     launches: Dict[int, Sequence[Launch]] = field(default_factory=dict)
     name: str = "python3"
-    marks: Sequence[Tuple[int, str]] = ()
+    marks: Sequence[Tuple[Any, ...]] = ()
 
 
 def gtid(pid: int, tid: int) -> int:
@@ -296,7 +296,7 @@ class _Writer:
                     self.launch(launch, proc.pid, g, corr)
             for launch in proc.launches.get(tid, ()):
                 self.launch(launch, proc.pid, g, corr)
-        for t, text in proc.marks:  # (the domain made by the process's ranges first)
+        for t, text, *payload in proc.marks:  # (the domain made by the process's ranges first)
             self.add(
                 "NVTX_EVENTS",
                 start=t,
@@ -304,6 +304,7 @@ class _Writer:
                 textId=self.string(text),
                 globalTid=gtid(proc.pid, proc.pid),
                 domainId=DOMAIN_ID,
+                int64Value=payload[0] if payload else None,
             )
 
     def nvtx(self, spec: RangeSpec, g: int, domain: bool) -> None:

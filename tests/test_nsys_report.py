@@ -53,6 +53,94 @@ def test_its_times_are_the_ranges_which_hold_the_tools_own_time():
         assert abs(g["total"] - e["total"]) <= 0.001 * e["total"]
 
 
+def test_a_range_that_closes_with_a_time_mark_reads_as_the_steps_own_clock(tmp_path):
+    """A range holding the tool's time that the step's clock left out (its children's enters
+    and exits) closes with a ``time`` mark of the step's time: that is the call's time, the
+    mark going to the innermost range open on its thread; a range without one keeps its
+    duration."""
+    spec = [
+        RangeSpec("epoch", 0, 10_000, payload=1),  # a region
+        RangeSpec("GCNConv", 1_000, 9_000, scope="conv1"),
+        RangeSpec("lin", 2_000, 3_000, scope="conv1"),  # no mark: its duration
+        RangeSpec("propagate", 4_000, 8_000, scope="conv1"),
+        RangeSpec("message", 5_000, 6_000, scope="conv1"),
+    ]
+    marks = [(7_900, "time", 2_500), (8_900, "time", 6_000)]  # propagate's, GCNConv's
+    path = build_report(tmp_path / "r.sqlite", [Proc(100, {100: spec}, marks=marks)], cuda=False)
+    got = {e["path"]: e["total"] for e in _entries(read_report(path))}
+    assert got == {
+        "epoch": 10_000,
+        "epoch/GCNConv": 6_000,
+        "epoch/GCNConv/lin": 1_000,
+        "epoch/GCNConv/propagate": 2_500,
+        "epoch/GCNConv/propagate/message": 1_000,
+    }
+
+
+def _three_calls(monkeypatch, training: bool) -> tuple:
+    """Three calls of a GCNConv (``training``: each in a region ``epoch``, with its backward;
+    else without grad) under an ``nvtx`` backend that records its calls: the calls
+    (``("push", name, scope, region, cpu)``, ``("pop",)``, ``("time", ns)``) and the rows."""
+    pytest.importorskip("torch_geometric")
+    import torch
+
+    import instrumented_convs as ic
+    from instrumented_convs.core.labels import nvtx
+    from instrumented_convs.pyg import GCNConv
+
+    events: list = []
+
+    class Recorder(nvtx.NvtxBackend):
+        name = "nvtx"
+
+        def __init__(self):
+            super().__init__()
+            self.push = lambda name, scope=None, region=False, cpu=False: events.append(
+                ("push", name, scope, region, cpu)
+            )
+            self.pop = lambda: events.append(("pop",))
+            self.timed = lambda ns: events.append(("time", ns))
+
+    monkeypatch.setattr(nvtx, "_pick", lambda choice: Recorder())
+    conv = GCNConv(4, 4)
+    x, ei = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
+    start = ic.configure()
+    try:
+        ic.configure(nvtx="nvtx")
+        ic.registry.reset()
+        for _ in range(3):  # the first call on Python's path, the others in C
+            if training:
+                with ic.region("epoch"):
+                    conv(x, ei).sum().backward()
+            else:
+                with torch.no_grad():
+                    conv(x, ei)
+        rows = ic.registry.summary().rows
+    finally:
+        start.restore()
+        ic.registry.reset()
+    return events, rows
+
+
+def test_a_step_whose_range_holds_the_tools_time_closes_it_with_its_time(monkeypatch):
+    """On Python's path and the C fast path alike, a range that holds the tool's own time
+    (a layer's, around its steps' enters and exits) closes with a mark of the time the
+    process records for the call, just before its pop."""
+    events, rows = _three_calls(monkeypatch, training=False)
+    layer = next(r for r in rows if r.name.endswith("GCNConv"))
+    stack, times = [], []
+    for i, ev in enumerate(events):
+        if ev[0] == "push":
+            stack.append(ev[1])
+        elif ev[0] == "pop":
+            name = stack.pop()
+            if name == "GCNConv":  # its steps' enters and exits inside: marked, then popped
+                assert events[i - 1][0] == "time"
+                times.append(events[i - 1][1])
+    assert len(times) == 3
+    assert sum(times) == round(layer.total * 1e9)
+
+
 def test_warmup_drops_the_first_iterations_with_all_under_them():
     rows = {(r.name, r.phase): r for r in saved_summary(read_report(REPORT, warmup=1)).rows}
     assert rows[("epoch", "forward")].count == 2
@@ -263,34 +351,8 @@ def test_every_push_says_the_layer_kind_and_clock_on_either_path(monkeypatch):
     """A step's first call takes Python's path (its entry is new), the later ones the C fast
     path: both push the entry's layer (a step inherits its layer's), the kind and the clock,
     which a report read back groups by."""
-    pytest.importorskip("torch_geometric")
-    import torch
-
-    import instrumented_convs as ic
-    from instrumented_convs.core.labels import nvtx
-    from instrumented_convs.pyg import GCNConv
-
-    pushed = []
-
-    class Recorder(nvtx.NvtxBackend):
-        name = "nvtx"
-
-        def __init__(self):
-            super().__init__()
-            self.push = lambda *a: pushed.append(a)
-            self.pop = lambda: None
-
-    monkeypatch.setattr(nvtx, "_pick", lambda choice: Recorder())
-    conv = GCNConv(4, 4)
-    x, ei = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
-    start = ic.configure()
-    try:
-        ic.configure(nvtx="nvtx")
-        for _ in range(3):
-            with ic.region("epoch"):
-                conv(x, ei).sum().backward()
-    finally:
-        start.restore()
+    events, _ = _three_calls(monkeypatch, training=True)
+    pushed = [e[1:] for e in events if e[0] == "push"]
     by_name = {}
     for name, scope, region, cpu in pushed:
         by_name.setdefault(name, set()).add((scope, region, cpu))

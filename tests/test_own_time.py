@@ -13,22 +13,9 @@ from instrumented_convs import configure, region, registry
 from instrumented_convs.layers import mark_outputs, step
 from instrumented_convs.testing import cpu_clock
 
-READ = 1_000  # ns a clock reading costs
+from .helpers import READ, Ticking
+
 WORK, CHILD_WORK, CHILDREN = 100_000, 10_000, 4
-
-
-class Ticking:
-    """A CPU clock that moves ``READ`` ns at every reading, and when told."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        self.now += READ
-        return self.now
-
-    def advance(self, ns: int) -> None:
-        self.now += ns
 
 
 def _rows():

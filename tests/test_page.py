@@ -69,6 +69,26 @@ def test_a_page_draws_every_step_with_no_script_error_and_escapes_names(tmp_path
     assert "a &lt;b&gt;run&lt;/b&gt;" in dom
 
 
+def test_the_tools_own_row_is_in_the_table_and_not_in_the_chart(tmp_path):
+    from instrumented_convs.core.frames.setup import SETUP, setup
+
+    clock = FakeClock()
+    with cpu_clock(clock):
+        with region("epoch"):
+            with setup():  # the tool's one-time work: 1 s, against the epoch's 3 ms
+                clock.advance(1_000_000_000)
+            with step("layer"):
+                clock.advance(3_000_000)
+    summary = registry.summary()
+    assert [r.name for r in summary.rows] == ["epoch", "epoch/layer", SETUP]
+    page = tmp_path / "page.html"
+    page.write_text(summary.to_html(title="setup"))
+    dom, console = open_page(page)
+    assert console == [] and body_data(dom)["errors"] == "0"
+    assert re.search(r'data-rects="(\d+)"', dom).group(1) == "3"  # "all", epoch, layer
+    assert SETUP in dom  # its row of the table
+
+
 def test_the_screenshot_shows_the_chart_to_scale(tmp_path):
     summary = _recorded(forward_ns=3_000_000, backward_ns=1_000_000)
     fwd = summary["epoch/layer"].total

@@ -25,6 +25,8 @@ __all__ = [
     "owner",
     "listed",
     "watch_compiles",
+    "setup",
+    "tool_time",
 ]
 
 
@@ -57,6 +59,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(dynamo, "describe" if name == "compiled" else name)
     elif name == "watch_compiles":
         from .compiler.breaks import watch as value
+    elif name in ("setup", "tool_time"):  # the tool's one-time work, out of the user's rows
+        from .frames import setup
+
+        value = getattr(setup, name)
     elif name in ("noted", "note"):
         from .storage import timeline
 

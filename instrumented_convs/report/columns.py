@@ -11,7 +11,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .row import FIELDS, Row
+from .row import FIELDS, TOOL, Row
 
 __all__ = [
     "Column",
@@ -321,8 +321,8 @@ def cell(
         return f"{value / scale:.3f}" if row.sampled else ""
     if column.kind == "time":
         return "" if value is None else f"{mark}{value / scale:.3f}"
-    if column.kind == "fraction":
-        return f"{mark}{100.0 * value:.1f}%"
+    if column.kind == "fraction":  # (the tool's own row: outside the total)
+        return "-" if row.kind == TOOL else f"{mark}{100.0 * value:.1f}%"
     if column.kind == "slowest":
         return "-" if value is None else f"{value / scale:.3f} {over[0]}{row.slowest_rank}"
     if column.kind == "spread":

@@ -11,7 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["Row", "FIELDS", "TYPES", "value_of"]
+__all__ = ["Row", "FIELDS", "TYPES", "TOOL", "value_of"]
+
+TOOL = "tool"  #: the kind of the tool's own row: its one-time work, outside the total
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,7 @@ class Row:
     step: str  #: the last component of the path
     depth: int  #: 0 for top-level steps
     scope: Optional[str]  #: the layer instance (``None`` when merged, or outside layers)
-    kind: str  #: ``step`` or ``region``
+    kind: str  #: ``step``, ``region``, ``upstream`` or :data:`TOOL`
     count: int  #: calls (timed, and counted with their time estimated: ``estimated``)
     total: float  #: inclusive time, all calls
     self_time: float  #: total minus the totals of the children

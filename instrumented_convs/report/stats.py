@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..core.storage.entry import EntryStats
 from .compiled import unscaled
-from .row import FIELDS, Row
+from .row import FIELDS, TOOL, Row
 from .summary import Summary
 
 _GroupKey = Tuple[Optional[str], str, str]
@@ -341,7 +341,8 @@ def summarize(
     heterogeneous model, step path), each relation's layers added together (steps of no
     relation merged as by step). Rows come in tree order, siblings in order of first
     use; rows that recorded nothing are left out. Fractions are shares of the grand total
-    (the sum of the top-level rows), so they add up at every depth. Calls counted but not
+    (the sum of the top-level rows), so they add up at every depth; the tool's own row
+    (kind ``tool``: its one-time work) comes last, outside the grand total. Calls counted but not
     timed (backward sampling) are in the counts, and their time is estimated per entry
     (:func:`estimated_total`) before entries are merged; ``Row.estimated`` says how many.
 
@@ -360,7 +361,13 @@ def summarize(
     members, children_of = _groups(stats, by)
     merged = _merged(stats, members)
     order = _tree_order(children_of)
-    grand = sum(merged[k]["total"] for k in order if stats[members[k][0]].depth == 0)
+    tool = [k for k in order if stats[members[k][0]].kind == TOOL]  # the tool's own: last
+    order = [k for k in order if k not in tool] + tool
+    grand = sum(
+        merged[k]["total"]
+        for k in order
+        if stats[members[k][0]].depth == 0 and stats[members[k][0]].kind != TOOL
+    )
     rows = [
         _row(stats[members[k][0]], k[0], merged[k], grand, by)
         for k in order

@@ -17,7 +17,7 @@ from . import columns, diff, hostdevice, page, saved, tensorboard
 from .columns import UNITS
 from .diff import SummaryDiff
 from .renderers import RenderInput, render
-from .row import FIELDS, Row, value_of
+from .row import FIELDS, TOOL, Row, value_of
 
 __all__ = ["Summary"]
 
@@ -100,7 +100,9 @@ class Summary:
         self.by = by
         #: The grand total in seconds, of which every ``fraction`` is a share.
         self.total: float = (
-            total if total is not None else sum(row.total for row in self.rows if row.depth == 0)
+            total
+            if total is not None
+            else sum(r.total for r in self.rows if r.depth == 0 and r.kind != TOOL)
         )
         self._per_rank = None if per_rank is None else list(per_rank)
         #: What a merged summary is merged over: ``ranks`` (torch.distributed), or

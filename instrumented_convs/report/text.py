@@ -12,6 +12,7 @@ from ..core.storage.entry import BACKWARD_MARK
 from . import columns, hostdevice
 from .compiled import compiled_note, eager_breakdown
 from .fold import SUMMED, fold
+from .row import TOOL
 
 #: After the name of a layer running upstream's own forward (a row of kind ``upstream``).
 UPSTREAM_MARK = " (upstream code)"
@@ -277,6 +278,18 @@ def _upstream_note(summary: Any) -> List[str]:
     ]
 
 
+def _tool_note(summary: Any) -> List[str]:
+    """What the row of the tool's own one-time work is."""
+    row = next((r for r in summary.rows if r.kind == TOOL), None)
+    if row is None:
+        return []
+    return [
+        f"{row.step}: the tool's one-time work at first calls (a model instrumented by run, "
+        "a layer class's statements made into steps), left out of every other row and of "
+        "the total."
+    ]
+
+
 def _call_notes(summary: Any) -> List[str]:
     """The rows whose calls raised, or were not timed."""
     rows = summary.rows
@@ -294,6 +307,7 @@ NOTES: List[Callable[[Any], List[str]]] = [
     _run_notes,
     _estimated_note,
     _upstream_note,
+    _tool_note,
     _call_notes,
     hostdevice.lines,
 ]

@@ -274,8 +274,9 @@ class Hooks:
     def _adopt(self, model: torch.nn.Module) -> None:
         """Instrument ``model``'s conv layers and name them, once per model; a compiled
         model's only for the eager breakdown (instrumenting changes the classes Dynamo
-        traces: its frames and graph breaks), else its conv layers are listed as such."""
-        with self._lock:
+        traces: its frames and graph breaks), else its conv layers are listed as such. The
+        tool's one-time work: out of the user's rows (``core.setup``)."""
+        with self._lock, core.setup():
             if type(model) is optimized_module() and configure().compiled != "eager":
                 self._list_compiled(model)
                 return

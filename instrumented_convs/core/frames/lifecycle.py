@@ -94,7 +94,9 @@ def close_frame(frame: Frame, t1: int, error: bool, link: Any = None, own: int =
     timeline (a backward's; a forward's is its ``seq0``). ``own``: ns of the tool's own code
     that ran inside the frame (a CPU frame's time leaves them out; the timeline shows the
     frame where it ran). The frame may be reused as soon as this returns: it lets go of its
-    profiler handle and of its events.
+    profiler handle and of its events. A range that holds ``own`` and more of the tool's time
+    since ``t1`` closes with a mark of the step's time (``labels.nvtx.TIME_MARK``), which a
+    report read back takes as the call's, not the range's duration.
     """
     mode = frame.mode
     end = None
@@ -106,6 +108,8 @@ def close_frame(frame: Frame, t1: int, error: bool, link: Any = None, own: int =
         if end is None:  # a device error, or a capture begun inside the step
             mode = UNTIMED
     flags = frame.flags
+    if flags & PUSHED and not flags & RANGED and own + clock.cpu_now() - t1 >= nvtx.TIME_FLOOR_NS:
+        nvtx.timed(t1 - frame.start - own)  # the range holds more than the clock: its time
     try:
         _close_label_and_range(frame, flags)
     finally:

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 CPU, CUDA, UNTIMED, BOTTOM = 0, 1, 2, 3
 #: Bits of ``Frame.flags``: what the frame opened besides its clock, so its close undoes that
 #: (an NVTX range, a profiler label); SAMPLED: a backward frame of a call timed at random;
-#: RANGED: a frame of the ranges mode (``record="ranges"``), its range all it records.
-PUSHED, LABELLED, SAMPLED, RANGED = 1, 2, 4, 8
+#: RANGED: a frame of the ranges mode (``record="ranges"``), its range all it records;
+#: ASIDE: a region the tool's one-time work ran in (``frames.setup``), to leave out at its close.
+PUSHED, LABELLED, SAMPLED, RANGED, ASIDE = 1, 2, 4, 8, 16
 
 
 class Frame:

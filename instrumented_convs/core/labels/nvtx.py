@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import zlib
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -55,11 +56,19 @@ class NvtxBackend:
         self.push: Callable[..., Any] = _noop_push
         self.pop: Callable[[], Any] = _noop_pop
         self.mark: Callable[[str], Any] = _noop_mark
+        self.timed: Callable[[int], Any] = _noop_timed
+        #: push the range of the tool's one-time work (``frames.setup``); False: none pushed
+        self.push_tool: Callable[[str], bool] = _noop_push_tool
 
 
 #: The bits of a range's payload: a region (not a step), a step on the CPU clock (not CUDA
-#: events); the layer is the range's category (report.nsys reads them back).
-PAYLOAD_REGION, PAYLOAD_CPU = 1, 2
+#: events), the tool's one-time work (``frames.setup``: a row of its own, not its parent's
+#: child); the layer is the range's category (report.nsys reads them back).
+PAYLOAD_REGION, PAYLOAD_CPU, PAYLOAD_TOOL = 1, 2, 4
+
+
+def _noop_push_tool(name: str) -> bool:
+    return False
 
 
 def _noop_push(
@@ -74,6 +83,20 @@ def _noop_pop() -> None:
 
 def _noop_mark(text: str) -> None:
     return None
+
+
+def _noop_timed(ns: int) -> None:
+    return None
+
+
+#: The mark a step's range closes with when the range holds the tool's own time that the
+#: step's clock leaves out (its children's enters and exits, backward hooks, the tool's
+#: one-time work, its own after the clock stopped): its payload is the step's time as the
+#: clock took it, in ns, which a report read back takes as the call's time (report.nsys).
+TIME_MARK = "time"
+#: A range that holds less than this many ns more than its clock closes without that mark
+#: (a mark costs about what a range does): its duration is the call's time.
+TIME_FLOOR_NS = 500
 
 
 class _NvtxPackageBackend(NvtxBackend):
@@ -133,10 +156,41 @@ class _NvtxPackageBackend(NvtxBackend):
             elif _mark is not None and hasattr(domain, "handle"):
                 _mark(a, domain.handle)
 
+        # One attributes object for the time mark, its payload set per call (a lock: two
+        # threads setting it at once would swap their payloads).
+        time_attrs = domain.get_event_attributes(
+            message=TIME_MARK, color=color_of(TIME_MARK), payload=0
+        )
+        time_lock = threading.Lock()
+        mark_time: Any = None
+        if hasattr(domain, "mark"):  # nvtx >= 0.2.12
+            mark_time = domain.mark
+        elif _mark is not None and hasattr(domain, "handle"):
+            mark_time = functools.partial(_mark, domain=domain.handle)
+
+        def timed(ns: int) -> None:
+            with time_lock:
+                time_attrs.payload = ns
+                mark_time(time_attrs)
+
+        tool_attrs: Dict[str, Any] = {}
+
+        def push_tool(name: str) -> bool:
+            a = tool_attrs.get(name)
+            if a is None:
+                a = tool_attrs[name] = domain.get_event_attributes(
+                    message=name, color=color_of(name), payload=PAYLOAD_TOOL | PAYLOAD_CPU
+                )
+            push_range(a)
+            return True
+
         self.attributes = attributes
+        self.push_tool = push_tool
         self.push = push
         self.pop = pop_range
         self.mark = mark
+        if mark_time is not None:
+            self.timed = timed
 
 
 class _TorchNvtxBackend(NvtxBackend):
@@ -239,7 +293,7 @@ def _pick(choice: str) -> NvtxBackend:
 
 #: The backend in use, and its push and pop (read by every step's lifecycle).
 backend: NvtxBackend = NvtxBackend()
-push, pop = backend.push, backend.pop
+push, pop, timed = backend.push, backend.pop, backend.timed
 #: Whether ranges are pushed at all (the backend is not ``none``).
 live = False
 
@@ -249,12 +303,13 @@ def use_nvtx(choice: str) -> str:
     :func:`~instrumented_convs.configure`); returns the name of the backend now in use.
     ``auto`` is the ``nvtx`` package (else ``torch.cuda.nvtx``) when an NVTX tool is
     attached to the process, else ``none``."""
-    global backend, push, pop, live
+    global backend, push, pop, timed, live
     backend = _pick(choice)
-    push, pop = backend.push, backend.pop
+    push, pop, timed = backend.push, backend.pop, backend.timed
     live = backend.name != "none"
     if speedups is not None:  # the fast path pushes through the backend's own calls
-        speedups.set_nvtx_live(live, backend.push, backend.pop)
+        mark = None if timed is _noop_timed else timed
+        speedups.set_nvtx_live(live, backend.push, backend.pop, mark, TIME_FLOOR_NS)
     return backend.name
 
 

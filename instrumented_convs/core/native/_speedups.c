@@ -25,7 +25,8 @@ PyObject *g_config, *g_prof, *g_registry, *g_seq, *g_grad_enabled;
 PyObject *g_perf_counter_ns, *g_entry_type, *g_log_type, *g_log_exit;
 Py_ssize_t g_fold_at = 64;
 int g_nvtx_live = 1;
-PyObject *g_nvtx_push = NULL, *g_nvtx_pop = NULL;
+PyObject *g_nvtx_push = NULL, *g_nvtx_pop = NULL, *g_nvtx_timed = NULL;
+long long g_timed_floor = 0;
 PyObject *g_timeline = NULL;
 static PyObject *g_timeline_full = NULL;
 static Py_ssize_t g_timeline_limit = 0;
@@ -283,16 +284,21 @@ static PyObject *set_clock(PyObject *mod, PyObject *fn) {
     Py_RETURN_NONE;
 }
 
-/* set_nvtx_live(live[, push, pop]): whether NVTX ranges are pushed, and the backend's calls
- * for the fast path to push them itself (without them a step that pushes takes Python's). */
+/* set_nvtx_live(live[, push, pop[, timed, floor]]): whether NVTX ranges are pushed, and the
+ * backend's calls for the fast path to push them itself (without them a step that pushes takes
+ * Python's); timed(ns): the mark of the step's time a range closes with when it holds at least
+ * floor ns more than the step's clock took (frames.lifecycle.close_frame's twin). */
 static PyObject *set_nvtx_live(PyObject *mod, PyObject *args) {
-    PyObject *live, *push = Py_None, *pop = Py_None;
-    if (!PyArg_ParseTuple(args, "O|OO", &live, &push, &pop)) return NULL;
+    PyObject *live, *push = Py_None, *pop = Py_None, *timed = Py_None;
+    long long floor = 0;
+    if (!PyArg_ParseTuple(args, "O|OOOL", &live, &push, &pop, &timed, &floor)) return NULL;
     int r = PyObject_IsTrue(live);
     if (r < 0) return NULL;
     int calls = r && push != Py_None && pop != Py_None;
     Py_XSETREF(g_nvtx_push, calls ? Py_NewRef(push) : NULL);
     Py_XSETREF(g_nvtx_pop, calls ? Py_NewRef(pop) : NULL);
+    Py_XSETREF(g_nvtx_timed, calls && timed != Py_None ? Py_NewRef(timed) : NULL);
+    g_timed_floor = floor;
     g_nvtx_live = r;
     Py_RETURN_NONE;
 }

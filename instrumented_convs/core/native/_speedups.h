@@ -57,6 +57,10 @@ extern Py_ssize_t g_fold_at;
 extern int g_nvtx_live;  /* set_nvtx_live(): whether NVTX ranges are pushed */
 /* the backend's push(name, scope, region) and pop() when the fast path pushes them, else NULL */
 extern PyObject *g_nvtx_push, *g_nvtx_pop;
+/* the backend's timed(ns) (the mark of a step's time its range closes with), and the least ns
+ * a range must hold beyond the clock for one (set_nvtx_live) */
+extern PyObject *g_nvtx_timed;
+extern long long g_timed_floor;
 extern PyObject *g_timeline;  /* set_timeline(): the timeline's list while it records, else NULL */
 /* Offsets of the slots of entry.Entry and anchor.Log read here (see slot_offset). */
 extern Py_ssize_t o_retired, o_children, o_buf, o_seq0, o_depth0, o_items, o_outputs, o_scope;

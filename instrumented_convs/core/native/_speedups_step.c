@@ -376,6 +376,18 @@ PyObject *StepBase_exit(StepBase *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (frame->flags & PUSHED) {  /* the range closes after the clock (and a CUDA end event) */
         PyObject *et = NULL, *ev = NULL, *tb = NULL;
+        if (ok && g_nvtx_timed != NULL && !(frame->flags & RANGED)) {
+            /* the range holds the tool's time the clock left out (its children's and hooks',
+               ours since t1): it closes with the step's time (frames.lifecycle.close_frame) */
+            long long t_m = now_ns();
+            ok = !(t_m == -1 && PyErr_Occurred());
+            if (ok && own + (t_m - t1) >= g_timed_floor) {
+                PyObject *ns = PyLong_FromLongLong(t1 - frame->t0 - own), *m = NULL;
+                ok = ns != NULL && (m = PyObject_CallOneArg(g_nvtx_timed, ns)) != NULL;
+                Py_XDECREF(m);
+                Py_XDECREF(ns);
+            }
+        }
         if (!ok) PyErr_Fetch(&et, &ev, &tb);
         PyObject *r = PyObject_CallNoArgs(g_nvtx_pop);
         if (r == NULL) ok = 0;

@@ -18,9 +18,9 @@ from ..clocks import choice
 from ..clocks import cpu as clock
 from ..compiler import dynamo
 from ..dutycycle.cycle import cycle
-from ..frames import lifecycle
+from ..frames import lifecycle, setup
 from ..frames import stack as _stack
-from ..frames.stack import Frame, current_path, depth, open_steps, pop_own
+from ..frames.stack import ASIDE, Frame, current_path, depth, open_steps, pop_own
 from ..settings import switches
 from ..storage.registry import backward_key, registry
 from .stepbase import StepBase
@@ -168,7 +168,10 @@ class Step(StepBase):
         # Once popped, the frame is reused by the next step opened here: nothing in between
         # opens one (closing a label or a range runs no step).
         bottom = stack[0]
-        own = 0 if self.region else bottom.own - frame.own
+        if self.region:  # the tool's per-call time stays in, its one-time work does not
+            own = setup.aside_of(frame) if frame.flags & ASIDE else 0
+        else:
+            own = bottom.own - frame.own
         lifecycle.close_frame(frame, t1, exc_type is not None, None, own)
         if frame.seq0 >= 0:
             anchor.log_exit(frame, stack, exc_type is None)
@@ -186,6 +189,8 @@ class Step(StepBase):
             hooks.close_above(stack, self)
             frame = pop_own(stack, self)
         if frame is not None:
+            if frame.flags & ASIDE:
+                setup.aside_of(frame)
             lifecycle.abandon_frame(frame, False, count=False)
 
     def __call__(self, fn: F) -> F:

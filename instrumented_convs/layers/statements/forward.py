@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
+from ...core.frames.setup import setup
 from ...core.steps.step import Step, relate
 from .rewrite import RELATION, Wrap
 from .split import TRUTH
@@ -256,11 +257,12 @@ class Own:
     def resolve(self) -> Callable[..., Any]:
         """The function to run (made once)."""
         if self.fn is None:
-            try:
-                made = with_steps(self.stock, self.timed, self.methods)
-            except Exception as e:  # noqa: BLE001 - never the layer's error: the stock code
-                logger.debug("%s.forward: not made with steps: %r", self.stock.__name__, e)
-                made = None
+            with setup():  # the tool's one-time work: out of the user's rows
+                try:
+                    made = with_steps(self.stock, self.timed, self.methods)
+                except Exception as e:  # noqa: BLE001 - never the layer's error: the stock code
+                    logger.debug("%s.forward: not made with steps: %r", self.stock.__name__, e)
+                    made = None
             self.fn = made or self.stock.forward
         return self.fn
 

@@ -23,11 +23,12 @@ DOMAIN = "instrumented_convs"
 #: NVTX_EVENTS.eventType of a push/pop range, a start/end range, a domain's creation and a
 #: category's name (nsys's ENUM_NSYS_EVENT_TYPE).
 PUSH_POP, START_END, DOMAIN_CREATE, CATEGORY_NAME, MARK = 59, 60, 75, 33, 34
-#: The start of the mark saying the switches, and the mark of a reset (core.labels.nvtx).
-SETTINGS_MARK, RESET_MARK = "settings: ", "reset"
+#: The start of the mark saying the switches, the mark of a reset, and the mark a range closes
+#: with, its payload the step's time by its clock (core.labels.nvtx).
+SETTINGS_MARK, RESET_MARK, TIME_MARK = "settings: ", "reset", "time"
 #: The payload bits of a region's range and of a step timed on the CPU clock
 #: (core.labels.nvtx pushes them).
-PAYLOAD_REGION, PAYLOAD_CPU = 1, 2
+PAYLOAD_REGION, PAYLOAD_CPU, PAYLOAD_TOOL = 1, 2, 4
 
 #: What every reading needs: table -> columns.
 NEEDED = {
@@ -63,8 +64,18 @@ class Range:
     scope: Optional[str]
     region: Optional[bool] = None  #: the range's payload says (None: a range that does not)
     cpu: bool = False  #: its step was timed on the CPU clock, not with CUDA events (payload)
+    #: the tool's one-time work (payload): a top-level row of its own wherever it ran
+    tool: bool = False
     parent: int = -1
     depth: int = 0
+    #: the step's time by its own clock, in ns: its closing mark's payload, where the range
+    #: holds the tool's time that clock leaves out (None: no mark, the range's duration)
+    clocked: Optional[int] = None
+
+    @property
+    def duration(self) -> int:
+        """The call's time: its closing mark's (the step's clock), else the range's."""
+        return self.end - self.start if self.clocked is None else self.clocked
 
     @property
     def pid(self) -> int:
@@ -171,27 +182,34 @@ def read_ranges(conn: sqlite3.Connection) -> Ranges:
         scope = cats.get((pid, dom or 0, cat)) if cat else None
         region = None if pay is None or not ours else bool(pay & PAYLOAD_REGION)
         cpu = bool(ours and pay and pay & PAYLOAD_CPU)
-        ranges.append(Range(start, end, gtid or 0, name, back, scope, region, cpu))
+        tool = bool(ours and pay and pay & PAYLOAD_TOOL)
+        ranges.append(Range(start, end, gtid or 0, name, back, scope, region, cpu, tool=tool))
     if any(r.region for r in ranges):  # a payload seen: a range without one is a step
         for r in ranges:
             r.region = bool(r.region)
     _nest(ranges)
     settings: Dict[int, List[Tuple[int, Dict[str, str]]]] = {}
     resets: Dict[int, int] = {}
+    times: List[Tuple[int, int, int]] = []  # (time, thread, ns) of the ranges' closing marks
     if ours:
-        for t, gtid, text, dom in conn.execute(
-            "SELECT e.start, e.globalTid, coalesce(e.text, s.value), e.domainId FROM NVTX_EVENTS"
+        for t, gtid, text, dom, pay in conn.execute(
+            "SELECT e.start, e.globalTid, coalesce(e.text, s.value), e.domainId,"
+            f" {payload} FROM NVTX_EVENTS"
             " e LEFT JOIN StringIds s ON e.textId = s.id"
             f" WHERE e.eventType = ? AND {where} ORDER BY e.start",
             (MARK, *domains),
         ):
             if (pid_of(gtid or 0), dom or 0) not in mine:
                 continue
-            if text and text.startswith(SETTINGS_MARK):
+            if text == TIME_MARK:
+                if pay is not None:
+                    times.append((t, gtid or 0, pay))
+            elif text and text.startswith(SETTINGS_MARK):
                 pairs = (w.split("=", 1) for w in text[len(SETTINGS_MARK) :].split() if "=" in w)
                 settings.setdefault(pid_of(gtid or 0), []).append((t, dict(pairs)))
             elif text == RESET_MARK:
                 resets[pid_of(gtid or 0)] = t
+    _clocked(ranges, times)
     processes: Dict[int, str] = {}
     if "PROCESSES" in tables(conn) and {"pid", "name"} <= _columns(conn, "PROCESSES"):
         processes = {pid: name for pid, name in conn.execute("SELECT pid, name FROM PROCESSES")}
@@ -239,6 +257,26 @@ def _nest(ranges: List[Range]) -> None:
             if best >= 0:
                 r.parent = best
     _depths(ranges)
+
+
+def _clocked(ranges: List[Range], times: List[Tuple[int, int, int]]) -> None:
+    """Give each range the payload of its closing mark (``times``: time, thread, ns): the
+    mark's thread's innermost range open at it (every range inside has ended: the mark is
+    made at the close, before the pop)."""
+    by_thread: Dict[int, List[int]] = {}
+    for i, r in enumerate(ranges):  # sorted by start
+        by_thread.setdefault(r.gtid, []).append(i)
+    starts = {g: [ranges[i].start for i in idx] for g, idx in by_thread.items()}
+    for t, gtid, ns in times:
+        idx = by_thread.get(gtid)
+        if not idx:
+            continue
+        k = bisect.bisect_right(starts[gtid], t) - 1
+        j = idx[k] if k >= 0 else -1
+        while j >= 0 and ranges[j].gtid == gtid and ranges[j].end <= t:
+            j = ranges[j].parent
+        if j >= 0 and ranges[j].gtid == gtid:
+            ranges[j].clocked = ns
 
 
 def _depths(ranges: List[Range]) -> None:

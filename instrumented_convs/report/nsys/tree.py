@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...core.storage.entry import EntryStats
+from ..row import TOOL
 from .device import LAG_FLOOR_NS, DeviceTime, lag
 from .ranges import Range
 
@@ -67,6 +68,8 @@ def drop_warmup(
 
 
 def _kind(r: Range) -> str:
+    if r.tool:
+        return TOOL
     if r.region is not None:
         return "region" if r.region else "step"
     return "region" if r.scope is None and not r.backward else "step"  # ranges of old
@@ -88,7 +91,7 @@ def snapshots(
             continue
         pid = r.pid
         ns, idx = nodes.setdefault(pid, []), index.setdefault(pid, {})
-        parent = node_of[r.parent] if r.parent >= 0 else -1
+        parent = node_of[r.parent] if r.parent >= 0 and not r.tool else -1
         phase = (
             "backward"
             if r.backward or (parent >= 0 and ns[parent].phase == "backward")
@@ -116,12 +119,12 @@ def snapshots(
         node = ns[n]
         d = device[i] if device is not None else None
         if device is None or r.cpu:  # no CUDA in the report, or a step on the CPU clock
-            node.times.append(r.end - r.start)
+            node.times.append(r.duration)
         elif d is None:  # no device work: none to time
             node.times.append(0)
         else:
             node.times.append(d.span)
-            node.host += r.end - r.start
+            node.host += r.duration
             node.dcalls += 1
             node.busy += d.busy
             late = lag(d, r)

@@ -50,6 +50,7 @@
     const key = function (name, phase, scope) { return name + "\u0000" + phase + "\u0000" + (scope || ""); };
     const nodes = new Map();
     const root = { name: "", step: "all", phase: "forward", kind: "root", total: 0, children: [], parent: null };
+    rows = rows.filter(function (r) { return r.kind !== "tool"; });  /* the tool's own: in the table only */
     for (const r of rows) nodes.set(key(r.name, r.phase, r.scope), Object.assign({ children: [] }, r));
     for (const r of rows) {
       const n = nodes.get(key(r.name, r.phase, r.scope));
@@ -263,7 +264,7 @@
     main.appendChild(node("h2", {}, DATA.runs.length > 1 ? "Where the time goes, side by side (one scale)" : "Where the time goes"));
     main.appendChild(legend());
     const charts = main.appendChild(node("div", { class: "charts" }));
-    const scale = Math.max.apply(null, DATA.runs.map(function (r) { return r.rows.filter(function (x) { return x.depth === 0; }).reduce(function (s, x) { return s + x.total; }, 0); }));
+    const scale = Math.max.apply(null, DATA.runs.map(function (r) { return r.rows.filter(function (x) { return x.depth === 0 && x.kind !== "tool"; }).reduce(function (s, x) { return s + x.total; }, 0); }));
     DATA.runs.forEach(function (run) {
       const box = charts.appendChild(node("div", { class: "chart" }));
       if (DATA.runs.length > 1) box.appendChild(node("h3", {}, run.label));
