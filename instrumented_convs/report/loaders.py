@@ -70,8 +70,8 @@ def verdict(wait_share: float, busy: List[float], own: Optional[Dict[str, float]
 
 
 def _own(summary: Any, span: int) -> Dict[str, float]:
-    """The loader's steps in the training process, inside its waits: name -> share of
-    ``span`` ns (the steps directly inside a ``data`` region)."""
+    """A record without its own work (saved before it was kept per loader): the steps
+    directly inside the ``data`` regions, name -> share of ``span`` ns."""
     out: Dict[str, float] = {}
     if summary is None or not span:
         return out
@@ -83,9 +83,8 @@ def _own(summary: Any, span: int) -> Dict[str, float]:
 
 
 def _copied(summary: Any) -> float:
-    """Seconds in the training process's ``copy`` regions (a batch's copy to its device),
-    but those inside the wait for a batch (DGL's prefetching copies the batch to the
-    loader's device within ``__next__``: waiting already)."""
+    """A record without its copies: seconds in the training process's ``copy`` regions
+    outside the waits for a batch."""
     if summary is None:
         return 0.0
     return sum(
@@ -95,17 +94,30 @@ def _copied(summary: Any) -> float:
     )
 
 
+def _busy(workers: List[Dict[str, Any]], first: int, span: int) -> List[float]:
+    """Each worker's share of ``span`` busy making batches (after ``first``), in worker
+    order: the processes of one worker index added together (a loader made every epoch
+    starts new ones)."""
+    by_index: Dict[int, int] = {}
+    for w in workers:
+        ns = sum(t1 - t0 for _, _, t0, t1, _ in w["spans"] if t1 >= first)
+        by_index[w["worker"]] = by_index.get(w["worker"], 0) + ns
+    return [min(1.0, by_index[i] / span) for i in sorted(by_index)]
+
+
 def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any]]:
-    """Per loader: ``label``, ``rank``, ``workers``, ``consumed`` (batches the training
-    process took), ``made`` (batches its workers made; None without workers), ``wait``,
-    ``copy`` and ``compute`` (shares of the loader's passes, each from its first
-    ``__next__`` to the call that ended it: waiting for a batch, copying it to the device
-    (PyG's and DGL's batches' ``.to``), the rest: forward, backward, the optimizer, the
-    script's own work), ``own`` (the loader's steps that ran in the training
-    process while it waited: name -> share), ``busy`` (each worker's share, in worker
-    order: the time it was busy making batches), ``iteration_ms`` (a pass's time per batch
-    taken) and ``verdict``. ``summary``: the training process's (its ``copy`` rows are the
-    copies, counted for the loader that handed out the most batches)."""
+    """Per loader (the loaders made at one place: ``label``, ``loaders`` of them): ``rank``,
+    ``workers``, ``processes``, ``consumed`` (batches the training process took), ``made``
+    (batches its workers made; None without workers), ``wait``, ``copy`` and ``compute``
+    (shares of the loader's passes, each from its first ``__next__`` to the call that
+    ended it, the tool's one-time work left out: waiting for a batch, copying it to the
+    device (PyG's and DGL's batches' ``.to``, the host's time), the rest: forward, backward,
+    the optimizer, the script's own work), ``own`` (the loader's steps that ran in the
+    training process while it waited: name -> share; at most ``wait`` together), ``busy``
+    (each worker's share, in worker order: the time it was busy making batches),
+    ``iteration_ms`` (a pass's time per batch taken) and ``verdict``. ``summary``: the
+    training process's, read for a record saved before loaders kept their own work (then
+    given to the loader that handed out the most batches)."""
     loaders = [x for x in section.get("loaders", ()) if x.get("span") and x.get("consumed")]
     main = max(loaders, key=lambda x: x["consumed"], default=None)
     out = []
@@ -113,16 +125,19 @@ def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any
         span = loader["span"]
         workers = sorted(_of(section, loader), key=lambda w: (w["worker"], w["pid"]))
         wait = min(1.0, loader["wait"] / span)
-        copy = min(1.0 - wait, _copied(summary) * 1e9 / span) if loader is main else 0.0
-        own = _own(summary, span) if loader is main else {}
+        if "own" in loader:
+            own = {k: min(wait, v / span) for k, v in loader["own"].items()}
+            copy = min(1.0 - wait, loader["copy"] / span)
+        else:
+            own = _own(summary, span) if loader is main else {}
+            copy = min(1.0 - wait, _copied(summary) * 1e9 / span) if loader is main else 0.0
         first = loader.get("first") or 0  # batches made before the first timed pass aside
-        busy = [
-            min(1.0, sum(t1 - t0 for _, _, t0, t1, _ in w["spans"] if t1 >= first) / span)
-            for w in workers
-        ]
+        batches = loader.get("batches") or loader["consumed"]
+        busy = _busy(workers, first, span)
         out.append(
             {
                 "label": loader["label"],
+                "loaders": loader.get("loaders", 1),
                 "rank": loader.get("rank"),
                 "workers": loader["workers"],
                 "processes": len(workers),
@@ -133,7 +148,7 @@ def pipeline(section: Dict[str, Any], summary: Any = None) -> List[Dict[str, Any
                 "compute": 1.0 - wait - copy,
                 "busy": busy,
                 "own": own,
-                "iteration_ms": span / max(loader["consumed"], 1) / 1e6,
+                "iteration_ms": span / max(batches, 1) / 1e6,
                 "verdict": verdict(wait, busy, own),
             }
         )

@@ -89,14 +89,22 @@ def workers_text(
         if p is not None:
             if lines:
                 lines.append("")
-            made = "" if p["made"] is None else f", {p['made']} made by {p['processes']} workers"
+            made = ""
+            if p["made"] is not None:
+                n = len(p["busy"]) or p["processes"]
+                made = f", {p['made']} made by {n} worker{'s' if n > 1 else ''}"
+                if p["processes"] > n:
+                    made += f" ({p['processes']} processes)"
+            many = p.get("loaders", 1)
+            made_there = f" ({many} loaders made there)" if many > 1 else ""
             copy = f", the copy to the device {p['copy']:.0%}" if p["copy"] >= 0.005 else ""
             here = ", ".join(f"{k} {v:.0%}" for k, v in p["own"].items() if v >= 0.005)
             copy = (f" (the loader's work in this process: {here})" if here else "") + copy
             ms = p["iteration_ms"]
             each_ms = f"{ms:,.0f}" if ms >= 100 else f"{ms:.3g}"
             lines.append(
-                f"Loader {label}{where}: {p['consumed']} batches taken{made}; {each_ms} ms an "
+                f"Loader {label}{made_there}{where}: {p['consumed']} batches taken{made}; "
+                f"{each_ms} ms an "
                 f"iteration: waiting for data {p['wait']:.0%}{copy}, the rest (compute) "
                 f"{p['compute']:.0%}"
             )

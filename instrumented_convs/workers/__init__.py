@@ -7,11 +7,13 @@ none of them.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Dict, Optional
 
 from ..core.steps.step import Step
 from .recorder import LOADERS, Recorder
+from .sites import made_at
 
 __all__ = [
     "instrument_loader",
@@ -39,7 +41,7 @@ def instrument_loader(loader: Any) -> Any:
         if _recorder is None:
             _recorder = Recorder(loaders=[], region=Step(DATA, None, "cpu", "region"))
             _recorder.install()
-        _recorder.add(loader)
+        _recorder.add(loader, made_at(sys._getframe(1)))  # (made before: where it is given)
     return loader
 
 

@@ -3,7 +3,8 @@
 library's own code (``dgl.graph`` calls ``.to`` on every graph it builds). Timed like the
 loop's other regions (CUDA events at the top level once CUDA is initialised, so a
 ``non_blocking`` copy's time is the device's). A batch of plain tensors has no such call: its
-copies are in the rest of the iteration.
+copies are in the rest of the iteration. Each copy's host time is also its loader's
+(:mod:`.charge`): the loader waited for, or the one whose batch was handed over last.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+from ..core.clocks import cpu as clock
 from ..core.steps.step import Step, recording
+from . import charge
 from .imports import patch_on_import
 
 __all__ = ["COPY", "TARGETS", "LIBRARIES", "LOADERS", "batch_copy", "install"]
@@ -57,6 +60,7 @@ def install() -> Callable[[], None]:
     undo: List[Callable[[], None]] = []
     region = Step(COPY, None, None, "region")
     inside = threading.local()
+    now = clock.cpu_now
 
     def patch(module: Any) -> None:
         cls_name, attr = TARGETS[module.__name__]
@@ -75,8 +79,17 @@ def install() -> Callable[[], None]:
                 return orig(self, *args, **kwargs)
             inside.on = True
             try:
-                with region:
-                    return orig(self, *args, **kwargs)
+                region.__enter__()
+                t0 = now()  # (inside the region: a loader's copies add up to its rows)
+                try:
+                    out = orig(self, *args, **kwargs)
+                except BaseException:
+                    region.__exit__(*sys.exc_info())
+                    raise
+                t1 = now()
+                region.__exit__(None, None, None)
+                charge.copied(t1 - t0)  # the host's time, for the loader's split
+                return out
             finally:
                 inside.on = False
 

@@ -21,11 +21,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..core.clocks import cpu as clock
 from ..core.configure import configure
+from ..core.frames.setup import tool_time
 from ..core.steps.step import Step, recording
 from ..core.storage import timeline as core_timeline
 from ..core.storage.entry import EntryStats
-from . import copies, frames, process, samplers
+from ..core.storage.registry import registry
+from . import charge, copies, frames, process, samplers
 from .imports import patch_on_import
+from .sites import Site, labels, made_at
 
 __all__ = ["Recorder", "LOADERS"]
 
@@ -42,13 +45,21 @@ _TAG = "_instrumented_convs"  # the attribute of a torch iterator naming its loa
 
 
 class _Loader:
-    """What the training process saw of one loader (see :meth:`Recorder.result`)."""
+    """What the training process saw of the loaders made at one place (see
+    :meth:`Recorder.result`): one loader, or one made anew at each epoch."""
 
     __slots__ = (
         "label",
+        "kind",
+        "site",
         "workers",
+        "loaders",
         "calls",
+        "batches",
         "wait",
+        "own",
+        "copy",
+        "copies",
         "consumed",
         "passes",
         "first",
@@ -56,12 +67,24 @@ class _Loader:
         "span",
         "taken",
         "_pass0",
+        "_tool0",
+        "_tool1",
+        "_generation",
     )
 
-    def __init__(self, label: str, workers: int) -> None:
-        self.label, self.workers = label, workers
+    def __init__(self, label: str, kind: str, site: Site, workers: int) -> None:
+        #: its name while the run goes on (the workers' frames say it); the report's is
+        #: made at the end, from where every loader was made (:func:`.sites.labels`)
+        self.label = label
+        self.kind, self.site, self.workers = kind, site, workers
+        self.loaders = 0  # loader objects made there (and iterated)
         self.calls = 0  # __next__ calls while recording, the one that ended a pass included
+        self.batches = 0  # those that handed over a batch
         self.wait = 0  # ns inside them (but those that ended a pass)
+        #: ns of the loader's own steps inside its waits (this process), per step name
+        self.own: Dict[str, int] = {}
+        self.copy = 0  # ns (host) of its batches' copies to their device, outside the waits
+        self.copies = 0  # how many
         self.consumed = 0  # batches handed over (recording or not)
         self.passes = 0  # passes that ran to their end
         self.first: Optional[int] = None  # CPU ns: the first recorded __next__ began
@@ -70,11 +93,25 @@ class _Loader:
         #: (CPU ns, task index) of each worker's batch taken while the timeline records
         self.taken: List[Tuple[int, int]] = []
         self._pass0: Optional[int] = None  # the pass under way began
+        self._tool0 = self._tool1 = 0  # tool_time() as it began, and at the last call
+        self._generation = registry.generation  # the registry's, when its figures began
+
+    def restart(self, t0: int) -> None:
+        """Forget the times (a ``registry.reset()``: a warm-up ended); the batches stay
+        counted, and a pass under way goes on from ``t0``."""
+        self.calls = self.batches = self.wait = self.copy = self.copies = self.span = 0
+        self.passes = 0
+        self.own = {}
+        self.first = None
+        if self._pass0 is not None:
+            self._pass0, self._tool0 = t0, tool_time()
+        self._generation = registry.generation
 
     def to_dict(self) -> Dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__slots__ if k != "_pass0"}
+        out = {k: getattr(self, k) for k in self.__slots__ if not k.startswith("_")}
+        out["own"] = dict(self.own)
         if self._pass0 is not None and self.last is not None:  # a loop that broke off
-            out["span"] += self.last - self._pass0
+            out["span"] += self.last - self._pass0 - (self._tool1 - self._tool0)
         return out
 
 
@@ -113,15 +150,26 @@ class Recorder:
         if loaders is not None:
             self._only = weakref.WeakSet(loaders)
         self._labels: "weakref.WeakKeyDictionary[Any, _Loader]" = weakref.WeakKeyDictionary()
+        self._sites: "weakref.WeakKeyDictionary[Any, Site]" = weakref.WeakKeyDictionary()
         self._seen: List[_Loader] = []
+        self._by_site: Dict[Tuple[str, Site], _Loader] = {}
         self._undo: List[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._tls = threading.local()
 
-    def add(self, loader: Any) -> None:
-        """Record ``loader`` too (a recorder given loaders records those only)."""
+    def add(self, loader: Any, site: Optional[Site] = None) -> None:
+        """Record ``loader`` too (a recorder given loaders records those only); ``site``:
+        where it was made (``train.py:42``), if its construction was not seen."""
         if self._only is not None:
             self._only.add(loader)
+        if site is not None:
+            self._note_site(loader, site)
+
+    def _note_site(self, loader: Any, site: Site) -> None:
+        try:
+            self._sites.setdefault(loader, site)
+        except TypeError:  # not weakly referable: where it is first iterated
+            pass
 
     # -- install and remove -----------------------------------------------------------------
     def install(self) -> "Recorder":
@@ -152,26 +200,50 @@ class Recorder:
                 continue
             self._wrap_next(cls)
         if module.__name__ == "torch.utils.data.dataloader":
+            self._wrap_init(module.DataLoader)
             self._wrap_get_iterator(module.DataLoader)
             self._wrap_process_data(module._MultiProcessingDataLoaderIter)
 
     def _record_of(self, loader: Any) -> Optional[_Loader]:
+        """The record of ``loader``: that of the loaders of its class made at its place."""
         if self._only is not None and loader not in self._only:
             return None
         try:
             return self._labels[loader]
         except (KeyError, TypeError):
             pass
+        try:
+            site = self._sites.get(loader)
+        except TypeError:
+            site = None
+        if site is None:  # made before the recorder: where it is iterated
+            site = made_at(sys._getframe(2))
+        kind = type(loader).__name__
         with self._lock:
-            kind = type(loader).__name__
-            n = sum(1 for s in self._seen if s.label.rsplit(" #", 1)[0] == kind)
-            seen = _Loader(f"{kind} #{n + 1}", int(loader.num_workers or 0))
-            self._seen.append(seen)
+            seen = self._by_site.get((kind, site))
+            if seen is None:
+                label = f"{kind}#{len(self._seen) + 1}"
+                seen = _Loader(label, kind, site, int(loader.num_workers or 0))
+                self._by_site[kind, site] = seen
+                self._seen.append(seen)
+            seen.loaders += 1
             try:
                 self._labels[loader] = seen
             except TypeError:  # not weakly referable: known by its iterators only
                 pass
         return seen
+
+    def _wrap_init(self, cls: type) -> None:
+        """Note where each loader is made (the user's line that built it)."""
+        orig = vars(cls)["__init__"]
+
+        @functools.wraps(orig)
+        def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
+            orig(loader, *args, **kwargs)
+            self._note_site(loader, made_at(sys._getframe(1), loader))
+
+        cls.__init__ = __init__  # type: ignore[misc]
+        self._undo.append(lambda: setattr(cls, "__init__", orig))
 
     def _wrap_get_iterator(self, cls: type) -> None:
         orig = vars(cls)["_get_iterator"]
@@ -230,29 +302,38 @@ class Recorder:
             return out
 
         def timed(it: Any, seen: _Loader) -> Any:
+            # The wait is read inside the region: the waits add up to the ``data`` rows.
             self.loaded = True
-            t0 = now()
             if region is not None:
                 region.__enter__()
+            before = charge.waiting(seen)  # its steps and copies meanwhile: its own work
+            t0 = now()
             try:
                 out = orig(it)
             except StopIteration:
+                t1 = now()
+                charge.waiting(before)
                 if region is not None:
                     region.discard()  # the end of an epoch is not a batch
                 seen.passes += 1
-                _waited(seen, t0, now(), ended=True)
+                _waited(seen, t0, t1, ended=True)
                 if self.ended is not None:
                     tls.inside = False
                     self.ended()
                 raise
             except BaseException:
+                t1 = now()
+                charge.waiting(before)
                 if region is not None:
                     region.__exit__(*sys.exc_info())
-                _waited(seen, t0, now())
+                _waited(seen, t0, t1)
                 raise
+            t1 = now()
+            charge.waiting(before)
             if region is not None:
                 region.__exit__(None, None, None)
-            _waited(seen, t0, now())
+            _waited(seen, t0, t1)
+            charge.handed(seen)  # the copies that follow are of its batch
             return out
 
         cls.__next__ = __next__  # type: ignore[attr-defined]
@@ -313,9 +394,17 @@ class Recorder:
                     "calls": [c for f in got for c in f.get("calls", ())],
                 }
             )
+        named = dict(
+            zip((s.label for s in self._seen), labels([(s.kind, s.site) for s in self._seen]))
+        )
+        for w in workers:
+            w["loader"] = named.get(w["loader"], w["loader"])
         workers.sort(key=lambda w: (w["rank"] or 0, w["loader"], w["worker"], w["pid"]))
         rank = self.rank
-        loaders = [dict(s.to_dict(), rank=rank) for s in self._seen]
+        loaders = [
+            dict(s.to_dict(), label=named[s.label], site=list(s.site), rank=rank)
+            for s in self._seen
+        ]
         return {"loaders": loaders, "workers": workers}
 
 
@@ -332,14 +421,20 @@ def _record(it: Any) -> Optional[_Loader]:
 
 
 def _waited(seen: _Loader, t0: int, t1: int, ended: bool = False) -> None:
+    """One recorded ``__next__`` of ``seen``'s loader, from ``t0`` to ``t1``; ``ended``: the
+    call that ended a pass. A pass's span leaves out the tool's one-time work in it."""
+    if seen._generation != registry.generation:  # a reset since (a warm-up ended)
+        seen.restart(t0)
     seen.calls += 1
+    tool = tool_time()
     if not ended:  # the call that ends a pass waits for no batch (it may stop the workers)
         seen.wait += t1 - t0
+        seen.batches += 1
     if seen.first is None:
         seen.first = t0
     if seen._pass0 is None:
-        seen._pass0 = t0
-    seen.last = t0
+        seen._pass0, seen._tool0 = t0, tool
+    seen.last, seen._tool1 = t0, tool
     if ended:  # a pass: from its first batch asked for to the call that ended it
-        seen.span += t0 - seen._pass0
+        seen.span += t0 - seen._pass0 - (tool - seen._tool0)
         seen._pass0 = None

@@ -1,17 +1,22 @@
 """The loaders' own work as steps, wherever it runs (a worker or the training process):
 ``sample``, ``filter``, ``collate``, ``features`` and ``pin memory``, each on the CPU clock
 (what each covers and where it runs: docs/minibatch.md). A call inside a call of the same
-step is one step; classes are patched now if imported, else right after their import.
+step is one step; classes are patched now if imported, else right after their import. In the
+training process each call's time is also the own work of the loader waited for
+(:mod:`.charge`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..core.clocks import cpu as clock
 from ..core.steps.step import Step, recording
+from . import charge
 from .imports import patch_on_import
 
 __all__ = ["TARGETS", "install", "patched"]
@@ -44,6 +49,7 @@ _inside = threading.local()  # step name -> True while a call of that step is op
 def _wrap(owner: Any, attr: str, name: str) -> None:
     orig = vars(owner)[attr]
     step = Step(name, None, "cpu", "step")
+    now = clock.cpu_now
 
     @functools.wraps(orig)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -51,8 +57,18 @@ def _wrap(owner: Any, attr: str, name: str) -> None:
             return orig(*args, **kwargs)  # (None: the pin thread passing a control message)
         setattr(_inside, name, True)
         try:
-            with step:
-                return orig(*args, **kwargs)
+            step.__enter__()
+            t0 = now()  # (inside the step: a loader's own work adds up to its rows)
+            try:
+                out = orig(*args, **kwargs)
+            except BaseException:
+                step.__exit__(*sys.exc_info())
+                raise
+            t1 = now()
+            step.__exit__(None, None, None)
+            if charge.state.waiting is not None:
+                charge.own(name, t1 - t0)
+            return out
         finally:
             setattr(_inside, name, False)
 
