@@ -487,3 +487,17 @@ def test_hetero_cost_reports_every_variant(tmp_path):
     assert data["ratio"]["stock"] == 1.0 and data["rows"] > 0
     assert set(data["per_row_us"]) == {"import swap", "instrument()", "stock again"}
     assert "rows recorded per epoch" in proc.stdout
+
+
+def test_first_call_reports_each_figure_first_and_later_against_the_aa(tmp_path):
+    """benchmarks/first_call.py (issue 63): stock processes and one under run, the first call
+    of each figure against the second, and the A/A floor."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "first.json"
+    proc = run_script("benchmarks/first_call.py", "--quick", "--json", str(out), timeout=600)
+    data = json.loads(out.read_text())
+    assert set(data) == {"no-grad call", "first iteration", "wait share"}
+    for figure in data.values():
+        assert figure["stock"] > 0 and figure["first"] > 0 and figure["later"] > 0
+        assert figure["aa_range"][0] <= figure["aa"] <= figure["aa_range"][1]
+    assert "first/later" in proc.stdout
