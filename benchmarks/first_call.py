@@ -224,6 +224,8 @@ def main() -> None:
             f"{statistics.median(f / x for f, x in zip(first, later)):>12.3f} "
             f"{statistics.median(aa):>6.3f} {min(aa):>5.3f}-{max(aa):.3f}"
         )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
