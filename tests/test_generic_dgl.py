@@ -132,7 +132,8 @@ def test_dgl_hetero_graph_conv_wrapping_convs():
     out, want = ours(hg, feats), stock(hg, feats)
     assert all(torch.equal(out[k], want[k]) for k in want)
     s = registry.summary(by="layer")
-    assert {r.scope for r in s.rows if r.depth == 0} == {"HeteroGraphConv"}  # instrumented too
+    tops = {r.scope for r in s.rows if r.depth == 0 and r.kind != "tool"}  # (a first call's)
+    assert tops == {"HeteroGraphConv"}  # instrumented too
     # each relation's conv: a child step of its relation, in the conv's own scope
     assert {(r.scope, r.relation) for r in s.rows if r.step in ("GraphConv", "SAGEConv")} == {
         ("mods.r", "r"),

@@ -21,6 +21,11 @@ __all__ = ["compare", "measure", "section", "TOLERANCE", "LONG_US", "SHORT_US", 
 TOLERANCE = 0.05  #: relative, for steps of LONG_US or more a call
 LONG_US = 100.0
 SHORT_US = {"cpu": 5.0, "cuda": 20.0}  #: per call, for shorter steps (the least, on CPU)
+#: On CPU, how many times what a label added to an empty step a step's label may add around
+#: our clock: a backward step's hooks at its first and last node do more inside its label
+#: than an empty step's (docs/check.md: PyG's ``aggregate [backward]``, 20-26 us a call
+#: against an empty step's 5 us).
+LABELS = {"forward": 3, "backward": 6}
 EMPTY = "instrumented_convs.commands.check: empty step"  #: what a label adds around our readings
 
 ABOUT = (
@@ -29,7 +34,8 @@ ABOUT = (
     "CUPTI's kernel times: what events measure, the kernels' span when the device is busy), "
     f"forward and backward: within {TOLERANCE:.0%} for steps of {LONG_US:.0f} us or more a "
     "call, any step within what the label adds around our clock (on CPU three times what it "
-    "added to an empty step in the same run, at least 5 us; CUDA 20 us). Ours: the raw clock "
+    "added to an empty step in the same run, six times backward, at least 5 us; CUDA 20 us). "
+    "Ours: the raw clock "
     "interval of each call (the timeline), as the label holds the tool's own time too; calls "
     "paired in order, each judged against its own tolerance, the step by its median call."
 )
@@ -176,8 +182,8 @@ def compare(
 
     A call's tolerance: within :data:`TOLERANCE` for calls of :data:`LONG_US` or more; any
     call, long or short, within what the label adds around our clock readings (opening and
-    closing it; on a busy machine that grows, and it is no error of ours): on CPU three
-    times what it added to an empty step in the same run (the 90th percentile of
+    closing it; on a busy machine that grows, and it is no error of ours): on CPU
+    :data:`LABELS` times what it added to an empty step in the same run (the 90th percentile of
     :data:`EMPTY` steps, forward and backward apart: a backward label is closed in the hook
     that read the clock, after the labels of the steps inside it that end there: a backward
     step's is that times one plus its inner steps' calls per call), at least
@@ -186,9 +192,9 @@ def compare(
     """
     for (path, phase), row in sorted(ours.items(), key=lambda kv: (kv[0][1] != "forward", kv[0])):
         short = SHORT_US["cuda" if cuda else "cpu"]
-        if not cuda:  # three times what a label added to an empty step, at least SHORT_US
+        if not cuda:  # a multiple of what a label added to an empty step, at least SHORT_US
             added = theirs.get(("", "empty " + phase), {}).get("label_adds_p90_ns", 0)
-            short = max(short, 3 * added / 1e3)
+            short = max(short, LABELS[phase] * added / 1e3)
             if phase == "backward":  # and once more a call of each step inside that ends
                 short *= 1 + _inner_calls(ours, path, phase) / max(row["count"], 1)  # there
         name = f"{prefix}{path}{BACKWARD if phase == 'backward' else ''}"
