@@ -73,6 +73,7 @@ def test_a_region_discarded_after_the_tools_work_leaves_nothing_behind(path):
 
 
 def test_a_layer_class_made_with_steps_at_its_first_call_is_the_tools_work(monkeypatch):
+    pytest.importorskip("torch_geometric")
     from torch_geometric.nn import GCNConv as Stock
 
     from instrumented_convs.layers.statements import forward as statements
@@ -101,6 +102,7 @@ def test_a_layer_class_made_with_steps_at_its_first_call_is_the_tools_work(monke
 
 
 def test_runs_instrumenting_at_a_first_call_is_the_tools_work(monkeypatch):
+    pytest.importorskip("torch_geometric")
     from torch_geometric.nn import GCNConv
 
     from instrumented_convs.commands.launch import hooks as hooks_module

@@ -189,7 +189,7 @@ class _NvtxPackageBackend(NvtxBackend):
         self.push = push
         self.pop = pop_range
         self.mark = mark
-        if mark_time is not None:
+        if mark_time is not None and time_attrs is not None:  # (a DummyDomain's are None)
             self.timed = timed
 
 
