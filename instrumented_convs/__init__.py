@@ -8,6 +8,10 @@ module holds every name a user calls (``__all__``).
 
 import typing as _t
 
+# First: a torch too old is named in one line, not met as a failure in another import.
+from .core.native import versions as _versions  # noqa: F401
+
+# isort: split
 from .core.compiler import dynamo as _dynamo
 from .core.configure import Settings, configure
 from .core.dutycycle.cycle import cycle as _cycle

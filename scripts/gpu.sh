@@ -26,23 +26,31 @@
 # and their check, the duty cycle against a full recording (benchmarks/fidelity.py), forward
 # steps against CUPTI's kernels (benchmarks/accuracy.py) and memory per step against the
 # allocator (benchmarks/memory.py).
+# With --fallbacks, instead (issue 64, about 200 s): the fast path built, the facts, then
+# check's accuracy and environment sections with torch's private calls in use, then with the
+# CUDA stream reader's fallback forced, the profiler label's, and every fallback at once
+# (INSTRUMENTED_CONVS_FALLBACK): each must pass, the environment section naming the verdicts.
 # The run goes on when a step fails; the exit status is the number of failed steps. Wheels of
 # missing packages (nvtx) travel in .whl/ (the device README says how) and are installed into
 # /tmp/site when present.
 #
 #   bash scripts/gpu.sh                      # on the GPU machine: OUT=... set by the tool
 #   bash scripts/gpu.sh --all                # and the older steps
+#   bash scripts/gpu.sh --fallbacks          # torch's private calls' fallbacks, forced
 #   bash scripts/gpu.sh --device cpu --quick # the same steps on a CPU: the plumbing (a test)
 set -uo pipefail
 device=cuda
 quick=0
 all=0
+fallbacks=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --all) all=1; shift ;;
-    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all]" >&2; exit 2 ;;
+    --fallbacks) fallbacks=1; shift ;;
+    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all | --fallbacks]" >&2
+       exit 2 ;;
   esac
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -117,6 +125,22 @@ folder_checks() {  # folder_checks SHAPE DEVICE EXPECT: the run folder, then its
 
 step "the C fast path, built here" 20 build_fast_path
 step "facts" 40 "$py" scripts/gpu_checks.py facts "$res/facts.json"
+
+if [ "$fallbacks" = 1 ]; then
+  # (on a CPU the plumbing only: its accuracy section, two cores beside other work, judges
+  # noise; tests/test_private.py holds the fallbacks' numbers to the stock layer's there)
+  sections=(accuracy environment)
+  [ "$device" = cpu ] && sections=(environment)
+  for names in "" raw_stream record_function all; do
+    step "check --device $device, ${sections[*]}; fallbacks forced: ${names:-none}" 60 \
+      env INSTRUMENTED_CONVS_FALLBACK="$names" "$py" -W ignore::UserWarning -m instrumented_convs \
+      check --device "$device" "${check_args[@]}" --sections "${sections[@]}" --no-progress \
+      --json "$res/check-fallback-${names:-none}.json"
+  done
+  echo "failed steps: ${#failed[@]}${failed[*]:+ (${failed[*]})}"
+  tar -czf "$out/results.tar.gz" -C "$(dirname "$res")" "$(basename "$res")"
+  exit "${#failed[@]}"
+fi
 nvidia-smi -q -d CLOCK,PERFORMANCE,POWER >"$res/nvidia-smi-before.txt" 2>&1 || true
 
 if [ "$device" != cpu ]; then  # first: a fresh process, nothing of CUDA set up yet

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -253,15 +254,12 @@ def test_instructions_counts_every_variant_and_orders_them():
     )
 
 
-def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
-    """scripts/gpu.sh, the one command of a GPU session (issues 44 and 52), with --device
-    cpu: issue 52's steps, smallest sizes; every step exits 0 and its results come back as
-    the three files of $OUT (the device tool returns at most 8)."""
-    pytest.importorskip("torch_geometric")
+def _gpu_script(tmp_path: Path, *flags: str) -> Path:
+    """Run ``scripts/gpu.sh --device cpu --quick [flags]``, check it exits 0; its $OUT."""
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=python_path())
     proc = subprocess.run(
-        ["bash", "scripts/gpu.sh", "--device", "cpu", "--quick"],
+        ["bash", "scripts/gpu.sh", "--device", "cpu", "--quick", *flags],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -269,6 +267,15 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return out
+
+
+def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
+    """scripts/gpu.sh, the one command of a GPU session (issues 44 and 52), with --device
+    cpu: issue 52's steps, smallest sizes; every step exits 0 and its results come back as
+    the three files of $OUT (the device tool returns at most 8)."""
+    pytest.importorskip("torch_geometric")
+    out = _gpu_script(tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["log.txt", "results.tar.gz", "summary.txt"]
     with tarfile.open(out / "results.tar.gz") as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
@@ -292,6 +299,36 @@ def test_gpu_script_runs_every_step_on_the_cpu_and_packs_its_results(tmp_path):
     assert "check | 4. Cost" in summary and "launch-bound | PyG GCNConv" in summary
     assert "cuda_step | ns a call" in summary and "device_cost | arxiv: no device here" in summary
     assert "verdict | cora: expected launch-bound: PASS (no section)" in summary
+
+
+def test_gpu_script_forces_torchs_private_calls_fallbacks_and_check_passes(tmp_path):
+    """scripts/gpu.sh --fallbacks (issue 64's mode): check with the private calls in use, then
+    each CUDA-side fallback forced, then all (on a CPU its environment section alone): each
+    passes, and the environment section names every fallback taken."""
+    pytest.importorskip("torch_geometric")
+    out = _gpu_script(tmp_path, "--fallbacks")
+    with tarfile.open(out / "results.tar.gz") as tar:
+        steps = tar.extractfile("gpu-results/steps.txt").read().decode()
+        reports = {
+            name: json.load(tar.extractfile(f"gpu-results/check-fallback-{name}.json"))
+            for name in ("none", "raw_stream", "record_function", "all")
+        }
+    lines = steps.strip().splitlines()
+    assert len(lines) == 6 and all("| exit 0 |" in line for line in lines), steps
+
+    def calls(report):
+        env_section = next(s for s in report["sections"] if "Environment" in s["title"])
+        return {
+            x["name"][len("torch: ") :]: x["status"]
+            for x in env_section["lines"]
+            if x["name"].startswith("torch: ")
+        }
+
+    on_cpu = {name: "PASS" for name in calls(reports["none"])}
+    on_cpu["raw_stream"] = "SKIPPED"  # (no CUDA stream read on a CPU)
+    assert calls(reports["none"]) == calls(reports["raw_stream"]) == on_cpu
+    assert calls(reports["record_function"]) == {**on_cpu, "record_function": "SKIPPED"}
+    assert set(calls(reports["all"]).values()) == {"SKIPPED"}
 
 
 def test_gpu_checks_verdict_judges_the_training_regions_by_their_device_time(tmp_path):

@@ -9,6 +9,7 @@ import itertools
 import json
 import warnings
 from types import SimpleNamespace
+from typing import Dict
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from instrumented_convs.commands.check import (
 )
 from instrumented_convs.commands.check._cases import Case, cases
 from instrumented_convs.commands.check._profile import Event, label_times, read
+from instrumented_convs.core.native.versions import key
 
 from .helpers import ROOT, failing_lines, run_script
 from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
@@ -644,9 +646,10 @@ def test_cost_on_cuda_measures_cora_and_arxiv_against_the_gpu_targets(monkeypatc
 INTEGRATIONS = ("lightning", "notebook", "tensorboard")  #: extras of instrumented_convs.<name>
 
 
-def test_environment_ranges_are_setup_cfgs():
-    """check's tested ranges are a copy (an installed package need not carry setup.cfg):
-    they must say what setup.cfg says, for every package setup.cfg bounds."""
+def test_environment_ranges_are_setup_cfgs_and_cis():
+    """check's tested ranges are a copy (an installed package need not carry setup.cfg): the
+    oldest is setup.cfg's lower bound, the newest the newest release CI pins; setup.cfg bounds
+    no release from above (pip would downgrade a user's torch to a bound)."""
     import configparser
     import re
 
@@ -656,27 +659,41 @@ def test_environment_ranges_are_setup_cfgs():
     for name, extra in cfg["options.extras_require"].items():
         if name not in INTEGRATIONS:  # (their own tests hold their ranges: not the layers')
             lines += extra.split("\n")
-    bounds = {}
-    for line in lines:
-        m = re.fullmatch(r"([\w-]+)>=([\d.]+),<([\d.]+)", line.strip())
-        if m:
-            bounds[m[1]] = (m[2], m[3])
-    assert {"torch", "torch-geometric", "dgl", "nvtx"} <= set(bounds)
+    lows = {}
+    for line in filter(None, map(str.strip, lines)):
+        m = re.fullmatch(r"([\w-]+)(?:>=([\d.]+))?(,<[\d.]+)?", line)
+        assert m, line
+        if m[1] != "dgl":  # (dgl 2.x loads on torch 2.2 only: the extra stops at 1.x)
+            assert m[3] is None, f"setup.cfg bounds {m[1]} from above: {line}"
+        if m[2]:
+            lows[m[1]] = m[2]
+    assert {"torch", "torch-geometric", "dgl", "nvtx"} <= set(lows)
+    pins: Dict[str, str] = {}
+    for req in ("main.txt", "dgl2.txt", "dgl2-nodeps.txt"):
+        for line in (ROOT / "requirements" / req).read_text().splitlines():
+            m = re.fullmatch(r"([\w-]+)==([\d.]+)", line.strip())
+            if m and (m[1] not in pins or key(m[2]) > key(pins[m[1]])):
+                pins[m[1]] = m[2]
     tested = {dist: (low, high) for dist, low, high in environment.TESTED}
-    for dist, pair in bounds.items():
-        assert tested.get(dist) == pair, dist
+    for dist, low in lows.items():
+        assert tested.get(dist) == (low, pins[dist]), dist
 
 
-def test_environment_passes_here_and_fails_outside_the_tested_ranges(monkeypatch):
+def test_environment_passes_here_fails_below_and_leaves_newer_unjudged(monkeypatch):
     s = environment.section(CPU)
     assert not s.failed and {"python", "torch", "device", "C fast path"} <= {
         x.name for x in s.lines
     }
     real = environment.version
-    monkeypatch.setattr(environment, "version", lambda d: "9.9.0" if d == "torch" else real(d))
-    s = environment.section(CPU)
-    line = next(x for x in s.lines if x.name == "torch")
-    assert line.status == FAIL and "outside the tested range" in line.detail
+    for found, status, words in (
+        ("2.1.2", FAIL, "2.1.2: older than this release runs on (2.2)"),
+        ("9.9.0", SKIPPED, "9.9.0: newer than tested (2.2 to 2.14.1)"),
+        ("2.14.1+cu130", PASS, "2.14.1+cu130 (tested 2.2 to 2.14.1)"),
+        ("2.2.1", PASS, "2.2.1 (tested 2.2 to 2.14.1)"),
+    ):
+        monkeypatch.setattr(environment, "version", lambda d: found if d == "torch" else real(d))
+        line = next(x for x in environment.section(CPU).lines if x.name == "torch")
+        assert (line.status, line.detail[: len(words)]) == (status, words), found
 
 
 def test_environment_on_cuda_reads_the_device_or_fails_without_one(monkeypatch):

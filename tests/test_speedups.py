@@ -79,10 +79,13 @@ def test_the_c_path_reads_autograds_sequence_counter_as_torch_does_on_every_thre
 
 
 def test_the_counter_address_is_refused_where_the_function_disagrees(monkeypatch):
+    py = torch._C._autograd._get_sequence_nr
+    assert native.seq_counter_address(py) is not None  # (where it agrees)
+    assert native.seq_counter_address(None) is None  # torch's counter not relied on: nor peek
     monkeypatch.setattr(native, "_PEEK", "_ZN2at15sequence_number17get_and_incrementEv")
-    assert native.seq_counter_address() is None  # moves the counter itself: never agrees
+    assert native.seq_counter_address(py) is None  # moves the counter itself: never agrees
     monkeypatch.setattr(native, "_PEEK", "no_such_symbol_here")
-    assert native.seq_counter_address() is None
+    assert native.seq_counter_address(py) is None
 
 
 def test_pure_python_can_be_forced_and_records_the_same_steps():

@@ -6,7 +6,7 @@ The layers use its modules directly; the commands and integrations use only what
 package offers (:data:`__all__`, each name imported at its first read).
 """
 
-from typing import Any
+from typing import Any, List, Optional, Tuple
 
 __all__ = [
     "IMPLEMENTATION",
@@ -27,6 +27,8 @@ __all__ = [
     "watch_compiles",
     "setup",
     "tool_time",
+    "torch_calls",
+    "version_key",
 ]
 
 
@@ -63,6 +65,10 @@ def __getattr__(name: str) -> Any:
         from .frames import setup
 
         value = getattr(setup, name)
+    elif name == "version_key":
+        from .native.versions import key as value
+    elif name == "torch_calls":
+        value = _torch_calls
     elif name in ("noted", "note"):
         from .storage import timeline
 
@@ -71,3 +77,17 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _torch_calls() -> List[Tuple[str, str, Optional[str], str]]:
+    """torch's private calls (:mod:`.native.private`): ``(name, what it is, verdict, what its
+    fallback gives)``; the verdict is ``"in use"``, ``"fallback: why"`` or None (not used
+    here). Those checked where first used (the counters', memory's) are checked now."""
+    from .meters.counters import probe_extensions
+    from .meters.memory import probe_hooks
+    from .native import private
+
+    probe_extensions()
+    probe_hooks()
+    verdicts = private.verdicts()
+    return [(n, what, verdicts.get(n), instead) for n, (what, instead) in private.CALLS.items()]

@@ -5,8 +5,24 @@ and ``EdgeWeightNorm`` are guarded copies of upstream's forwards with steps
 (:mod:`.graphconv`), every other module generic (:mod:`.generic`), ``HeteroGraphConv`` too.
 """
 
-from . import generic
-from .graphconv import DETAILED, KNOWN, EdgeWeightNorm, GraphConv  # noqa: F401  (KNOWN)
+from importlib.metadata import PackageNotFoundError as _Missing
+from importlib.metadata import version as _version
+
+try:
+    import dgl as _dgl  # noqa: F401
+except Exception as _exc:  # dgl 2.x on a torch its graphbolt was not built for: one line
+    from ..core.native.versions import dgl_import_error
+
+    try:
+        _line = dgl_import_error(_exc, _version("dgl"))
+    except _Missing:
+        _line = None
+    if _line is None:
+        raise
+    raise ImportError(_line) from None
+
+from . import generic  # noqa: E402
+from .graphconv import DETAILED, KNOWN, EdgeWeightNorm, GraphConv  # noqa: F401, E402
 
 __all__ = ["GraphConv", "EdgeWeightNorm", "DETAILED"]
 

@@ -18,15 +18,16 @@ from ._report import FAIL, PASS, SKIPPED, Section
 
 __all__ = ["TESTED", "section"]
 
-#: (distribution, lowest tested, first untested): setup.cfg's ranges, copied (an installed
-#: package need not carry setup.cfg; tests/test_check.py holds them equal). setup.cfg bounds
-#: no torch-sparse version: 0.6 is the series CI builds (0.6.18).
+#: (distribution, oldest tested, newest tested): setup.cfg's lower bounds and the releases CI
+#: pins at both ends (requirements/main.txt, dgl2.txt, dgl2-nodeps.txt), copied (an
+#: installed package need not carry them; tests/test_check.py holds them equal). torch-sparse:
+#: the 0.6 series CI builds.
 TESTED: Tuple[Tuple[str, str, Optional[str]], ...] = (
-    ("torch", "2.2", "2.14"),
-    ("torch-geometric", "2.3", "2.9"),
-    ("dgl", "1.1.3", "2.2"),
+    ("torch", "2.2", "2.14.1"),
+    ("torch-geometric", "2.3", "2.8.1"),
+    ("dgl", "1.1.3", "2.1.0"),
     ("torch-sparse", "0.6", None),
-    ("nvtx", "0.2.11", "0.3"),
+    ("nvtx", "0.2.11", "0.2.17"),
 )
 
 ABOUT = (
@@ -35,30 +36,32 @@ ABOUT = (
 )
 
 
-def _key(v: str) -> Tuple[int, ...]:
-    out = []
-    for part in v.split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        out.append(int(digits) if digits else 0)
-    return tuple(out)
-
-
 def _version_line(s: Section, dist: str, low: str, high: Optional[str]) -> None:
     try:
         v = version(dist)
     except PackageNotFoundError:
         s.add(dist, SKIPPED, "not installed")
         return
-    tested = f">={low}" + (f",<{high}" if high else "")
-    if _key(v) < _key(low) or (high is not None and _key(v) >= _key(high)):
-        s.add(dist, FAIL, f"{v}: outside the tested range {tested}", version=v)
+    tested = f"{low} to {high}" if high else f"{low} and newer"
+    if core.version_key(v) < core.version_key(low):
+        s.add(dist, FAIL, f"{v}: older than this release runs on ({low})", version=v)
+    elif high is not None and core.version_key(v) > core.version_key(
+        high
+    ):  # setup.cfg admits it: not judged here
+        s.add(
+            dist,
+            SKIPPED,
+            f"{v}: newer than tested ({tested}); the copies' guards and torch's private "
+            "calls' canaries below say what changed",
+            version=v,
+        )
     else:
         s.add(dist, PASS, f"{v} (tested {tested})", version=v)
 
 
 def section(device: torch.device, quick: bool = False, progress: object = None) -> Section:
-    """The environment section: the versions against setup.cfg's ranges (outside them a line
-    fails, since nothing here was checked there), the device, the guard's verdict on each
+    """The environment section: the versions against the tested ranges (older than setup.cfg
+    admits fails; newer than tested is not judged), the device, the guard's verdict on each
     copied upstream function (a copy not used is SKIPPED: the layer then runs upstream's
     forward, with coarser steps, the same numbers), the C fast path, the NVTX backend and
     whether a tool is attached, and ``torch.compile``."""
@@ -127,4 +130,17 @@ def section(device: torch.device, quick: bool = False, progress: object = None) 
         PASS if compile_ok else SKIPPED,
         "available (steps are skipped inside its traces)" if compile_ok else "not in this torch",
     )
+    _private_lines(s)
     return s
+
+
+def _private_lines(s: Section) -> None:
+    """A line per private torch call (``core.torch_calls``): its canary passed (in use), its
+    fallback taken (coarser, the same numbers: not a failure), or not used here."""
+    for name, what, verdict, instead in core.torch_calls():
+        if verdict is None:
+            s.add(f"torch: {name}", SKIPPED, f"{what}: not used here")
+        elif verdict == "in use":
+            s.add(f"torch: {name}", PASS, f"{what}: in use, its canary passed")
+        else:
+            s.add(f"torch: {name}", SKIPPED, f"{what}: {verdict}; instead, {instead}")

@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import torch
 
 from ..frames.stack import Frame, _tls
+from ..native import private
 from . import sampling
 from .hooks import Record, post_hook, pre_hook
 
@@ -25,11 +26,21 @@ logger = logging.getLogger(__name__)
 #: to compare with this module's path.
 fast_exit = True
 
+
+def _none_made() -> int:
+    """The counter where torch's cannot be relied on: every step made no node (no
+    ``[backward]`` rows, :mod:`..native.private`)."""
+    return 0
+
+
 #: The autograd sequence counter of this thread: the number the next node will get.
 #: Autograd numbers every node it creates so, and the nodes a step creates are those numbered
 #: from the counter at its entry up to the counter at its exit. (Bound once, the hot path:
 #: a nested step reads it twice, and a lookup through ``torch._C`` costs more than the call.)
-seq_nr: Callable[[], int] = torch._C._autograd._get_sequence_nr
+#: Its backward hooks need the pass's id too: without either, no step makes a node.
+seq_nr: Callable[[], int] = (private.graph_task() and private.sequence_counter()) or _none_made
+#: Whether :data:`seq_nr` is torch's (else no step makes a node).
+counts_nodes = seq_nr is not _none_made
 
 
 class Log:

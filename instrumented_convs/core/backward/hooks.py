@@ -14,7 +14,7 @@ import torch
 from ..clocks import cpu as clock
 from ..frames import lifecycle
 from ..frames.stack import CPU, SAMPLED, Frame, _tls
-from ..native import speedups
+from ..native import private, speedups
 from ..settings import switches
 from ..storage.entry import BACKWARD_MARK
 from ..storage.registry import backward_key, backward_parent, registry
@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 
 # Bound once: the hot path (benchmarks/instructions.py): every timed backward step's start and
 # end read it, and a lookup through ``torch._C`` costs more than the call.
-_task_id: Callable[[], int] = torch._C._current_graph_task_id
+# (torch's, checked by its canary: without it no step makes a node and no hook runs, .anchor)
+_task_id: Callable[[], int] = private.graph_task() or (lambda: -1)
 live: Set[int] = set()  # graph tasks that started a backward step and are not freed yet
 
 
@@ -202,6 +203,8 @@ def _start(records: Tuple[Record, ...], t_in: int) -> None:
     if not (switches.enabled and switches.backward):
         return
     task = _task_id()
+    if task < 0:  # inside a backward pass: torch's call changed (native.private)
+        return private.task_failed(task)
     stack = _tls.stack
     if stack[-1].task is not None and stack[-1].task not in live:
         close_stale(stack)
@@ -277,6 +280,8 @@ def _end(records: Tuple[Record, ...], t1: int) -> None:
     if not (switches.enabled and switches.backward):
         return
     task = _task_id()
+    if task < 0:  # (nothing was opened: _start)
+        return
     stack = _tls.stack
     for r in records:
         frame = r.frame

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ..native import speedups
+from ..native import private, speedups
 
 logger = logging.getLogger(__name__)
 
@@ -103,14 +103,17 @@ def _decide() -> None:
     _native = False
     if speedups is None or events._factory is not _new_cuda_event:
         return
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is None:
+    raw = private.find("_C._cuda_getCurrentRawStream")
+    get_device = private.find("_C._cuda_getDevice")
+    if raw is None or get_device is None:
+        return
+    if not private.probe("raw_stream", lambda: private.raw_stream_check(get_device, raw)):
         return
     why = speedups.cuda_load(os.environ.get(DRIVER_ENV) or None)
     if why is not None:
         logger.debug("instrumented_convs: CUDA steps use torch's events: %s", why)
         return
-    use_driver(torch._C._cuda_getDevice, raw)
+    use_driver(get_device, raw)
 
 
 def use_driver(get_device: Callable[[], int], raw_stream: Callable[[int], int]) -> None:
@@ -144,8 +147,8 @@ def use_twin() -> None:
 
 #: torch's own reader of a device's current stream: ``(stream id, device, device type)``, a
 #: C call (``None`` in a CPU-only build of torch).
-_stream_data: Optional[Callable[[int], Tuple[int, int, int]]] = getattr(
-    torch._C, "_cuda_getCurrentStream", None
+_stream_data: Optional[Callable[[int], Tuple[int, int, int]]] = private.find(
+    "_C._cuda_getCurrentStream"
 )
 _real_current_stream = torch.cuda.current_stream  # tests put fakes in torch.cuda's place
 _streams: Dict[Tuple[int, int, int], Any] = {}  # what _stream_data gave -> its Stream

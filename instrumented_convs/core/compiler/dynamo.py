@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from ..native import private
 from . import breaks
 
 __all__ = [
@@ -32,6 +33,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+try:  # Dynamo's table of code it runs as it is (torch 2.1 to 2.14 at least)
+    from torch._dynamo.eval_frame import skip_code as _skip_code
+except ImportError:  # pragma: no cover - a torch without Dynamo's frame table
+    _skip_code = None
+if not private.probe("skip_code", lambda: None if _skip_code else "is missing"):
+    _skip_code = None
 
 
 def _stock_probe() -> Callable[[], bool]:
@@ -65,15 +73,16 @@ def compiling_probe() -> Callable[[], bool]:
     the frame as one whose eager run differs from its trace, and compiles it even where its
     graph is empty, a frame it otherwise runs eagerly: our optimizer hook in a compiled
     optimizer step changed what Dynamo compiled so. This probe is a function Dynamo calls at
-    trace time and takes the result of as a constant (``torch._dynamo.assume_constant_result``:
+    trace time and takes the result of as a constant (``torch.compiler.assume_constant_result``:
     no guard, no mark): whether Dynamo's tracing context is set on this thread (a
-    dict lookup eagerly, as cheap as torch's). torch's own where either is missing.
+    dict lookup eagerly, as cheap as torch's). torch's own where either is missing or its
+    canary (:mod:`..native.private`) fails.
     """
     try:
-        from torch._dynamo import assume_constant_result
-        from torch._guards import _TLS
+        from torch._guards import _TLS, TracingContext, tracing
     except ImportError:  # pragma: no cover - another torch: its own probe
-        return _stock_probe()
+        _TLS = None
+    assume_constant_result = getattr(torch.compiler, "assume_constant_result", None)
 
     def compiling() -> bool:
         """Whether Dynamo is tracing the caller (its tracing context is set)."""
@@ -81,41 +90,46 @@ def compiling_probe() -> Callable[[], bool]:
         # unset, docs/performance.md)
         return _TLS.__dict__.get("tracing_context") is not None
 
-    try:  # run eagerly inside a compiled call (after a graph break): not offered to Dynamo
-        from torch._dynamo.eval_frame import skip_code
+    def canary() -> Optional[str]:  # False eagerly, True under a tracing context
+        if _TLS is None or assume_constant_result is None:
+            return "is missing"
+        if compiling():
+            return "reads True outside a trace"
+        with tracing(TracingContext(None)):
+            inside = compiling()
+        return None if inside else "reads False inside a trace"
 
-        skip_code(compiling.__code__)
-    except ImportError:  # pragma: no cover
-        pass
+    if not private.probe("tracing", canary):
+        return _stock_probe()
+    skip_frame(compiling)  # run eagerly inside a compiled call (after a graph break)
     return assume_constant_result(compiling)
-
-
-#: This torch's "is Dynamo tracing the caller?" (:func:`compiling_probe`).
-compiling = compiling_probe()
 
 
 def skip_frame(fn: Callable) -> Callable:
     """Mark ``fn``'s code so that Dynamo runs its frames as they are and compiles the frames
-    they call (``torch._dynamo.eval_frame.skip_code``: torch 2.1 to 2.13 at least); returns
-    ``fn``. Where this torch has no such call, nothing is marked (logged once)."""
-    try:
-        from torch._dynamo.eval_frame import skip_code
-    except ImportError:  # pragma: no cover - a torch without Dynamo's frame table
-        logger.info("this torch cannot mark a frame as skipped: %s stays traceable", fn)
-        return fn
-    skip_code(fn.__code__)
+    they call (``torch._dynamo.eval_frame.skip_code``: torch 2.1 to 2.14 at least); returns
+    ``fn``. Where this torch has no such call, nothing is marked (:mod:`..native.private` logs it).
+    Dynamo still inlines a marked function into a frame it traces: what it calls is read
+    first through :data:`compiling`."""
+    if _skip_code is not None:
+        try:
+            _skip_code(fn.__code__)
+        except Exception as exc:  # noqa: BLE001 - another signature: the code stays traceable
+            why = f"failed ({type(exc).__name__}: {exc})"
+            private.probe("skip_code", lambda: why)
     return fn
 
 
 def run_eagerly(fn: Callable) -> Callable:
     """``fn`` wrapped so that Dynamo neither compiles nor is offered its frames, nor those of
-    what it calls (``torch._dynamo.disable``, recursive); ``fn`` itself where this torch has
+    what it calls (``torch.compiler.disable``, recursive); ``fn`` itself where this torch has
     no Dynamo. Only for code that runs outside a trace: traced, the wrapper breaks the graph."""
-    try:
-        from torch._dynamo import disable
-    except ImportError:  # pragma: no cover - a torch without Dynamo
-        return fn
-    return disable(fn, recursive=True)
+    disable = getattr(torch.compiler, "disable", None)
+    return fn if disable is None else disable(fn, recursive=True)
+
+
+#: This torch's "is Dynamo tracing the caller?" (:func:`compiling_probe`).
+compiling = compiling_probe()
 
 
 def _inside_compiled_probe() -> Callable[[], bool]:
@@ -139,9 +153,16 @@ def _inside_compiled_probe() -> Callable[[], bool]:
 
     def inside_compiled() -> bool:
         """Whether this eager code runs inside a compiled call (Dynamo's callback is set)."""
+        if compiling():  # traced (Dynamo inlines marked frames too): a constant, no break
+            return True
         callback = get_eval_frame_callback()
         return callback is not None and callback is not False
 
+    def canary() -> Optional[str]:  # (True inside a compiled call: tests/test_compiled.py)
+        return "reads True outside a compiled call" if inside_compiled() else None
+
+    if not private.probe("eval_frame", canary):
+        return lambda: False
     return skip_frame(inside_compiled)  # (its frame is not offered to Dynamo: see skip_frame)
 
 

@@ -9,15 +9,16 @@ iterations a capture asks for are recorded instead, exactly, and nothing else.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from typing import Any, Dict, List, Optional
 
-from ..backward.anchor import seq_nr
 from ..clocks import cpu as clock
 from ..compiler.dynamo import compiling, skip_frame
 from ..compiler.eager import eager
 from ..frames import stack as _stack
+from ..native import private
 from ..settings import switches
 from ..storage import timeline
 from ..storage.registry import Stratum, registry
@@ -27,6 +28,10 @@ from .demand import Demand
 __all__ = ["FIRST", "SEED", "Cycle", "cycle", "gap", "schedule"]
 
 logger = logging.getLogger(__name__)
+
+#: autograd's node counter: whether anything was computed between two optimizer steps.
+#: Without torch's (:mod:`..native.private`), a fresh number each read: always something.
+seq_nr = private.sequence_counter() or itertools.count().__next__
 _QUICK = object()  # the last boundary took the common path (see Cycle._post)
 #: What a boundary saves of the cycle (with the registry's current stratum) to take it back.
 _SAVED = ("i", "now", "_t0", "_active0", "stratum", "_in", "_next")

@@ -7,6 +7,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..native import private
+
 
 class _ProfilerFlagShim:
     """For torch versions without the module flag: the same attribute, from a C call."""
@@ -30,8 +32,18 @@ def _profiler_state() -> Any:
 
 
 def _fast_record_function() -> Optional[Callable[[str], Any]]:
-    """The C++ record-function handle (``_RecordFunctionFast``), if this torch has one."""
-    return getattr(torch._C._profiler, "_RecordFunctionFast", None)
+    """The C++ record-function handle (``_RecordFunctionFast``), where this torch has one that
+    makes a label as it did (checked once: :mod:`..native.private`)."""
+    fast = private.find("_C._profiler._RecordFunctionFast")
+    if fast is None:  # (torch before 2.3: record_function)
+        return None
+
+    def canary() -> None:
+        handle = fast("instrumented_convs (canary)")
+        handle.__enter__()
+        handle.__exit__(None, None, None)
+
+    return fast if private.probe("record_function", canary) else None
 
 
 profiler_state: Any = _profiler_state()

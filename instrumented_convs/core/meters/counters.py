@@ -13,12 +13,17 @@ from typing import Any, Dict, List, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..frames.stack import Followed, _tls, follow
+from ..native import private
+
+try:  # (private by name; torch's FlopCounterMode is one)
+    from torch.utils._python_dispatch import TorchDispatchMode
+except ImportError:  # pragma: no cover - the counters cannot be on (logged when asked)
+    TorchDispatchMode = TorchFunctionMode
 from . import formulas
 
-__all__ = ["set_on", "is_on", "of", "clear", "mark", "watch", "EXTENSIONS"]
+__all__ = ["set_on", "is_on", "of", "clear", "mark", "watch", "probe_extensions", "EXTENSIONS"]
 
 #: entry -> [flops, read, written, ops, {op: n}, allocated, cuda calls, cuda left, cuda peak]
 _counts: Dict[Any, List[Any]] = {}
@@ -30,7 +35,24 @@ _tensors = formulas.tensors
 #: The namespaces of the custom ops counted where they are called: registered as
 #: CompositeImplicitAutograd kernels, their C++ runs before a dispatch mode could see them.
 EXTENSIONS = ("torch_sparse", "torch_scatter")
-_OP_TYPES = (torch._ops.OpOverloadPacket, torch._ops.OpOverload)
+_OP_TYPES = (private.find("_ops.OpOverloadPacket"), private.find("_ops.OpOverload"))
+
+
+def probe_extensions() -> bool:
+    """Whether the extension mode can tell an op's namespace (checked once: native.private)."""
+    return private.probe("dispatch", _extensions_canary)
+
+
+def _extensions_canary() -> Optional[str]:
+    """Why the extension mode cannot tell an op's namespace as it relies on, or None."""
+    if TorchDispatchMode is TorchFunctionMode:
+        return "has no dispatch modes"
+    packet = torch.ops.aten.add
+    if type(packet) is not _OP_TYPES[0] or type(packet.default) is not _OP_TYPES[1]:
+        return f"gives {type(packet).__name__} for torch.ops.aten.add"
+    if packet._qualified_op_name != "aten::add":
+        return f"names torch.ops.aten.add {packet._qualified_op_name!r}"
+    return None
 
 
 class _Thread(threading.local):
@@ -243,13 +265,17 @@ def _modes(kind: Optional[str]) -> None:
     on now are left first when they are others (ours are on top of the mode stacks)."""
     global _mode, _ext, _owner
     want = {"count": _Counting, "watch": _Watching, None: None}[kind]
+    if want is not None and TorchDispatchMode is TorchFunctionMode:  # (logged once)
+        probe_extensions()
+        return
     if _mode is not None and type(_mode) is not want:
         (mode, ext), _mode, _ext, _owner = (_mode, _ext), None, None, None
         if ext is not None:
             ext.__exit__(None, None, None)
         mode.__exit__(None, None, None)
     if want is not None and _mode is None:
-        mode, ext = want(), _Extensions() if kind == "count" else None
+        counting = kind == "count" and probe_extensions()
+        mode, ext = want(), _Extensions() if counting else None
         mode.__enter__()
         if ext is not None:
             ext.__enter__()

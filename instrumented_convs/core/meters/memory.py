@@ -18,6 +18,7 @@ import torch
 
 from ..clocks import cpu as clock
 from ..frames.stack import Followed, _tls, follow
+from ..native import private
 from . import formulas
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "watcher",
     "set_samples",
     "samples",
+    "probe_hooks",
 ]
 
 #: storage key (its C pointer) -> [bytes, maker entry, saved already]
@@ -44,7 +46,8 @@ _aside = False  # the user's hooks were set before and cannot be called by ours:
 _hooks: Optional[Any] = None  # our saved_tensors_hooks context, entered while on
 _owner: Optional[int] = None  # the thread that entered it
 _outer: Optional[Tuple[Any, Any]] = None  # the user's hooks ours call (set before ours)
-_top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+#: The innermost saved-tensor hooks set (torch 2.3+; checked when memory is turned on)
+_top = private.find("_C._autograd._top_saved_tensors_default_hooks")
 _samples: List[Tuple[int, int]] = []  # (CPU ns, level) while the timeline records
 _sample_limit = 0
 _tensors = formulas.tensors
@@ -318,12 +321,24 @@ def _hooks_set() -> bool:
         return True
 
 
+def probe_hooks() -> bool:
+    """Whether torch's reader of the saved-tensor hooks set is used (torch 2.3+, its canary
+    passed: :mod:`..native.private`); else the hooks are read from autograd's nodes."""
+    global _top
+    if _top is not None and not private.probe(
+        "saved_hooks", lambda: private.saved_hooks_check(_top)
+    ):
+        _top = None
+    return _top is not None
+
+
 def set_on(on: bool) -> None:
     """Set our saved-tensor hooks on this thread, or take them away (on the thread that set
     them: hooks live on a thread's own stack). The ops are watched by the counters' mode,
     which ``configure`` hands :data:`watcher` to."""
     global _on, _aside, _hooks, _outer, _cuda, _owner
     if on and not _on:
+        probe_hooks()
         outer = _top(False) if _top is not None else None
         aside = _top is None and _hooks_set()  # theirs, which ours cannot call
         if outer is None and not aside:

@@ -1,7 +1,9 @@
-"""The C fast path of steps (``_speedups``, built from the ``.c`` files beside this one):
-whether it is built and in use. Where it is not, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``,
-every module uses its Python twin (:data:`TWINS`), which behaves the same: CI runs the core
-tests both ways. This module imports nothing from the package but the extension.
+"""What the core binds to below torch's public Python API. The C fast path of steps
+(``_speedups``, built from the ``.c`` files beside this one): whether it is built and in use;
+where it is not, or where ``INSTRUMENTED_CONVS_PURE_PYTHON=1``, every module uses its Python
+twin (:data:`TWINS`), which behaves the same: CI runs the core tests both ways. torch's private
+calls, each checked by a canary (:mod:`.private`), and the releases known not to run
+(:mod:`.versions`). This module imports nothing from the package but the extension.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -78,13 +80,13 @@ TWINS = {
 }
 
 
-def seq_counter_address() -> Optional[int]:
+def seq_counter_address(py: Optional[Callable[[], int]]) -> Optional[int]:
     """The address of ATen's ``at::sequence_number::peek`` in the loaded ``libtorch_cpu``, so
-    the extension reads autograd's per-thread sequence counter with a C call instead of a
-    Python one (two per logged step); None where it is not found or does not agree with
-    ``torch._C._autograd._get_sequence_nr`` before and after a new autograd node."""
+    the extension reads autograd's per-thread sequence counter with a C call instead of
+    ``py``, torch's Python one (two per logged step); None where ``py`` is None (not relied
+    on), or peek is not found or does not agree with ``py`` before and after a new node."""
     noload = getattr(os, "RTLD_NOLOAD", None)
-    if noload is None or torch.is_inference_mode_enabled():
+    if noload is None or py is None or torch.is_inference_mode_enabled():
         return None
     lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
     for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
@@ -96,7 +98,6 @@ def seq_counter_address() -> Optional[int]:
         except (OSError, AttributeError):
             return None
         peek.restype, peek.argtypes = ctypes.c_uint64, []
-        py = torch._C._autograd._get_sequence_nr
         s0 = py()
         with torch.enable_grad():
             node = torch.zeros(1, requires_grad=True) * 2  # a new node moves the counter

@@ -146,7 +146,7 @@ if speedups is not None:
         anchor.log_exit,
         FOLD_AT,
     )
-    speedups.set_seq_native(seq_counter_address())
+    speedups.set_seq_native(seq_counter_address(anchor.seq_nr if anchor.counts_nodes else None))
     speedups.bind_anchor(
         Entry,
         torch.Tensor,
