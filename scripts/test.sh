@@ -6,7 +6,7 @@
 # suite (1) and the benchmarks' smoke runs run here while steps 1 (its Python twin) to 7 run
 # beside them (scripts/test_beside.sh, printed when done):
 #   0. ruff: lint and format check (pyproject.toml);
-#   1. the test suite in the main environment (torch 2.13 CPU, PyG 2.8.1, dgl 1.1.3) but for the
+#   1. the test suite in the main environment (torch 2.14.1, PyG 2.8.1, dgl 1.1.3) but for the
 #      sparse-marked tests, with the C fast path built in place (the page tests in Debian's
 #      headless chromium, installed first if it is missing and we are root); then the core
 #      tests again with its Python twin;
@@ -15,12 +15,13 @@
 #      (scripts/env.sh integrations, built in the background);
 #   2. the PyG version matrix: the PyG tests against every PyG release of
 #      requirements/pyg-matrix.txt, each installed --no-deps into its own folder over main;
-#   3. a user's own environment: a fresh venv, pip install -e '.[pyg,dgl,nvtx]' (pinned by
-#      requirements/main.txt as constraints), an example, the demo and `check --quick` run
-#      from it;
+#   3. a user's own environment: a fresh venv holding the newest torch first, then
+#      pip install -e '.[pyg,dgl,nvtx]' (main's pins but torch's as constraints), which must
+#      leave that torch as it is; README's first example, an example, the demo, `check
+#      --quick` and `run` of a compiled model (no warning of Dynamo's) run from it;
 #   4. the Sphinx docs, warnings as errors;
 #   5. every test file, and the DGL nsys check, in the newest-DGL environment (torch 2.2.1,
-#      dgl 2.1.0, nvtx 0.2.17, no PyG: the PyG tests skip themselves there);
+#      the oldest admitted, dgl 2.1.0, nvtx 0.2.17, no PyG: the PyG tests skip themselves);
 #   6. a short study under real Nsight Systems, checking our NVTX ranges in its report, and
 #      a two-process torch.distributed job under one nsys, each rank's ranges checked apart
 #      (installs Debian's nsight-systems first if it is missing and we are root); then the

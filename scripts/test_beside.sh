@@ -14,7 +14,8 @@ stamp() { echo "   ($(( (SECONDS + offset) / 60 )) min $(( (SECONDS + offset) % 
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
   tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
   tests/test_timeline.py tests/test_counters.py tests/test_own.py tests/test_route.py
-  tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py tests/test_memory.py)
+  tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py tests/test_memory.py
+  tests/test_private.py)
 echo "== the same core tests with the Python twin of the C fast path"; stamp
 INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
   -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"
@@ -45,11 +46,18 @@ matrix() {  # the PyG matrix, the tests selected by the marker expression $1
 echo "== PyG version matrix (requirements/pyg-matrix.txt; 2.8.1, the main environment's own, in the main suite)"; stamp
 matrix "not sparse" "$@"
 
-echo "== a user's environment: pip install -e '.[pyg,dgl,nvtx]' in a fresh venv"; stamp
+echo "== a user's environment: the newest torch first, then pip install -e '.[pyg,dgl,nvtx]'"; stamp
 unset INSTRUMENTED_CONVS_EXPECT
 user=$(mktemp -d)
 trap 'rm -rf "$user"' EXIT
 python3.11 -m venv "$user/venv"
+# The user's torch, installed first (the main environment's: the newest these machines
+# install); our install must leave it as it is.
+torch_pin=$(grep '^torch==' requirements/main.txt)
+"$user/venv/bin/python" -m pip install --disable-pip-version-check -q "$torch_pin"
+theirs() { PYTHONPATH= "$user/venv/bin/python" -W ignore -c \
+  'import torch; from importlib.metadata import version; print(version("torch"), torch.__file__)'; }
+before=$(theirs)
 # From a copy of the tree (git's files and the uncommitted ones, not the built ones): an
 # editable install builds the C fast path in place, which must not rewrite the one that the
 # main suite, running beside, has loaded.
@@ -57,9 +65,20 @@ mkdir "$user/src"
 tar -C "$root" --exclude=.git --exclude=./build --exclude=./.whl --exclude='*.so' \
   --exclude=__pycache__ --exclude=./docs/_build -cf - . \
   | tar -C "$user/src" -xf -
-# requirements/main.txt as constraints: the pinned CPU torch, not whatever is newest
-(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m pip install --disable-pip-version-check -q \
-  -c "$root/requirements/main.txt" -e "$user/src[pyg,dgl,nvtx]")
+# Constraints of its own: main's pins but torch's (a pin of torch would itself replace theirs)
+grep -v '^torch==' requirements/main.txt >"$user/constraints.txt"
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m pip install --disable-pip-version-check \
+  -c "$user/constraints.txt" -e "$user/src[pyg,dgl,nvtx]" >"$user/pip.txt" 2>&1) \
+  || { cat "$user/pip.txt"; exit 1; }
+after=$(theirs)
+if [ "$before" != "$after" ] || grep -q "Uninstalling torch-" "$user/pip.txt"; then
+  echo "our install changed the user's torch: $before -> $after" >&2; cat "$user/pip.txt"; exit 1
+fi
+echo "torch untouched: $after"
+# README's first example, as a user pastes it
+awk '/^```python$/{n++; if (n == 1) {on = 1; next}} /^```$/{on = 0} on' "$root/README.md" \
+  >"$user/first.py"
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" first.py | tail -n 2)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -c \
   'from instrumented_convs.core import native; print("fast path:", native.IMPLEMENTATION); assert native.IMPLEMENTATION == "C"')
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" "$root/examples/cora.py" --quick --no-progress | tail -n 4)
@@ -72,6 +91,13 @@ tar -C "$root" --exclude=.git --exclude=./build --exclude=./.whl --exclude='*.so
 grep "^== \(PASSED\|FAILED\)" "$user/check.txt"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet -o "$user/run" \
   "$root/tests/scripts/plain_pyg.py" --epochs 1 | tail -n 1)
+# a compiled PyG model (PyG's examples/compile/gcn.py's) under run: no warning of Dynamo's
+(cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs run --quiet \
+  -o "$user/compiled" "$root/tests/scripts/compiled_probe.py" gcn "$user/compiled.json" \
+  >"$user/compiled.txt" 2>&1) || { cat "$user/compiled.txt"; exit 1; }
+if grep -q "Dynamo" "$user/compiled.txt"; then cat "$user/compiled.txt"; exit 1; fi
+PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/compiled" --depth 0 \
+  | grep "compiled GCN"
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --depth 0)
 (cd "$user" && PYTHONPATH= "$user/venv/bin/python" -m instrumented_convs view "$user/run" --html "$user/v.html")
 test -s "$user/run/page.html" && test -s "$user/run/trace.json.gz" && test -s "$user/v.html"
