@@ -202,7 +202,7 @@ def _close_label_and_range(frame: Frame, flags: int) -> None:
 #: thread's tool time then: a step still open at the task's end (autograd skipped its last
 #: node) ended then (``backward.hooks``)
 closed: Dict[int, Tuple[int, int]] = {}
-_task_id = private.graph_task() or (lambda: -1)  # (torch's, checked: ..private)
+_task_id = private.graph_task() or (lambda: -1)  # (torch's, checked: native.private)
 
 
 def close_backward(frame: Frame, t1: int, own_total: Optional[int] = None) -> None:

@@ -16,12 +16,12 @@ from torch.overrides import TorchFunctionMode
 
 from ..frames.stack import Followed, _tls, follow
 from ..native import private
+from . import formulas
 
 try:  # (private by name; torch's FlopCounterMode is one)
     from torch.utils._python_dispatch import TorchDispatchMode
 except ImportError:  # pragma: no cover - the counters cannot be on (logged when asked)
     TorchDispatchMode = TorchFunctionMode
-from . import formulas
 
 __all__ = ["set_on", "is_on", "of", "clear", "mark", "watch", "probe_extensions", "EXTENSIONS"]
 
