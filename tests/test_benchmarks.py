@@ -325,7 +325,7 @@ def test_gpu_script_forces_torchs_private_calls_fallbacks_and_check_passes(tmp_p
         }
 
     on_cpu = {name: "PASS" for name in calls(reports["none"])}
-    on_cpu["raw_stream"] = "SKIPPED"  # (no CUDA stream read on a CPU)
+    on_cpu["raw_stream"] = on_cpu["worker_loop"] = "SKIPPED"  # (no CUDA, no loader workers)
     assert calls(reports["none"]) == calls(reports["raw_stream"]) == on_cpu
     assert calls(reports["record_function"]) == {**on_cpu, "record_function": "SKIPPED"}
     assert set(calls(reports["all"]).values()) == {"SKIPPED"}

@@ -19,8 +19,9 @@ from instrumented_convs.core.native import private
 from .helpers import ROOT, run_script
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "fallbacks.py")
-#: What each private call's canary decides on this machine (a CPU: no CUDA stream to read).
-ON_CPU = set(private.CALLS) - {"raw_stream"}
+#: The private calls tests/scripts/fallbacks.py relies on (a CPU: no CUDA stream to read; no
+#: loader workers).
+ON_CPU = set(private.CALLS) - {"raw_stream", "worker_loop"}
 
 
 def test_every_private_call_on_this_torch_passes_its_canary():
@@ -86,6 +87,21 @@ def test_a_pass_id_not_read_inside_a_backward_pass_opens_no_backward_step(
     assert phases == {"forward"}
     assert private.verdicts() == {"graph_task": "fallback: read -1 inside a backward pass"}
     assert len(caplog.records) == 1
+
+
+def test_loader_workers_are_recorded_only_where_torchs_loop_takes_what_ours_wraps(
+    fresh, monkeypatch
+):
+    from instrumented_convs.workers import process
+
+    assert process.recordable() and private.verdicts() == {"worker_loop": "in use"}
+    monkeypatch.setattr(process, "_USED", ("worker_id", "index_queue", "results_queue"))
+    monkeypatch.setattr(private, "_verdicts", {})
+    assert not process.recordable()
+    assert private.verdicts() == {"worker_loop": "fallback: takes no results_queue"}
+    monkeypatch.setenv(private.ENV, "worker_loop")
+    monkeypatch.setattr(process, "_USED", ("worker_id",))
+    assert not process.recordable()
 
 
 def test_the_raw_stream_reader_is_checked_against_torchs_public_stream(monkeypatch):

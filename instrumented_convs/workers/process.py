@@ -19,17 +19,36 @@ from ..core.clocks import cpu as clock
 from ..core.configure import configure
 from ..core.frames.stack import thread_stack
 from ..core.meters import readings
+from ..core.native import private
 from ..core.steps.step import Step
 from ..core.storage import timeline as core_timeline
 from . import frames
 
-__all__ = ["Config", "worker_loop", "TORCH_LOOP"]
+__all__ = ["Config", "worker_loop", "recordable", "TORCH_LOOP"]
 
 logger = logging.getLogger(__name__)
 
-#: torch's own worker loop (this module is imported before anything of ours replaces it).
-TORCH_LOOP = torch_worker._worker_loop
-_SIGNATURE = inspect.signature(TORCH_LOOP)
+#: torch's own worker loop (this module is imported before anything of ours replaces it),
+#: None where this torch has none.
+TORCH_LOOP: Optional[Callable[..., Any]] = getattr(torch_worker, "_worker_loop", None)
+_SIGNATURE = inspect.signature(TORCH_LOOP) if TORCH_LOOP is not None else None
+#: What :func:`worker_loop` takes from torch's loop's arguments.
+_USED = ("worker_id", "index_queue", "data_queue")
+
+
+def recordable() -> bool:
+    """Whether workers can be recorded: torch's loop is there, with the arguments
+    :func:`worker_loop` wraps (checked once, logged where not: core.native.private)."""
+
+    def canary() -> Optional[str]:
+        if _SIGNATURE is None:
+            return "is missing"
+        missing = [name for name in _USED if name not in _SIGNATURE.parameters]
+        return f"takes no {', '.join(missing)}" if missing else None
+
+    return private.probe("worker_loop", canary)
+
+
 BATCH = "batch"  #: the region of one batch in a worker, task taken to result put
 
 

@@ -253,7 +253,12 @@ class Recorder:
         @functools.wraps(orig)
         def _get_iterator(loader: Any) -> Any:
             seen = self._record_of(loader)
-            if seen is None or not loader.num_workers or not self.workers:
+            if (
+                seen is None
+                or not loader.num_workers
+                or not self.workers
+                or not process.recordable()
+            ):
                 it = orig(loader)
             else:
                 settings = configure()

@@ -68,6 +68,10 @@ CALLS: Dict[str, tuple] = {
         "the C++ profiler label (torch._C._profiler._RecordFunctionFast)",
         "torch.profiler.record_function: the same labels, about 5 us more each",
     ),
+    "worker_loop": (
+        "a DataLoader worker's loop (torch.utils.data._utils.worker._worker_loop)",
+        "loader workers not recorded (the loop's waits for batches still are)",
+    ),
     "raw_stream": (
         "the current CUDA stream's handle (torch._C._cuda_getCurrentRawStream)",
         "CUDA steps timed with torch.cuda.Event (the Python clock's cost)",
