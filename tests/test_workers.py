@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from instrumented_convs import registry
 from instrumented_convs.report import read_trace, workers_text
 from instrumented_convs.report.workers import COMPUTE_BOUND, DATA_BOUND, pipeline, verdict
+from instrumented_convs.testing import open_steps
 from instrumented_convs.workers import frames
 
 from .helpers import ROOT, run_script
@@ -523,3 +526,60 @@ def test_the_pin_threads_calls_with_nothing_to_pin_are_no_step():
     finally:
         remove()
         registry.reset()
+
+
+def test_an_error_raised_at_any_point_of_the_wait_for_a_batch_leaves_nothing_open():
+    """A signal's handler raises wherever the loop is (torch's, when a worker was killed): where
+    Python looks for pending signals (a Python function's entry, a C call's return) in the
+    recorder's ``__next__``, an error raised at each such point in turn leaves no step open, no
+    loader said to be waited for, and the next batch recorded as usual."""
+    import torch
+
+    from instrumented_convs.core.steps.step import Step
+    from instrumented_convs.workers import Recorder, charge
+    from instrumented_convs.workers import recorder as module
+
+    class Interrupted(Exception):
+        pass
+
+    def raising_at(k: int):
+        seen = [0]
+
+        def profile(frame, event, arg):
+            ours = frame.f_code.co_filename == module.__file__
+            if event == "call" and not ours:  # a Python call from the recorder's code
+                back = frame.f_back
+                ours = back is not None and back.f_code.co_filename == module.__file__
+            if ours and event in ("call", "c_return"):
+                seen[0] += 1
+                if seen[0] == k:
+                    raise Interrupted(k)
+
+        return profile, seen
+
+    loader = torch.utils.data.DataLoader(list(range(64)), batch_size=2)
+    rec = Recorder(loaders=[loader], region=Step("data", None, "cpu", "region"), workers=False)
+    rec.install()
+    try:
+        it = iter(loader)
+        points, k = None, 1
+        while points is None or k <= points:
+            profile, seen = raising_at(k)
+            sys.setprofile(profile)
+            try:
+                next(it)
+            except Interrupted:
+                pass
+            finally:
+                sys.setprofile(None)
+            if seen[0] < k:  # the call ran whole: every point an interrupted one may see
+                points = seen[0]
+            assert open_steps() == [], k
+            assert charge.state.waiting is None and not getattr(rec._tls, "inside", False), k
+            before = {r.name: r.count for r in registry.summary()}.get("data", 0)
+            next(it)
+            assert {r.name: r.count for r in registry.summary()}["data"] == before + 1, k
+            k += 1
+        assert points and points > 10  # the wait's calls were reached
+    finally:
+        rec.close()

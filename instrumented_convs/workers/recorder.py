@@ -294,8 +294,8 @@ class Recorder:
             seen = _record(it)
             if seen is None or getattr(tls, "inside", False):
                 return orig(it)  # not ours, or an iterator inside the outer one
-            tls.inside = True
             try:
+                tls.inside = True
                 if not recording():
                     out = orig(it)
                 else:
@@ -307,39 +307,43 @@ class Recorder:
             return out
 
         def timed(it: Any, seen: _Loader) -> Any:
-            # The wait is read inside the region: the waits add up to the ``data`` rows.
+            # The wait is read inside the region: the waits add up to the ``data`` rows. A
+            # signal's handler may raise at any line here (torch's, once a worker was killed):
+            # whatever raises, the region is closed (``__exit__`` leaves a step that is not
+            # open alone) and the loader no longer waited for.
             self.loaded = True
-            if region is not None:
-                region.__enter__()
-            before = charge.waiting(seen)  # its steps and copies meanwhile: its own work
-            t0 = now()
+            before: Any = _UNSAID
             try:
-                out = orig(it)
-            except StopIteration:
+                before = charge.waiting(seen)  # its steps and copies meanwhile: its own work
+                if region is not None:
+                    region.__enter__()
+                t0 = now()
+                try:
+                    out = orig(it)
+                except StopIteration:
+                    t1 = now()
+                    charge.waiting(before)
+                    if region is not None:
+                        region.discard()  # the end of an epoch is not a batch
+                    seen.passes += 1
+                    _waited(seen, t0, t1, ended=True)
+                    if self.ended is not None:
+                        tls.inside = False
+                        self.ended()
+                    raise
                 t1 = now()
                 charge.waiting(before)
                 if region is not None:
-                    region.discard()  # the end of an epoch is not a batch
-                seen.passes += 1
-                _waited(seen, t0, t1, ended=True)
-                if self.ended is not None:
-                    tls.inside = False
-                    self.ended()
-                raise
+                    region.__exit__(None, None, None)
+                _waited(seen, t0, t1)
+                charge.handed(seen)  # the copies that follow are of its batch
+                return out
             except BaseException:
-                t1 = now()
-                charge.waiting(before)
+                if before is not _UNSAID:
+                    charge.waiting(before)
                 if region is not None:
                     region.__exit__(*sys.exc_info())
-                _waited(seen, t0, t1)
                 raise
-            t1 = now()
-            charge.waiting(before)
-            if region is not None:
-                region.__exit__(None, None, None)
-            _waited(seen, t0, t1)
-            charge.handed(seen)  # the copies that follow are of its batch
-            return out
 
         cls.__next__ = __next__  # type: ignore[attr-defined]
         self._undo.append(lambda: setattr(cls, "__next__", orig))
@@ -411,6 +415,9 @@ class Recorder:
             for s in self._seen
         ]
         return {"loaders": loaders, "workers": workers}
+
+
+_UNSAID = object()  #: no loader said to be waited for yet
 
 
 def _record(it: Any) -> Optional[_Loader]:
