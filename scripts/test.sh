@@ -3,8 +3,9 @@
 # machine the torch-scatter/torch-sparse compile (scripts/env.sh sparse, ~20 min on 2 idle
 # cores) runs in the background while everything that does not need it runs; the tests marked
 # `sparse` (setup.cfg) are deselected until then and run at the end. After step 0, the main
-# suite (1) and the benchmarks' smoke runs run here while steps 1 (its Python twin) to 7 run
-# beside them (scripts/test_beside.sh, printed when done):
+# suite (1) and the benchmarks' smoke runs run here while steps 1 (its Python twin) to 7, and
+# the main suite's files named in BESIDE_TESTS, run beside them (scripts/test_beside.sh,
+# printed when done):
 #   0. ruff: lint and format check (pyproject.toml);
 #   1. the test suite in the main environment (torch 2.14.1, PyG 2.8.1, dgl 1.1.3) but for the
 #      sparse-marked tests, with the C fast path built in place (the page tests in Debian's
@@ -88,13 +89,23 @@ export INSTRUMENTED_CONVS_EXPECT=C
 # another, 15 s beside another with one thread each).
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 beside_log=$(mktemp)
-export main base_path CHECKS_OFFSET=$((SECONDS - start))
+# A share of the main suite's files runs on the other side (first there), so that the two
+# sides end together: each file runs once, on one side (its sparse-marked tests at the end, as
+# the others'); the work two cores do at once, not one side's queue, sets the time.
+BESIDE_TESTS="tests/test_benchmarks.py"
+ignore=()
+for f in $BESIDE_TESTS; do
+  [ -f "$f" ] || { echo "scripts/test.sh: BESIDE_TESTS names $f, which is not there" >&2; exit 2; }
+  ignore+=(--ignore="$f")
+done
+export main base_path BESIDE_TESTS CHECKS_OFFSET=$((SECONDS - start))
 setsid bash scripts/test_beside.sh "$@" >"$beside_log" 2>&1 &
 beside=$!
 trap 'kill -- -"$beside" 2>/dev/null || true; rm -f "$sparse_log" "$beside_log"' EXIT
-echo "== the main suite (the other checks run beside it: scripts/test_beside.sh)"; stamp
+echo "== the main suite but $BESIDE_TESTS (those and the other checks run beside it: scripts/test_beside.sh)"; stamp
 main_rc=0
-"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "$@" || main_rc=$?
+"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "${ignore[@]}" "$@" \
+  || main_rc=$?
 if [ "$main_rc" != 0 ]; then  # what ran beside is stopped, and shown as far as it got
   kill -- -"$beside" 2>/dev/null || true
   echo "== the checks beside the main suite, as far as they got"

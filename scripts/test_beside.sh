@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The checks of scripts/test.sh that run beside its main suite (steps 1-7 of its header but
-# the main suite and the benchmarks' smoke runs), in their own process group: scripts/test.sh
+# the main suite and the benchmarks' smoke runs; the main suite's files in BESIDE_TESTS
+# first), in their own process group: scripts/test.sh
 # starts this with the environment it set up (main, PYTHONPATH, INSTRUMENTED_CONVS_EXPECT...)
 # and prints what it printed. Not meant to be run alone.
 # Usage (from scripts/test.sh): setsid bash scripts/test_beside.sh [extra pytest args]
@@ -8,8 +9,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 : "${main:?scripts/test.sh sets main}" "${base_path:?scripts/test.sh sets base_path}"
+: "${BESIDE_TESTS:?scripts/test.sh sets BESIDE_TESTS}"
 offset=${CHECKS_OFFSET:-0}  # the seconds scripts/test.sh had run when it started this
 stamp() { echo "   ($(( (SECONDS + offset) / 60 )) min $(( (SECONDS + offset) % 60 )) s so far)"; }
+
+read -ra beside_tests <<<"$BESIDE_TESTS"
+echo "== the main suite's files run on this side: ${beside_tests[*]}"; stamp
+"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${beside_tests[@]}" "$@"
 
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
   tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
