@@ -1,0 +1,133 @@
+"""What the advice's rules need from the layers' calls (``configure(advise=True)``): per layer
+instance, its calls, whether every call saw the same graph, and its last call's graph kept for
+the checks made once when the signals are read (self-loops already there, nodes without an
+in-edge): no device synchronisation while the job runs. Layers call :func:`note`; the rules
+read :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+__all__ = ["on", "set_on", "graph_key", "note", "describe", "clear"]
+
+#: ``facts(layer, last)``: what a layer's kind knows of it and of its last graph, plain data.
+Facts = Callable[[Any, Any], Dict[str, Any]]
+
+
+class _Layer:
+    __slots__ = ("ref", "cls", "framework", "calls", "key", "changed", "last", "facts")
+
+    def __init__(self, layer: Any, framework: str, key: Tuple[Any, ...], facts: Facts) -> None:
+        self.ref = weakref.ref(layer)
+        self.cls = type(layer).__name__
+        self.framework = framework
+        self.calls = 0
+        self.key = key
+        self.changed = 0  #: calls whose graph was not the one before
+        self.last: Any = None
+        self.facts = facts
+
+
+_layers: Dict[int, _Layer] = {}
+_lock = threading.Lock()
+_state = {"on": False}
+
+
+def on() -> bool:
+    """Whether the layers note their calls (``configure(advise=True)``)."""
+    return _state["on"]
+
+
+def set_on(value: bool) -> None:
+    """Switch the noting on or off (what was noted stays until :func:`clear`)."""
+    _state["on"] = bool(value)
+
+
+def graph_key(*parts: Any) -> Tuple[Any, ...]:
+    """What tells one graph from another across calls: for each tensor (or object) a weak
+    reference to it, its storage, version and shape, so that a graph made anew (an inductive
+    loop's batch), changed in place or freed and its memory reused is never the same."""
+    key: List[Any] = []
+    for p in parts:
+        if p is None:
+            key.append(None)
+            continue
+        try:
+            ref: Any = weakref.ref(p)
+        except TypeError:  # not weakly referable: its identity while it is held (``last``)
+            ref = id(p)
+        shape = getattr(p, "shape", None)
+        if shape is not None and hasattr(p, "untyped_storage"):
+            key.append((ref, p.untyped_storage().data_ptr(), p._version, tuple(shape)))
+        else:
+            key.append((ref,))
+    return tuple(key)
+
+
+def _same(a: Tuple[Any, ...], b: Tuple[Any, ...]) -> bool:
+    """Whether two :func:`graph_key` keys name one graph (their objects alive and the same)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            if x is not y:
+                return False
+            continue
+        rx, ry = x[0], y[0]
+        if isinstance(rx, weakref.ref):
+            if not isinstance(ry, weakref.ref) or rx() is None or rx() is not ry():
+                return False
+        elif rx != ry:
+            return False
+        if x[1:] != y[1:]:
+            return False
+    return True
+
+
+def note(layer: Any, framework: str, key: Tuple[Any, ...], last: Any, facts: Facts) -> None:
+    """One call of ``layer`` (``framework``: ``pyg`` or ``dgl``) on the graph ``key`` names
+    (:func:`graph_key`); ``last``: that call's graph inputs, kept (the last call's only) for
+    ``facts(layer, last)`` when the signals are read."""
+    rec = _layers.get(id(layer))
+    if rec is None or rec.ref() is not layer:
+        with _lock:
+            rec = _layers[id(layer)] = _Layer(layer, framework, key, facts)
+    elif not _same(rec.key, key):
+        rec.changed += 1
+        rec.key = key
+    rec.calls += 1
+    rec.last = last
+
+
+def describe(path_of: Optional[Callable[[Any], str]] = None) -> Dict[str, Any]:
+    """The signals as plain data: ``{"layers": [...]}``, each layer's ``path`` (its scope, or
+    ``path_of(layer)``), ``class``, ``framework``, ``calls``, ``same_graph`` (every call saw
+    the first call's graph) and its kind's facts of it and its last graph. A layer freed since
+    keeps what was known of it without the facts."""
+    out = []
+    for rec in list(_layers.values()):
+        layer = rec.ref()
+        item: Dict[str, Any] = {
+            "path": None,
+            "class": rec.cls,
+            "framework": rec.framework,
+            "calls": rec.calls,
+            "same_graph": rec.changed == 0,
+        }
+        if layer is not None:
+            item["path"] = path_of(layer) if path_of is not None else getattr(layer, "scope", None)
+            try:
+                item.update(rec.facts(layer, rec.last))
+            except Exception as exc:  # a fact that cannot be read: said, not raised
+                item["facts_error"] = f"{type(exc).__name__}: {exc}"
+        out.append(item)
+    return {"layers": out}
+
+
+def clear() -> None:
+    """Forget every layer's signals (a reset)."""
+    with _lock:
+        _layers.clear()

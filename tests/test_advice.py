@@ -1,0 +1,194 @@
+"""The advice, part 1 (issue 65): each rule fires on a model with its pattern, with the time
+at stake read from the rows, and stays silent on one without (an inductive loop, a tuned
+model); the layers' signals tell one graph from another however it was made."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs.core.meters import signals
+from instrumented_convs.report.rules import Record, decide, lines
+
+pyg = pytest.importorskip("torch_geometric")
+
+
+def _graph(n: int = 300, e: int = 1500, loops: bool = False, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei = ei[:, ei[0] != ei[1]]
+    if loops:
+        ei = torch.cat([ei, torch.arange(n).repeat(2, 1)], dim=1)
+    return torch.randn(n, 16, generator=g), ei
+
+
+def _share_of(summary, scope, steps):
+    """The share of the outermost rows of ``scope`` named in ``steps``: what is at stake."""
+    top = [r for r in summary.rows if r.scope == scope and r.step in steps]
+    depth = min(r.depth for r in top)
+    return sum(r.total for r in top if r.depth == depth) / summary.total
+
+
+@pytest.fixture
+def advising():
+    saved = ic.configure(advise=True)
+    yield
+    saved.restore()
+
+
+def _train(layers, x, graphs, steps: int = 4):
+    params = [p for m in layers for p in m.parameters()]
+    opt = torch.optim.SGD(params, lr=0.01)
+    for i in range(steps):
+        h = x
+        ei = graphs(i)
+        for m in layers:
+            h = m(h, ei).relu()
+        opt.zero_grad()
+        h.sum().backward()
+        opt.step()
+
+
+def _rules(items):
+    return [(i["rule"], i["layers"][0]["path"]) for i in items]
+
+
+def test_the_same_graph_at_every_call_advises_cached_with_gcn_norms_share(advising):
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph()
+    conv1, conv2 = GCNConv(16, 32), GCNConv(32, 8, improved=True)
+    ic.name_layers(torch.nn.ModuleDict({"conv1": conv1, "conv2": conv2}))
+    _train([conv1, conv2], x, lambda i: ei)
+    items = ic.advise(min_share=0.0)
+    got = {(i["rule"], i["layers"][0]["path"]): i for i in items}
+    assert ("cache-normalization", "conv1") in got and ("cache-normalization", "conv2") in got
+    item = got[("cache-normalization", "conv2")]
+    assert item["change"] == "GCNConv(32, 8, improved=True, cached=True)"
+    assert item["layers"] == [{"path": "conv2", "class": "GCNConv"}]
+    summary = ic.registry.summary(by="layer")
+    assert item["at_stake_share"] == pytest.approx(_share_of(summary, "conv2", ("gcn_norm",)))
+    assert item["measured_saving_share"] is None and item["outputs"] == "equal"
+    assert "4 calls" in item["why"] and "never changes" in item["valid_when"]
+    # no self-loops in this graph: nothing to say of them
+    assert not [r for r, _ in _rules(items) if r == "self-loops-present"]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ei: lambda i: ei.clone(),  # a new graph per call (an inductive loop's batch)
+        lambda ei: lambda i: ei.add_(0),  # the same tensor changed in place
+        lambda ei: lambda i: ei if i < 3 else ei.flip(0),  # changed once, late
+    ],
+    ids=["new-each-call", "in-place", "changed-once"],
+)
+def test_a_graph_that_changed_between_calls_never_gets_cached(advising, make):
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph()
+    conv = GCNConv(16, 8)
+    _train([conv], x, make(ei))
+    assert not [r for r, _ in _rules(ic.advise(min_share=0.0)) if r == "cache-normalization"]
+
+
+def test_a_tuned_model_and_a_model_without_advise_get_nothing():
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph(loops=True)
+    with ic.configure(advise=True):
+        conv = GCNConv(16, 8, cached=True, add_self_loops=False)
+        _train([conv], x, lambda i: ei)
+        assert ic.advise(min_share=0.0) == []
+    ic.registry.reset()
+    conv = GCNConv(16, 8)  # the pattern, but no signals recorded: nothing advised
+    _train([conv], x, lambda i: ei)
+    assert ic.advise(min_share=0.0) == []
+
+
+def test_self_loops_on_every_node_advise_add_self_loops_false(advising):
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph(loops=True)
+    conv = GCNConv(16, 8)
+    ic.name_layers(torch.nn.ModuleDict({"conv": conv}))
+    _train([conv], x, lambda i: ei)
+    got = {i["rule"]: i for i in ic.advise(min_share=0.0)}
+    item = got["self-loops-present"]
+    assert item["change"] == "GCNConv(16, 8, add_self_loops=False)"
+    summary = ic.registry.summary(by="layer")
+    assert item["at_stake_share"] == pytest.approx(
+        _share_of(summary, "conv", ("add_remaining_self_loops", "add_self_loops"))
+    )
+    # as many loops as nodes, but one node's twice and another's missing: not every node
+    ei = ei.clone()
+    ei[:, -1] = ei[:, -2]
+    ic.registry.reset()
+    conv = GCNConv(16, 8)
+    _train([conv], x, lambda i: ei)
+    assert "self-loops-present" not in {i["rule"] for i in ic.advise(min_share=0.0)}
+
+
+def test_a_generic_layer_that_caches_its_normalised_graph_is_advised_too(advising):
+    from instrumented_convs.pyg import APPNP, SGConv
+
+    x, ei = _graph()
+    appnp, sg = APPNP(K=2, alpha=0.1), SGConv(16, 16, K=2)
+    ic.name_layers(torch.nn.ModuleDict({"appnp": appnp, "sg": sg}))
+    _train([sg, appnp], x, lambda i: ei)
+    rules = _rules(ic.advise(min_share=0.0))
+    assert ("cache-normalization", "appnp") in rules
+    assert not [p for _, p in rules if p == "sg"]  # its cache keeps the features too
+
+
+def test_dgl_graph_conv_without_zero_in_degree_nodes_is_told_to_skip_the_check(advising):
+    dgl = pytest.importorskip("dgl")
+    from instrumented_convs.dgl import GraphConv
+
+    x, ei = _graph(loops=True)
+    g = dgl.graph((ei[0], ei[1]), num_nodes=x.size(0))
+    conv, quiet = GraphConv(16, 8), GraphConv(16, 8, allow_zero_in_degree=True)
+    ic.name_layers(torch.nn.ModuleDict({"conv": conv, "quiet": quiet}))
+    for _ in range(3):
+        (conv(g, x).sum() + quiet(g, x).sum()).backward()
+    items = [i for i in ic.advise(min_share=0.0) if i["rule"] == "self-loops-present"]
+    assert [i["layers"] for i in items] == [[{"path": "conv", "class": "GraphConv"}]]
+    assert items[0]["change"] == "GraphConv(16, 8, allow_zero_in_degree=True)"
+    summary = ic.registry.summary(by="layer")
+    share = _share_of(summary, "conv", ("zero_in_degree_check",))
+    assert items[0]["at_stake_share"] == pytest.approx(share)
+
+
+def test_a_loaders_wait_is_at_stake_and_the_threshold_keeps_what_matters():
+    from types import SimpleNamespace
+
+    summary = SimpleNamespace(total=2.0, rows=[], by="layer")
+    loaders = {
+        "loaders": [
+            {"label": "DataLoader at train.py:9", "workers": 0, "wait": 5e8},
+            {"label": "DataLoader at train.py:12", "workers": 2, "wait": 5e7},
+        ]
+    }
+    items = decide(Record(summary, loaders=loaders, iterations=10), min_share=0.0)
+    assert [(i["rule"], i["layers"][0]["path"]) for i in items] == [
+        ("loader-workers", "DataLoader at train.py:9"),
+        ("loader-workers", "DataLoader at train.py:12"),
+    ]
+    assert items[0]["at_stake_share"] == pytest.approx(0.25)
+    assert items[0]["at_stake_per_iteration_s"] == pytest.approx(0.05)
+    assert "num_workers=4" in items[0]["change"] and "more workers than 2" in items[1]["change"]
+    kept = decide(Record(summary, loaders=loaders))  # 2.5% is under the 5% threshold
+    assert [i["layers"][0]["path"] for i in kept] == ["DataLoader at train.py:9"]
+    assert lines([]) == ["What to change", "  nothing worth 5% or more of the recorded time"]
+    assert lines(kept)[1].startswith("  25% at stake (at most) in DataLoader at train.py:9")
+
+
+def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():
+    a = torch.arange(6).view(2, 3)
+    k = signals.graph_key(a, None)
+    assert signals._same(k, signals.graph_key(a, None))
+    assert not signals._same(k, signals.graph_key(a.clone(), None))
+    assert not signals._same(k, signals.graph_key(a, torch.ones(3)))
+    a.add_(0)
+    assert not signals._same(k, signals.graph_key(a, None))
