@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 #: The flags of ``run`` that name a format to print at the end, and what they record for it:
 #: ``--counters`` is ``--format roofline``, ``--memory`` is ``--format memory``.
-RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"))
+RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"), ("advise", "advice"))
 
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
@@ -254,6 +254,7 @@ def _configure_run(args: argparse.Namespace) -> Any:
         counters=True if args.counters and not demand else None,
         memory=True if args.memory and not demand else None,
         record=None if demand else args.record,
+        advise=True if args.advise else None,
     )
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 

@@ -193,6 +193,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         "(a debugging mode: docs/memory.md; --format memory)",
     )
     run.add_argument(
+        "--advise",
+        action="store_true",
+        help="note what the advice reads (each layer's graph across calls); print what to "
+        "change after the table, and write advice.json (docs/advice.md; --format advice)",
+    )
+    run.add_argument(
         "--format",
         action="extend",
         type=_formats,

@@ -30,6 +30,7 @@ from ...report import (
     RenderInput,
     Summary,
     Timeline,
+    advice_of,
     merge_ranks,
     merge_traces,
     read_run,
@@ -140,6 +141,7 @@ def run_meta(
         "exclude": sorted(getattr(hooks, "exclude", ())),
         **extra,
         **environment(),
+        **({"signals": core.advice_signals()} if configure().advise else {}),
     }
 
 
@@ -352,6 +354,10 @@ def saved_render_input(
     if told:
         options.setdefault("notes", told)
         note = " ".join([note, *told]).strip()
+    if saved.get("signals") is not None and "advice" not in fields:
+        fields["advice"] = advice_of(
+            saved_summary(saved, by="layer"), saved["signals"], saved.get("workers")
+        )
     return RenderInput(
         summary,
         title=title or str(target),
