@@ -29,6 +29,7 @@ from . import ondemand
 from .capture import capture_main
 from .hooks import Hooks
 from .parsers import (
+    add_advise_parser,
     add_capture_parser,
     add_diff_parser,
     add_merge_parser,
@@ -50,7 +51,7 @@ from .runs import (
     write_run,
 )
 from .script import Outcome, run_target
-from .view import diff_main, merge_main, view_main
+from .view import advise_main, diff_main, merge_main, view_main
 
 __all__ = ["add_commands", "run_main", "capture_main", "view_main", "merge_main", "diff_main"]
 
@@ -62,19 +63,21 @@ RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"), ("advise", "advic
 
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
-    """Add ``run``, ``capture``, ``view``, ``merge`` and ``diff`` to the subparsers ``sub``;
-    returns their mains."""
+    """Add ``run``, ``capture``, ``view``, ``merge``, ``diff`` and ``advise`` to the
+    subparsers ``sub``; returns their mains."""
     add_run_parser(sub)
     add_capture_parser(sub)
     add_view_parser(sub)
     add_merge_parser(sub)
     add_diff_parser(sub)
+    add_advise_parser(sub)
     return {
         "run": run_main,
         "capture": capture_main,
         "view": view_main,
         "merge": merge_main,
         "diff": diff_main,
+        "advise": advise_main,
     }
 
 

@@ -266,6 +266,25 @@ def add_capture_parser(sub: Any) -> None:
     )
 
 
+def add_advise_parser(sub: Any) -> None:
+    """``advise``: what to change in a saved run."""
+    advise = sub.add_parser(
+        "advise",
+        formatter_class=HelpFormatter,
+        help="print what to change in a saved run (docs/advice.md)",
+        usage=f"{PROG} advise RUN [--json]",
+        description=described(
+            "Prints what to change in a saved run, the largest time at stake first, read "
+            "from its record (the layers' rules from a run made with run --advise).",
+            f"{PROG} advise ic-runs/train-20261125-101500",
+            f"{PROG} advise ic-runs/train-20261125-101500 --json",
+        ),
+        epilog=error_note(),
+    )
+    advise.add_argument("run", metavar="RUN", help="a run folder, or its run.json")
+    advise.add_argument("--json", action="store_true", help='the items as JSON ({"advice": [...]})')
+
+
 def add_view_parser(sub: Any) -> None:
     """``view``: which rows of a saved run, and in which format."""
     view = sub.add_parser(
