@@ -192,3 +192,96 @@ def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():
     assert not signals._same(k, signals.graph_key(a, torch.ones(3)))
     a.add_(0)
     assert not signals._same(k, signals.graph_key(a, None))
+
+
+# -- run --advise, advice.json, view and advise: an unmodified script in a child process -----
+
+SCRIPT = "tests/scripts/transductive_gcn.py"
+
+
+def _run(tmp_path, name, *args, advise=True, expect=0):
+    from .helpers import ROOT, run_script
+
+    folder = tmp_path / name
+    flags = ["--advise"] if advise else []
+    proc = run_script(
+        "-m",
+        "instrumented_convs",
+        "run",
+        *flags,
+        "-o",
+        str(folder),
+        str(ROOT / SCRIPT),
+        *args,
+        expect=expect,
+        cwd=tmp_path,
+    )
+    return folder, proc
+
+
+def _epochs(text):
+    return [line for line in text.splitlines() if line.startswith("epoch")]
+
+
+def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
+    import json
+
+    from instrumented_convs.commands.launch.runs import load, saved_summary
+
+    from .helpers import ROOT, run_script
+
+    stock = run_script(str(ROOT / SCRIPT), cwd=tmp_path)
+    folder, proc = _run(tmp_path, "advised")
+    assert _epochs(proc.stdout) == _epochs(stock.stdout)
+    items = json.loads((folder / "advice.json").read_text())["advice"]
+    assert sorted((i["rule"], i["layers"][0]["path"], i["layers"][0]["class"]) for i in items) == [
+        ("cache-normalization", "conv1", "GCNConv"),
+        ("cache-normalization", "conv2", "GCNConv"),
+    ]
+    shares = [i["at_stake_share"] for i in items]
+    assert shares == sorted(shares, reverse=True) and min(shares) >= 0.05
+    changes = {i["layers"][0]["path"]: i["change"] for i in items}
+    assert changes == {"conv1": "GCNConv(4, 8, cached=True)", "conv2": "GCNConv(8, 3, cached=True)"}
+    summary = saved_summary(load(folder), by="layer")
+    for i in items:
+        path = i["layers"][0]["path"]
+        rows = [r for r in summary.rows if r.scope == path and r.step == "gcn_norm"]
+        assert i["at_stake_share"] == pytest.approx(sum(r.total for r in rows) / summary.total)
+    # printed after the table, as advice.json says; `advise RUN --json` reads the same back
+    assert (
+        "What to change" in proc.stdout
+        and "conv1 (GCNConv): GCNConv(4, 8, cached=True)" in proc.stdout
+    )
+    again = run_script("-m", "instrumented_convs", "advise", str(folder), "--json", cwd=tmp_path)
+    assert json.loads(again.stdout)["advice"] == items
+
+
+def test_run_advise_says_nothing_of_a_graph_made_anew_or_a_cached_model(tmp_path):
+    import json
+
+    for name, args in (("inductive", ["--new-graph-each-epoch"]), ("tuned", ["--cached"])):
+        folder, proc = _run(tmp_path, name, *args)
+        items = json.loads((folder / "advice.json").read_text())["advice"]
+        assert not [i for i in items if i["rule"] == "cache-normalization"], (name, items)
+
+
+def test_a_run_not_advised_has_no_advice_file_and_view_says_why_in_a_line(tmp_path):
+    from .helpers import run_script
+
+    folder, _ = _run(tmp_path, "plain", advise=False)
+    assert not (folder / "advice.json").exists()
+    view = run_script(
+        "-m",
+        "instrumented_convs",
+        "view",
+        str(folder),
+        "--format",
+        "advice",
+        expect=1,
+        cwd=tmp_path,
+    )
+    assert "was not advised" in view.stderr and "Traceback" not in view.stderr
+    assert len(view.stderr.strip().splitlines()) <= 2
+    told = run_script("-m", "instrumented_convs", "advise", str(folder), cwd=tmp_path)
+    assert told.stdout.startswith("What to change")
+    assert "run --advise SCRIPT records them" in told.stdout
