@@ -254,6 +254,13 @@ def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
     )
     again = run_script("-m", "instrumented_convs", "advise", str(folder), "--json", cwd=tmp_path)
     assert json.loads(again.stdout)["advice"] == items
+    # and on the page, drawn by its script in a real browser
+    from .browser import body_data, open_page
+
+    dom, console = open_page(folder / "page.html")
+    assert console == [] and body_data(dom)["errors"] == "0"
+    assert "What to change" in dom and dom.count('class="item"') == 2
+    assert "<code>GCNConv(4, 8, cached=True)</code>" in dom
 
 
 def test_run_advise_says_nothing_of_a_graph_made_anew_or_a_cached_model(tmp_path):

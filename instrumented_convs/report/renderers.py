@@ -122,6 +122,7 @@ class Page(Renderer):
             meta=inp.meta,
             note=inp.note,
             loaders=loaders,
+            advice=inp.advice,
         )
 
 
