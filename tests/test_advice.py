@@ -240,6 +240,10 @@ def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
     ]
     shares = [i["at_stake_share"] for i in items]
     assert shares == sorted(shares, reverse=True) and min(shares) >= 0.05
+    for i in items:  # 5 epochs, no warm-up: 5 iterations recorded
+        assert i["at_stake_per_iteration_s"] == pytest.approx(
+            i["at_stake_share"] * saved_summary(load(folder), by="layer").total / 5
+        )
     changes = {i["layers"][0]["path"]: i["change"] for i in items}
     assert changes == {"conv1": "GCNConv(4, 8, cached=True)", "conv2": "GCNConv(8, 3, cached=True)"}
     summary = saved_summary(load(folder), by="layer")
@@ -292,3 +296,40 @@ def test_a_run_not_advised_has_no_advice_file_and_view_says_why_in_a_line(tmp_pa
     told = run_script("-m", "instrumented_convs", "advise", str(folder), cwd=tmp_path)
     assert told.stdout.startswith("What to change")
     assert "run --advise SCRIPT records them" in told.stdout
+
+
+def test_what_a_summary_alone_decides_and_a_layer_freed_before_the_end():
+    from types import SimpleNamespace
+
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph()
+    with ic.configure(advise=True):
+        conv = GCNConv(16, 8)
+        _train([conv], x, lambda i: ei)
+        del conv  # freed: what was known of it stays, its options with it do not
+        assert signals.describe()["layers"][0]["path"] is None
+        assert ic.advise(min_share=0.0) == []
+    # rows alone (a summary on the CPU clock): nothing the host-bound rule could read
+    assert ic.registry.summary(by="layer").advice() == []
+    # a launch-bound region on CUDA: its host time is at stake
+    row = SimpleNamespace(
+        name="train",
+        step="train",
+        depth=0,
+        scope=None,
+        kind="region",
+        phase="forward",
+        relation=None,
+        total=1.0,
+        count=10,
+        host=0.6,
+        device_calls=10,
+        lag=0.0,
+        caught=10,
+    )
+    summary = SimpleNamespace(rows=[row], by="step", total=1.0)
+    (item,) = decide(Record(summary))
+    assert item["rule"] == "host-bound" and item["at_stake_share"] == pytest.approx(0.6)
+    row.caught = 5  # caught up at half the calls: mixed, not launch-bound
+    assert decide(Record(summary)) == []

@@ -355,9 +355,7 @@ def saved_render_input(
         options.setdefault("notes", told)
         note = " ".join([note, *told]).strip()
     if saved.get("signals") is not None and "advice" not in fields:
-        fields["advice"] = advice_of(
-            saved_summary(saved, by="layer"), saved["signals"], saved.get("workers")
-        )
+        fields["advice"] = saved_advice(saved)
     return RenderInput(
         summary,
         title=title or str(target),
@@ -366,6 +364,20 @@ def saved_render_input(
         loaders=saved.get("workers"),
         options=options,
         **fields,
+    )
+
+
+def saved_advice(saved: SavedRun) -> List[Dict[str, Any]]:
+    """What to change in a saved run (docs/advice.md): its rows by layer, its layers' signals
+    (none in a run saved without ``--advise``), its loaders, and its iterations where it
+    knows them (the optimizer steps recorded after the warm-up)."""
+    warmup = saved.get("warmup") or {}
+    recorded = (warmup.get("taken") or 0) - (warmup.get("steps") or 0)
+    return advice_of(
+        saved_summary(saved, by="layer"),
+        saved.get("signals"),
+        saved.get("workers"),
+        recorded if recorded > 0 else None,
     )
 
 

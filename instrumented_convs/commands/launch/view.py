@@ -17,7 +17,6 @@ from ...report import (
     RenderInput,
     ReportError,
     Summary,
-    advice_of,
     is_report,
     read_reports,
     render,
@@ -30,6 +29,7 @@ from .runs import (
     SavedRun,
     load,
     merge_folder,
+    saved_advice,
     saved_chrome_trace,
     saved_render_input,
     saved_summary,
@@ -267,7 +267,7 @@ def advise_main(args: argparse.Namespace) -> int:
     as JSON). A run saved without ``--advise`` gets what its rows and loaders decide, and a
     line saying that the layers' rules had nothing to read."""
     saved = open_run(args.run)
-    items = advice_of(saved_summary(saved, by="layer"), saved.get("signals"), saved.get("workers"))
+    items = saved_advice(saved)
     if args.json:
         print(json.dumps({"advice": items}, indent=1))
         return 0
