@@ -298,7 +298,7 @@ def test_a_run_not_advised_has_no_advice_file_and_view_says_why_in_a_line(tmp_pa
     assert "run --advise SCRIPT records them" in told.stdout
 
 
-def test_what_a_summary_alone_decides_and_a_layer_freed_before_the_end():
+def test_a_layer_freed_before_the_end_and_what_a_summary_alone_decides():
     from types import SimpleNamespace
 
     from instrumented_convs.pyg import GCNConv
@@ -306,10 +306,12 @@ def test_what_a_summary_alone_decides_and_a_layer_freed_before_the_end():
     x, ei = _graph()
     with ic.configure(advise=True):
         conv = GCNConv(16, 8)
+        ic.name_layers(torch.nn.ModuleDict({"conv": conv}))
         _train([conv], x, lambda i: ei)
-        del conv  # freed: what was known of it stays, its options with it do not
-        assert signals.describe()["layers"][0]["path"] is None
-        assert ic.advise(min_share=0.0) == []
+        del conv  # freed before the end (a script's model in a function): still advised
+        (item,) = ic.advise(min_share=0.0)
+        assert item["layers"] == [{"path": "conv", "class": "GCNConv"}]
+        assert item["change"] == "GCNConv(16, 8, cached=True)"
     # rows alone (a summary on the CPU clock): nothing the host-bound rule could read
     assert ic.registry.summary(by="layer").advice() == []
     # a launch-bound region on CUDA: its host time is at stake
@@ -333,3 +335,30 @@ def test_what_a_summary_alone_decides_and_a_layer_freed_before_the_end():
     assert item["rule"] == "host-bound" and item["at_stake_share"] == pytest.approx(0.6)
     row.caught = 5  # caught up at half the calls: mixed, not launch-bound
     assert decide(Record(summary)) == []
+
+
+def test_under_torchrun_each_rank_is_advised_on_its_own_and_rank_0_lists_the_ranks(tmp_path):
+    import json
+
+    from instrumented_convs.commands.launch.runs import load, saved_advice, saved_summary
+
+    from .helpers import ROOT, run_torchrun
+
+    folder = tmp_path / "ddp"
+    script = str(ROOT / "tests" / "scripts" / "plain_ddp.py")
+    run_torchrun("-m", "instrumented_convs", "run", "--advise", "-o", str(folder), script)
+    saved = load(folder)
+    signals = [p["signals"] for p in saved["per_rank"]]
+    assert [sorted(x["path"] for x in s["layers"]) for s in signals] == [["conv1", "conv2"]] * 2
+    items = [i for i in saved_advice(saved, min_share=0.0) if i["rule"] == "cache-normalization"]
+    assert sorted(i["layers"][0]["path"] for i in items) == ["conv1", "conv2"]
+    assert all(i["ranks"] == [0, 1] for i in items)
+    for i in items:  # the larger of the two ranks' shares
+        shares = []
+        for r in (0, 1):
+            s = saved_summary(saved, by="layer", rank=r)
+            rows = [x for x in s.rows if x.scope == i["layers"][0]["path"] and x.step == "gcn_norm"]
+            shares.append(sum(x.total for x in rows) / s.total)
+        assert i["at_stake_share"] == pytest.approx(max(shares))
+    written = json.loads((folder / "advice.json").read_text())["advice"]
+    assert written == saved_advice(saved)

@@ -248,17 +248,21 @@ class GraphConv(generic.Detailed, _StockGraphConv):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
         if switches.advise:
             signals.note(self, "dgl", signals.graph_key(graph, graph._graph, edge_weight), graph,
-                         _facts)
+                         _options, _checks)
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
         return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)
 
 
-def _facts(layer: Any, graph: Any) -> Dict[str, Any]:
-    """What the advice reads of a GraphConv and its last graph (core.meters.signals)."""
-    options = {"in_feats": layer._in_feats, "out_feats": layer._out_feats, "norm": layer._norm,
-               "allow_zero_in_degree": layer._allow_zero_in_degree}
-    return {"options": options, "nodes": int(graph.num_dst_nodes()),
+def _options(layer: Any) -> Dict[str, Any]:
+    """What the advice reads of a GraphConv (core.meters.signals), at its first call."""
+    return {"options": {"in_feats": layer._in_feats, "out_feats": layer._out_feats,
+                        "norm": layer._norm, "allow_zero_in_degree": layer._allow_zero_in_degree}}
+
+
+def _checks(graph: Any) -> Dict[str, Any]:
+    """What the advice reads of a GraphConv's last graph, at the end."""
+    return {"nodes": int(graph.num_dst_nodes()),
             "zero_in_degree_nodes": int((graph.in_degrees() == 0).sum())}
 
 

@@ -42,23 +42,29 @@ def _parts(edge_index: Any) -> Tuple[Any, ...]:
 def note_call(layer: Any, edge_index: Any, edge_weight: Any, num_nodes: int) -> None:
     """One call of ``layer`` on this graph (``num_nodes``: its nodes, from the features)."""
     key = signals.graph_key(*_parts(edge_index), edge_weight)
-    signals.note(layer, "pyg", key, (edge_index, num_nodes), _facts)
+    signals.note(layer, "pyg", key, (edge_index, num_nodes), _options, _checks)
 
 
-def _facts(layer: Any, last: Any) -> Dict[str, Any]:
-    edge_index, n = last
-    options = {
-        k: getattr(layer, k)
-        for k in OPTIONS
-        if isinstance(getattr(layer, k, None), (bool, int, float))
+def _options(layer: Any) -> Dict[str, Any]:
+    """The options the rules read, at the layer's first call."""
+    kept = (bool, int, float)
+    return {
+        "options": {
+            k: getattr(layer, k) for k in OPTIONS if isinstance(getattr(layer, k, None), kept)
+        }
     }
+
+
+def _checks(last: Any) -> Dict[str, Any]:
+    """What the last call's graph says: its kind, nodes, and how many have a self-loop."""
+    edge_index, n = last
     kind = "edge_index"
     if hasattr(getattr(edge_index, "storage", None), "col"):
         kind = "SparseTensor"
     elif isinstance(edge_index, torch.Tensor) and edge_index.layout != torch.strided:
         kind = "torch.sparse"
-    facts: Dict[str, Any] = {"options": options, "input": kind, "nodes": int(n)}
-    if kind == "edge_index" and options.get("add_self_loops", False):
+    facts: Dict[str, Any] = {"input": kind, "nodes": int(n)}
+    if kind == "edge_index":
         loops = edge_index[0] == edge_index[1]
         facts["self_loop_nodes"] = int(torch.unique(edge_index[0][loops]).numel())
     return facts

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from .renderers import Renderer, RenderInput, register
-from .rules import Record, decide, lines
+from .rules import MIN_SHARE, Record, decide, lines
 
 __all__ = ["Advice", "advice_of"]
 
@@ -18,10 +18,12 @@ def advice_of(
     signals: Optional[Dict[str, Any]] = None,
     loaders: Optional[Dict[str, Any]] = None,
     iterations: Optional[int] = None,
+    min_share: float = MIN_SHARE,
 ) -> List[Dict[str, Any]]:
     """The advice of a record: ``summary`` by layer, the layers' ``signals``, the run's
-    ``loaders`` section and its ``iterations`` where it knows them."""
-    return decide(Record(summary, signals, loaders, iterations))
+    ``loaders`` section and its ``iterations`` where it knows them; items worth ``min_share``
+    of the recorded time or more."""
+    return decide(Record(summary, signals, loaders, iterations), min_share)
 
 
 class Advice(Renderer):

@@ -259,6 +259,8 @@ def lines(items: Sequence[Dict[str, Any]], min_share: float = MIN_SHARE) -> List
         return out + [f"  nothing worth {min_share:.0%} or more of the recorded time"]
     for i in items:
         where = ", ".join(f"{x['path']} ({x['class']})" for x in i["layers"])
+        if i.get("ranks") is not None:
+            where += f" on ranks {', '.join(map(str, i['ranks']))}"
         out.append(f"  {i['at_stake_share']:.0%} at stake (at most) in {where}: {i['change']}")
         out.append(f"    why: {i['why']}; valid when {i['valid_when']}; outputs {i['outputs']}")
     return out

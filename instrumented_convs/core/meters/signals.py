@@ -9,26 +9,43 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 __all__ = ["on", "set_on", "graph_key", "note", "describe", "clear"]
 
-#: ``facts(layer, last)``: what a layer's kind knows of it and of its last graph, plain data.
-Facts = Callable[[Any, Any], Dict[str, Any]]
+#: ``static(layer)``: what a layer's kind knows of it (its options), read at its first call;
+#: ``checks(last)``: what it knows of its last graph, read when the signals are.
+Static = Callable[[Any], Dict[str, Any]]
+Checks = Callable[[Any], Dict[str, Any]]
 
 
 class _Layer:
-    __slots__ = ("ref", "cls", "framework", "calls", "key", "changed", "last", "facts")
+    __slots__ = (
+        "ref",
+        "path",
+        "cls",
+        "framework",
+        "static",
+        "calls",
+        "key",
+        "changed",
+        "last",
+        "checks",
+    )
 
-    def __init__(self, layer: Any, framework: str, key: Tuple[Any, ...], facts: Facts) -> None:
+    def __init__(
+        self, layer: Any, framework: str, key: Tuple[Any, ...], static: Static, checks: Checks
+    ) -> None:
         self.ref = weakref.ref(layer)
+        self.path = getattr(layer, "scope", None)  # (again at the end, where it is alive)
         self.cls = type(layer).__name__
         self.framework = framework
+        self.static = static(layer)
         self.calls = 0
         self.key = key
         self.changed = 0  #: calls whose graph was not the one before
         self.last: Any = None
-        self.facts = facts
+        self.checks = checks
 
 
 _layers: Dict[int, _Layer] = {}
@@ -87,14 +104,17 @@ def _same(a: Tuple[Any, ...], b: Tuple[Any, ...]) -> bool:
     return True
 
 
-def note(layer: Any, framework: str, key: Tuple[Any, ...], last: Any, facts: Facts) -> None:
+def note(
+    layer: Any, framework: str, key: Tuple[Any, ...], last: Any, static: Static, checks: Checks
+) -> None:
     """One call of ``layer`` (``framework``: ``pyg`` or ``dgl``) on the graph ``key`` names
     (:func:`graph_key`); ``last``: that call's graph inputs, kept (the last call's only) for
-    ``facts(layer, last)`` when the signals are read."""
+    ``checks(last)`` when the signals are read; ``static(layer)`` read at the first call (a
+    layer freed before the end keeps it)."""
     rec = _layers.get(id(layer))
     if rec is None or rec.ref() is not layer:
         with _lock:
-            rec = _layers[id(layer)] = _Layer(layer, framework, key, facts)
+            rec = _layers[id(layer)] = _Layer(layer, framework, key, static, checks)
     elif not _same(rec.key, key):
         rec.changed += 1
         rec.key = key
@@ -102,27 +122,26 @@ def note(layer: Any, framework: str, key: Tuple[Any, ...], last: Any, facts: Fac
     rec.last = last
 
 
-def describe(path_of: Optional[Callable[[Any], str]] = None) -> Dict[str, Any]:
-    """The signals as plain data: ``{"layers": [...]}``, each layer's ``path`` (its scope, or
-    ``path_of(layer)``), ``class``, ``framework``, ``calls``, ``same_graph`` (every call saw
-    the first call's graph) and its kind's facts of it and its last graph. A layer freed since
-    keeps what was known of it without the facts."""
+def describe() -> Dict[str, Any]:
+    """The signals as plain data: ``{"layers": [...]}``, each layer's ``path`` (its scope
+    now, or at its first call where it was freed since), ``class``, ``framework``, ``calls``,
+    ``same_graph`` (every call saw the first call's graph), what its kind knows of it
+    (``options``...) and of its last graph."""
     out = []
     for rec in list(_layers.values()):
         layer = rec.ref()
         item: Dict[str, Any] = {
-            "path": None,
+            "path": rec.path if layer is None else getattr(layer, "scope", rec.path),
             "class": rec.cls,
             "framework": rec.framework,
             "calls": rec.calls,
             "same_graph": rec.changed == 0,
+            **rec.static,
         }
-        if layer is not None:
-            item["path"] = path_of(layer) if path_of is not None else getattr(layer, "scope", None)
-            try:
-                item.update(rec.facts(layer, rec.last))
-            except Exception as exc:  # a fact that cannot be read: said, not raised
-                item["facts_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            item.update(rec.checks(rec.last))
+        except Exception as exc:  # a check that cannot be made: said, not raised
+            item["checks_error"] = f"{type(exc).__name__}: {exc}"
         out.append(item)
     return {"layers": out}
 

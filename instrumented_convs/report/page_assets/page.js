@@ -276,7 +276,7 @@
       const box = main.appendChild(node("div", { class: "advice" }));
       if (!DATA.advice.length) box.appendChild(node("p", { class: "note" }, "Nothing worth 5% or more of the recorded time."));
       DATA.advice.forEach(function (a) {
-        const where = a.layers.map(function (l) { return l.path + " (" + l["class"] + ")"; }).join(", ");
+        const where = a.layers.map(function (l) { return l.path + " (" + l["class"] + ")"; }).join(", ") + (a.ranks ? " on ranks " + a.ranks.join(", ") : "");
         const item = box.appendChild(node("div", { class: "item", "data-rule": a.rule }));
         item.appendChild(node("p", {}, (100 * a.at_stake_share).toFixed(0) + "% at stake (at most) in " + where + ": "));
         item.appendChild(node("code", {}, a.change));
