@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from instrumented_convs import registry
+from instrumented_convs import advise, configure, registry
 from instrumented_convs.commands.errors import (
     PROG,
     HelpFormatter,
@@ -25,7 +25,7 @@ from instrumented_convs.commands.errors import (
     described,
     error_note,
 )
-from instrumented_convs.report import Summary
+from instrumented_convs.report import RenderInput, Summary, render
 
 from .data import DatasetNotFound, GraphData, MissingDependency, load_graph
 from .loop import TrainResult, train
@@ -163,6 +163,7 @@ class StudyRun:
     summary: Summary
     sparse: bool
     model: str = "gcn"
+    advice: Optional[List[Dict[str, Any]]] = None  #: what to change (the demo's)
 
 
 def progress_bar(total: int, desc: str, unit: str = "epoch") -> Any:
@@ -197,14 +198,19 @@ def run_study(args: Any) -> StudyRun:
             progress.set_postfix(loss=f"{loss:.4f}")
 
     registry.reset()
+    advising = bool(getattr(args, "demo", False))  # the demo shows what to change too
+    saved = configure(advise=True) if advising else None
     try:
         result = train(
             model, data, graph, epochs=epochs, lr=args.lr, warmup=args.warmup, on_epoch=on_epoch
         )
+        advice = advise() if advising else None
     finally:
+        if saved is not None:
+            saved.restore()
         if progress is not None:
             progress.close()
-    return StudyRun(args.platform, data, result, registry.summary(), args.sparse, name)
+    return StudyRun(args.platform, data, result, registry.summary(), args.sparse, name, advice)
 
 
 def report(run: StudyRun) -> str:
@@ -241,6 +247,8 @@ def report(run: StudyRun) -> str:
             f"The layers' backward steps cover {covered / back['epoch/backward'].total:.1%} of "
             f"backward.",
         ]
+    if run.advice is not None:
+        lines += ["", render("advice", RenderInput(advice=run.advice))]
     return "\n".join(lines)
 
 
