@@ -583,3 +583,37 @@ def test_an_error_raised_at_any_point_of_the_wait_for_a_batch_leaves_nothing_ope
         assert points and points > 10  # the wait's calls were reached
     finally:
         rec.close()
+
+
+def test_a_wait_that_raises_is_a_call_of_the_loader_as_of_its_data_row():
+    """A loader whose batch raises (a dataset's error, a killed worker's): the wait before the
+    error is a call of the ``data`` region and of the loader's record alike, so that the
+    loader's waits add up to the ``data`` rows."""
+    import torch
+
+    from instrumented_convs.core.steps.step import Step
+    from instrumented_convs.workers import Recorder
+
+    class Bad(torch.utils.data.Dataset):
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            if i == 5:
+                raise ValueError("item 5 is bad")
+            return torch.tensor(float(i))
+
+    loader = torch.utils.data.DataLoader(Bad(), batch_size=2)
+    rec = Recorder(loaders=[loader], region=Step("data", None, "cpu", "region"), workers=False)
+    rec.install()
+    try:
+        with pytest.raises(ValueError, match="item 5 is bad"):
+            for _ in loader:
+                pass
+        (row,) = [r for r in registry.summary() if r.name == "data"]
+        (seen,) = rec.result()["loaders"]
+        assert (row.count, row.errors) == (3, 1)
+        assert seen["calls"] == row.count and seen["batches"] == 3 and seen["consumed"] == 2
+        assert 0 < seen["wait"] <= row.total * 1e9
+    finally:
+        rec.close()

@@ -331,6 +331,9 @@ class Recorder:
                         tls.inside = False
                         self.ended()
                     raise
+                except BaseException:  # the wait before the error: a call of ``data`` too
+                    _waited(seen, t0, now())
+                    raise
                 t1 = now()
                 charge.waiting(before)
                 if region is not None:
