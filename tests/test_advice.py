@@ -178,6 +178,8 @@ def test_a_loaders_wait_is_at_stake_and_the_threshold_keeps_what_matters():
     assert items[0]["at_stake_share"] == pytest.approx(0.25)
     assert items[0]["at_stake_per_iteration_s"] == pytest.approx(0.05)
     assert "num_workers=4" in items[0]["change"] and "more workers than 2" in items[1]["change"]
+    assert items[0]["why"] == "the loop waited 500 ms for DataLoader at train.py:9's batches"
+    assert items[1]["why"] == "the loop waited 50 ms for DataLoader at train.py:12's batches"
     kept = decide(Record(summary, loaders=loaders))  # 2.5% is under the 5% threshold
     assert [i["layers"][0]["path"] for i in kept] == ["DataLoader at train.py:9"]
     assert lines([]) == ["What to change", "  nothing worth 5% or more of the recorded time"]

@@ -52,6 +52,11 @@ def _share(record: Record, seconds: float) -> float:
     return seconds / total if total > 0 else 0.0
 
 
+def _duration(seconds: float) -> str:
+    """``3.71 ms``, ``12.4 s``: a time as the table would read it."""
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
 def _time_in(summary: Any, scope: Optional[str], steps: Sequence[str]) -> float:
     """The time of ``scope``'s rows named one of ``steps`` (the outermost of each, forward
     and backward), in seconds."""
@@ -202,7 +207,7 @@ def loader_workers(record: Record) -> List[Dict[str, Any]]:
             "loader-workers",
             [{"path": loader.get("label"), "class": "loader"}],
             change,
-            f"the loop waited {wait:.3g} s for {loader.get('label')}'s batches",
+            f"the loop waited {_duration(wait)} for {loader.get('label')}'s batches",
             "the loader's work can run beside the training (its batches do not depend on "
             "the step before)",
             wait,
