@@ -15,6 +15,7 @@ layer call is (advise - defaults) / the layer calls of an epoch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -45,13 +46,23 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, Any]:
     variants["advise"] = advise
     times = lb._interleave(variants, rounds, warmup)
     ic.registry.reset()
-    ratio = lambda a, b: statistics.median([p / q for p, q in zip(times[a], times[b])])  # noqa: E731
-    diff = lambda a, b: statistics.median([p - q for p, q in zip(times[a], times[b])])  # noqa: E731
+
+    def ratios(a: str, b: str) -> List[float]:
+        return [p / q for p, q in zip(times[a], times[b])]
+
+    def spread(values: List[float]) -> List[float]:
+        """The first and third quartiles."""
+        q = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+        return [q[0], q[-1]]
+
+    diff = statistics.median([p - q for p, q in zip(times["advise"], times["defaults"])])
     return {
         "median_us": {v: statistics.median(t) for v, t in times.items()},
-        "ratio": {v: ratio(v, "stock") for v in VARIANTS[1:]},
-        "advise_vs_defaults": ratio("advise", "defaults"),
-        "us_per_call": diff("advise", "defaults") / CALLS,
+        "ratio": {v: statistics.median(ratios(v, "stock")) for v in VARIANTS[1:]},
+        "aa_quartiles": spread(ratios("stock again", "stock")),
+        "advise_vs_defaults": statistics.median(ratios("advise", "defaults")),
+        "advise_vs_defaults_quartiles": spread(ratios("advise", "defaults")),
+        "us_per_call": diff / CALLS,
     }
 
 
@@ -66,6 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="3 rounds, 1 warm-up: a smoke run")
+    p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.warmup = 3, 1
@@ -77,21 +89,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     print(
         f"  {'layer':16s} {'stock us':>9s} {'defaults':>9s} {'advise':>9s} {'A/A':>6s} "
-        f"{'advise/defaults':>15s} {'us/call':>8s}"
+        f"{'A/A quartiles':>13s} {'advise/defaults':>15s} {'its quartiles':>13s} {'us/call':>8s}"
     )
+    out: Dict[str, Any] = {}
     for label in args.layers:
         try:
-            r = measure(label, args.rounds, args.warmup)
+            r = out[label] = measure(label, args.rounds, args.warmup)
         except ImportError as exc:
             print(f"  {label:16s} skipped: {exc}")
             continue
-        q = r["ratio"]
+        q, aa, ad = r["ratio"], r["aa_quartiles"], r["advise_vs_defaults_quartiles"]
         print(
             f"  {label:16s} {r['median_us']['stock']:9.0f} {q['defaults']:9.3f} "
-            f"{q['advise']:9.3f} {q['stock again']:6.3f} {r['advise_vs_defaults']:15.3f} "
-            f"{r['us_per_call']:8.2f}",
+            f"{q['advise']:9.3f} {q['stock again']:6.3f} {aa[0]:6.3f}-{aa[1]:.3f} "
+            f"{r['advise_vs_defaults']:15.3f} {ad[0]:6.3f}-{ad[1]:.3f} {r['us_per_call']:8.2f}",
             flush=True,
         )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
     return 0
 
 
