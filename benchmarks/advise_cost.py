@@ -38,12 +38,15 @@ def measure(label: str, rounds: int, warmup: int) -> Dict[str, Any]:
     """Interleaved epochs of the four variants for one layer."""
     _, epochs, _ = lb.variant_models(label, VARIANTS, lambda v: not v.startswith("stock"))
 
-    def advise() -> float:
-        with ic.configure(advise=True):
-            return lb._timed(epochs["advise"])
+    def switched(v: str, on: bool) -> Any:
+        def run() -> float:  # both pay configure's enter and exit alike, outside the timing
+            with ic.configure(advise=on):
+                return lb._timed(epochs[v])
+
+        return run
 
     variants = {v: (lambda v=v: lb._timed(epochs[v])) for v in VARIANTS}
-    variants["advise"] = advise
+    variants["defaults"], variants["advise"] = switched("defaults", False), switched("advise", True)
     times = lb._interleave(variants, rounds, warmup)
     ic.registry.reset()
 

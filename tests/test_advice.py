@@ -196,6 +196,30 @@ def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():
     assert not signals._same(k, signals.graph_key(a, None))
 
 
+
+def test_a_call_on_the_last_calls_very_objects_takes_the_fast_path_and_a_change_does_not():
+    """``again``: the same objects, unchanged (version and data pointer), count a call on the
+    same graph without a key; an in-place change, a ``.data =`` swap or another object go the
+    slow path, where the key tells a new graph."""
+    signals.clear()
+    layer, ei = torch.nn.Linear(1, 1), torch.arange(6).view(2, 3)
+    assert not signals.again(layer, ei, None)  # never called: noted
+    note = lambda: signals.note(  # noqa: E731
+        layer, "pyg", signals.graph_key(ei, None), ei, lambda x: {}, lambda x: {}, (ei, None)
+    )
+    note()
+    assert signals.again(layer, ei, None) and signals.again(layer, ei, None)
+    assert not signals.again(layer, ei.clone(), None) and not signals.again(layer, ei, ei)
+    ei.add_(0)  # in place: another version
+    assert not signals.again(layer, ei, None)
+    note()  # noted again, the key changed
+    ei.data = torch.arange(6).view(2, 3)  # the same object and version, another tensor's data
+    assert not signals.again(layer, ei, None)
+    note()
+    (x,) = signals.describe()["layers"]
+    assert x["calls"] == 5 and not x["same_graph"]
+    signals.clear()
+
 # -- run --advise, advice.json, view and advise: an unmodified script in a child process -----
 
 SCRIPT = "tests/scripts/transductive_gcn.py"

@@ -246,9 +246,9 @@ class GraphConv(generic.Detailed, _StockGraphConv):
         """The stock forward, with its steps recorded (docs/dgl.rst lists them)."""
         if runs_stock(self):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        if switches.advise:
+        if switches.advise and not signals.again(self, graph, graph._graph, edge_weight):
             signals.note(self, "dgl", signals.graph_key(graph, graph._graph, edge_weight), graph,
-                         _options, _checks)
+                         _options, _checks, (graph, graph._graph, edge_weight))
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
         return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)

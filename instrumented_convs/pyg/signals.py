@@ -33,6 +33,8 @@ OPTIONS = (
 
 def _parts(edge_index: Any) -> Tuple[Any, ...]:
     """The objects whose identity is the graph: a tensor, or a SparseTensor and its own."""
+    if isinstance(edge_index, torch.Tensor):
+        return (edge_index,)
     storage = getattr(edge_index, "storage", None)
     if storage is not None and hasattr(storage, "col"):  # torch_sparse.SparseTensor
         return (edge_index, storage._row, storage._rowptr, storage._col, storage._value)
@@ -41,8 +43,13 @@ def _parts(edge_index: Any) -> Tuple[Any, ...]:
 
 def note_call(layer: Any, edge_index: Any, edge_weight: Any, num_nodes: int) -> None:
     """One call of ``layer`` on this graph (``num_nodes``: its nodes, from the features)."""
-    key = signals.graph_key(*_parts(edge_index), edge_weight)
-    signals.note(layer, "pyg", key, (edge_index, num_nodes), _options, _checks)
+    parts = _parts(edge_index)
+    if signals.again(layer, *parts, edge_weight):
+        return
+    key = signals.graph_key(*parts, edge_weight)
+    signals.note(
+        layer, "pyg", key, (edge_index, num_nodes), _options, _checks, (*parts, edge_weight)
+    )
 
 
 def _options(layer: Any) -> Dict[str, Any]:
