@@ -236,6 +236,36 @@ def test_accuracy_compares_long_and_short_steps_and_counts_on_the_cpu():
     assert got["GCNConv"] == FAIL and got["GCNConv/lin"] == PASS
 
 
+def test_accuracy_measures_a_model_again_while_a_step_fails_and_shows_the_best_attempt(
+    monkeypatch,
+):
+    """A burst of another program lands in one attempt's labels: the model is measured again
+    (3 attempts at most) and the attempt with the fewest failing steps is shown, saying so;
+    a step that fails every attempt fails."""
+    theirs = {("lin", "forward"): _label_row(*[200_000] * 5), ("", "empty forward"): {}}
+    off = {("lin", "forward"): _ours_row(*[180_000] * 5)}  # -10%
+    right = {("lin", "forward"): _ours_row(*[199_000] * 5)}
+    made = []
+
+    def measure(platform, shape, device, repeats):
+        made.append(platform)
+        return (off if len(made) == 1 else right), theirs
+
+    monkeypatch.setattr(accuracy, "measure", measure)
+    lines = accuracy._best_attempt("pyg", "synthetic-quick", torch.device("cpu"), "PyG: ")
+    assert len(made) == 2 and [(x.name, x.status) for x in lines] == [("PyG: lin", PASS)]
+    assert lines[0].data["attempts"] == 2 and lines[0].detail.endswith("(the best of 2 attempts)")
+
+    made.clear()
+    monkeypatch.setattr(accuracy, "measure", lambda *a: (made.append(1), (off, theirs))[1])
+    lines = accuracy._best_attempt("pyg", "synthetic-quick", torch.device("cpu"), "PyG: ")
+    assert len(made) == accuracy.ATTEMPTS == 3 and [x.status for x in lines] == [FAIL]
+    made.clear()
+    monkeypatch.setattr(accuracy, "measure", lambda *a: (made.append(1), (right, theirs))[1])
+    lines = accuracy._best_attempt("pyg", "synthetic-quick", torch.device("cpu"), "PyG: ")
+    assert len(made) == 1 and "attempts" not in lines[0].data and "best of" not in lines[0].detail
+
+
 def test_accuracy_allows_a_long_step_what_the_label_adds_when_that_is_more_than_5_percent():
     """Under load the label's own cost grows (measured: a 130 us backward step read -5.9%,
     7.3 us, with 8 us of label added to an empty step in that run): no error of ours."""
