@@ -4,6 +4,8 @@ model); the layers' signals tell one graph from another however it was made."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -11,7 +13,10 @@ import instrumented_convs as ic
 from instrumented_convs.core.meters import signals
 from instrumented_convs.report.rules import Record, decide, lines
 
-pyg = pytest.importorskip("torch_geometric")
+#: The tests of PyG's layers and of ``run`` (its scripts are PyG's); the others run anywhere.
+needs_pyg = pytest.mark.skipif(
+    importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
+)
 
 
 def _graph(n: int = 300, e: int = 1500, loops: bool = False, seed: int = 0):
@@ -54,6 +59,7 @@ def _rules(items):
     return [(i["rule"], i["layers"][0]["path"]) for i in items]
 
 
+@needs_pyg
 def test_the_same_graph_at_every_call_advises_cached_with_gcn_norms_share(advising):
     from instrumented_convs.pyg import GCNConv
 
@@ -75,6 +81,7 @@ def test_the_same_graph_at_every_call_advises_cached_with_gcn_norms_share(advisi
     assert not [r for r, _ in _rules(items) if r == "self-loops-present"]
 
 
+@needs_pyg
 @pytest.mark.parametrize(
     "make",
     [
@@ -93,6 +100,7 @@ def test_a_graph_that_changed_between_calls_never_gets_cached(advising, make):
     assert not [r for r, _ in _rules(ic.advise(min_share=0.0)) if r == "cache-normalization"]
 
 
+@needs_pyg
 def test_a_tuned_model_and_a_model_without_advise_get_nothing():
     from instrumented_convs.pyg import GCNConv
 
@@ -107,6 +115,7 @@ def test_a_tuned_model_and_a_model_without_advise_get_nothing():
     assert ic.advise(min_share=0.0) == []
 
 
+@needs_pyg
 def test_self_loops_on_every_node_advise_add_self_loops_false(advising):
     from instrumented_convs.pyg import GCNConv
 
@@ -130,6 +139,7 @@ def test_self_loops_on_every_node_advise_add_self_loops_false(advising):
     assert "self-loops-present" not in {i["rule"] for i in ic.advise(min_share=0.0)}
 
 
+@needs_pyg
 def test_a_generic_layer_that_caches_its_normalised_graph_is_advised_too(advising):
     from instrumented_convs.pyg import APPNP, SGConv
 
@@ -196,7 +206,6 @@ def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():
     assert not signals._same(k, signals.graph_key(a, None))
 
 
-
 def test_a_call_on_the_last_calls_very_objects_takes_the_fast_path_and_a_change_does_not():
     """``again``: the same objects, unchanged (version and data pointer), count a call on the
     same graph without a key; an in-place change, a ``.data =`` swap or another object go the
@@ -219,6 +228,7 @@ def test_a_call_on_the_last_calls_very_objects_takes_the_fast_path_and_a_change_
     (x,) = signals.describe()["layers"]
     assert x["calls"] == 5 and not x["same_graph"]
     signals.clear()
+
 
 # -- run --advise, advice.json, view and advise: an unmodified script in a child process -----
 
@@ -249,6 +259,7 @@ def _epochs(text):
     return [line for line in text.splitlines() if line.startswith("epoch")]
 
 
+@needs_pyg
 def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
     import json
 
@@ -293,6 +304,7 @@ def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
     assert "<code>GCNConv(4, 8, cached=True)</code>" in dom
 
 
+@needs_pyg
 def test_run_advise_says_nothing_of_a_graph_made_anew_or_a_cached_model(tmp_path):
     import json
 
@@ -302,6 +314,7 @@ def test_run_advise_says_nothing_of_a_graph_made_anew_or_a_cached_model(tmp_path
         assert not [i for i in items if i["rule"] == "cache-normalization"], (name, items)
 
 
+@needs_pyg
 def test_a_run_not_advised_has_no_advice_file_and_view_says_why_in_a_line(tmp_path):
     from .helpers import run_script
 
@@ -324,6 +337,7 @@ def test_a_run_not_advised_has_no_advice_file_and_view_says_why_in_a_line(tmp_pa
     assert "run --advise SCRIPT records them" in told.stdout
 
 
+@needs_pyg
 def test_a_layer_freed_before_the_end_and_what_a_summary_alone_decides():
     from types import SimpleNamespace
 
@@ -363,6 +377,7 @@ def test_a_layer_freed_before_the_end_and_what_a_summary_alone_decides():
     assert decide(Record(summary)) == []
 
 
+@needs_pyg
 def test_under_torchrun_each_rank_is_advised_on_its_own_and_rank_0_lists_the_ranks(tmp_path):
     import json
 
