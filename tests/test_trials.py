@@ -1,0 +1,169 @@
+"""The advice, part 2 (issue 66): a change timed on the user's own layer at the end, nothing of
+the user's moved (parameters, gradients, random states, the table), outputs compared, the
+budget kept; the ``fused-sparse`` rule from what was timed."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs.core.meters import signals
+from instrumented_convs.layers import trials
+from instrumented_convs.report.rules import Record, decide
+
+pyg = pytest.importorskip("torch_geometric")
+
+
+def _graph(n=400, e=3000, loops=False, seed=0):
+    from torch_geometric.utils import coalesce, remove_self_loops
+
+    g = torch.Generator().manual_seed(seed)
+    ei = coalesce(torch.randint(0, n, (2, e), generator=g), num_nodes=n)
+    if not loops:
+        ei = remove_self_loops(ei)[0]
+    return torch.randn(n, 16, generator=g), ei
+
+
+@pytest.fixture
+def advising():
+    signals.clear()
+    saved = ic.configure(advise=True)
+    yield
+    saved.restore()
+    signals.clear()
+
+
+def _train(model, x, ei, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x, ei).relu().sum().backward()
+        opt.step()
+    return opt
+
+
+def _trial(layer):
+    (rec,) = [x for x in signals.describe()["layers"] if x["class"] == type(layer).__name__]
+    return rec.get("trials", {}).get("fused-sparse")
+
+
+def test_a_change_is_timed_on_the_layers_own_inputs_and_nothing_of_the_users_moves(advising):
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph()
+    model = SAGEConv(16, 8)
+    opt = _train(model, x, ei)
+    before = {
+        "params": [p.detach().clone() for p in model.parameters()],
+        "grads": [p.grad.clone() for p in model.parameters()],
+        "opt": repr(opt.state_dict()),
+        "torch": torch.random.get_rng_state(),
+        "python": random.getstate(),
+        "rows": [(r.name, r.phase, r.count) for r in ic.registry.summary()],
+    }
+    assert trials.measure(1.0) == []
+    assert all(torch.equal(a, b) for a, b in zip(before["params"], model.parameters()))
+    assert all(torch.equal(a, p.grad) for a, p in zip(before["grads"], model.parameters()))
+    assert repr(opt.state_dict()) == before["opt"]
+    assert torch.equal(before["torch"], torch.random.get_rng_state())
+    assert before["python"] == random.getstate()
+    assert [(r.name, r.phase, r.count) for r in ic.registry.summary()] == before["rows"]
+    t = _trial(model)
+    assert t["equal"] and t["difference"] <= trials.RTOL and t["rounds"] >= 3
+    assert t["stock_s"] > 0 and t["changed_s"] > 0 and t["convert_s"] > 0
+    assert "adj_t" in t["change"]
+    assert trials.measure(1.0) == [] and _trial(model)["rounds"] == t["rounds"]  # timed once
+
+
+def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising):
+    """GCNConv given a graph with self-loops: its edge_index path replaces them
+    (add_remaining_self_loops), the sparse one adds one more: not the same model."""
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph(loops=True)
+    model = GCNConv(16, 8)
+    _train(model, x, ei)
+    trials.measure(1.0)
+    t = _trial(model)
+    assert t is not None and not t["equal"] and t["difference"] > 1e-3
+    items = decide(Record(ic.registry.summary(by="layer"), signals.describe()), min_share=0.0)
+    assert "fused-sparse" not in {i["rule"] for i in items}
+
+
+def test_the_budget_is_kept_and_what_was_not_timed_is_said(advising):
+    from instrumented_convs.pyg import GINConv, SAGEConv
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = SAGEConv(16, 16), GINConv(torch.nn.Linear(16, 8))
+
+        def forward(self, x, ei):
+            return self.b(self.a(x, ei).relu(), ei)
+
+    x, ei = _graph()
+    model = Two()
+    a, b = model.a, model.b
+    _train(model, x, ei)
+    skipped = trials.measure(1e-6)  # gone before the first change could start
+    assert len(skipped) == 2 and all("no time left of the 1e-06 s" in s for s in skipped)
+    assert _trial(a) is None and _trial(b) is None
+    assert trials.measure(2.0) == []  # each its share of what is left, 3 rounds at least
+    assert _trial(a)["rounds"] >= 3 and _trial(b)["rounds"] >= 3
+
+
+def _summary(rows, total):
+    rows = [SimpleNamespace(**r, device_calls=0, kind="step") for r in rows]
+    return SimpleNamespace(total=total, rows=rows, by="layer")
+
+
+def _record(trial, same_graph=True, calls=10):
+    rows = [
+        dict(depth=0, scope="conv", step="SAGEConv", phase="forward", total=0.06),
+        dict(depth=0, scope="conv", step="SAGEConv", phase="backward", total=0.04),
+    ]
+    layer = {"path": "conv", "class": "SAGEConv", "framework": "pyg", "calls": calls}
+    layer.update(same_graph=same_graph, options={}, trials={"fused-sparse": trial})
+    return Record(_summary(rows, 0.5), {"layers": [layer]})
+
+
+def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_converting():
+    trial = dict(change="pass adj_t", stock_s=0.010, changed_s=0.006, aa_s=0.001)
+    trial.update(convert_s=0.002, rounds=9, difference=1e-7, equal=True)
+    (item,) = decide(_record(trial), min_share=0.0)
+    assert item["rule"] == "fused-sparse" and item["at_stake_share"] == pytest.approx(0.2)
+    # 40% of the layer's 0.1 s, less one conversion (the graph stayed), of 0.5 s recorded
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.002) / 0.5)
+    (item,) = decide(_record(trial, same_graph=False), min_share=0.0)  # converted each call
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.02) / 0.5)
+    assert decide(_record(dict(trial, changed_s=0.0095)), min_share=0.0) == []  # in the A/A
+    assert decide(_record(dict(trial, equal=False)), min_share=0.0) == []
+    assert decide(_record(dict(trial, convert_s=0.05)), min_share=0.0) == []  # costs more
+
+
+def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
+    import json
+
+    from .helpers import ROOT, run_script
+
+    folder = tmp_path / "run"
+    run_script(
+        "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "2", "-o",
+        str(folder), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+    )  # fmt: skip
+    saved = json.loads((folder / "run.json").read_text())
+    timed = {x["path"]: x["trials"]["fused-sparse"] for x in saved["signals"]["layers"]}
+    assert set(timed) == {"conv1", "conv2"}
+    # its graph has self-loops and repeated edges: GCNConv's sparse path is another model
+    assert all(not t["equal"] and t["rounds"] >= 3 for t in timed.values())
+    folder0 = tmp_path / "none"
+    run_script(
+        "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "0", "-o",
+        str(folder0), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+    )  # fmt: skip
+    saved = json.loads((folder0 / "run.json").read_text())
+    assert not [x for x in saved["signals"]["layers"] if "trials" in x]
