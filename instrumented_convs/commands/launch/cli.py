@@ -373,9 +373,9 @@ def _time_changes(args: argparse.Namespace, started: float) -> None:
         seconds = min(60.0, 0.1 * (time.time() - started))
     if seconds <= 0 or job_rank()[0] not in (None, 0):  # (rank 0 measures for the job)
         return
-    from ...layers.trials import measure
+    from ...layers import time_changes
 
-    for line in measure(seconds):
+    for line in time_changes(seconds):
         logger.warning("run --advise: not timed: %s", line)
 
 
