@@ -4,6 +4,7 @@ budget kept; the ``fused-sparse`` rule from what was timed."""
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from types import SimpleNamespace
 
@@ -15,7 +16,9 @@ from instrumented_convs.core.meters import signals
 from instrumented_convs.layers import trials
 from instrumented_convs.report.rules import Record, decide
 
-pyg = pytest.importorskip("torch_geometric")
+needs_pyg = pytest.mark.skipif(
+    importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
+)
 
 
 def _graph(n=400, e=3000, loops=False, seed=0):
@@ -51,6 +54,7 @@ def _trial(layer):
     return rec.get("trials", {}).get("fused-sparse")
 
 
+@needs_pyg
 def test_a_change_is_timed_on_the_layers_own_inputs_and_nothing_of_the_users_moves(advising):
     from instrumented_convs.pyg import SAGEConv
 
@@ -79,6 +83,7 @@ def test_a_change_is_timed_on_the_layers_own_inputs_and_nothing_of_the_users_mov
     assert trials.measure(1.0) == [] and _trial(model)["rounds"] == t["rounds"]  # timed once
 
 
+@needs_pyg
 def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising):
     """GCNConv given a graph with self-loops: its edge_index path replaces them
     (add_remaining_self_loops), the sparse one adds one more: not the same model."""
@@ -94,6 +99,7 @@ def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising):
     assert "fused-sparse" not in {i["rule"] for i in items}
 
 
+@needs_pyg
 def test_the_budget_is_kept_and_what_was_not_timed_is_said(advising):
     from instrumented_convs.pyg import GINConv, SAGEConv
 
@@ -145,6 +151,7 @@ def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_
     assert decide(_record(dict(trial, convert_s=0.05)), min_share=0.0) == []  # costs more
 
 
+@needs_pyg
 def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
     import json
 
@@ -167,3 +174,20 @@ def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
     )  # fmt: skip
     saved = json.loads((folder0 / "run.json").read_text())
     assert not [x for x in saved["signals"]["layers"] if "trials" in x]
+
+
+def test_dgl_weights_normalised_once_are_timed_against_graph_convs_own_norm(advising):
+    dgl = pytest.importorskip("dgl")
+    from instrumented_convs.dgl import GraphConv
+
+    g = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, 300, (2, 3000), generator=g)
+    graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=300))
+    x = torch.randn(300, 16, generator=g)
+    model = GraphConv(16, 8)
+    _train(model, graph, x)
+    assert trials.measure(2.0) == []
+    (rec,) = signals.describe()["layers"]
+    t = rec["trials"]["cache-normalization"]
+    assert t["equal"] and t["rounds"] >= 3 and "EdgeWeightNorm(norm='both')" in t["change"]
+    assert model._norm == "both"  # the user's layer as it was
