@@ -14,7 +14,7 @@ import torch
 import instrumented_convs as ic
 from instrumented_convs.core.meters import signals
 from instrumented_convs.layers import trials
-from instrumented_convs.report.rules import Record, decide
+from instrumented_convs.report.rules import Record, decide, lines
 
 needs_pyg = pytest.mark.skipif(
     importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
@@ -144,6 +144,7 @@ def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_
     assert item["rule"] == "fused-sparse" and item["at_stake_share"] == pytest.approx(0.2)
     # 40% of the layer's 0.1 s, less one conversion (the graph stayed), of 0.5 s recorded
     assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.002) / 0.5)
+    assert lines([item])[1].startswith("  20% at stake (at most), 8% saved as timed in conv (")
     (item,) = decide(_record(trial, same_graph=False), min_share=0.0)  # converted each call
     assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.02) / 0.5)
     assert decide(_record(dict(trial, changed_s=0.0095)), min_share=0.0) == []  # in the A/A

@@ -334,6 +334,10 @@ def lines(items: Sequence[Dict[str, Any]], min_share: float = MIN_SHARE) -> List
         where = ", ".join(f"{x['path']} ({x['class']})" for x in i["layers"])
         if i.get("ranks") is not None:
             where += f" on ranks {', '.join(map(str, i['ranks']))}"
-        out.append(f"  {i['at_stake_share']:.0%} at stake (at most) in {where}: {i['change']}")
+        saved = i.get("measured_saving_share")
+        timed = f", {saved:.0%} saved as timed" if saved is not None else ""
+        out.append(
+            f"  {i['at_stake_share']:.0%} at stake (at most){timed} in {where}: {i['change']}"
+        )
         out.append(f"    why: {i['why']}; valid when {i['valid_when']}; outputs {i['outputs']}")
     return out
