@@ -37,6 +37,7 @@ __all__ = [
     "registry",
     "configure",
     "Settings",
+    "advise",
 ]
 
 
@@ -114,6 +115,20 @@ class _Registry:
 
 #: Where every step records (one per process): ``summary()`` reads it, ``reset()`` empties it.
 registry = _Registry()
+
+
+def advise(min_share: float = 0.05) -> _t.List[_t.Dict[str, _t.Any]]:
+    """What to change, the largest time at stake first (docs/advice.md): the rules read what
+    was recorded (by layer), the layers' signals (``configure(advise=True)`` before training)
+    and the loaders given to ``instrument_loader``. Each item says its ``rule``, ``layers``,
+    ``change``, ``why``, ``valid_when``, ``at_stake_share`` (an upper bound) and ``outputs``;
+    items under ``min_share`` of the recorded time are left out."""
+    from .core.meters import signals
+    from .report.rules import Record, decide
+    from .workers import loaders_result
+
+    record = Record(registry.summary(by="layer"), signals.describe(), loaders_result())
+    return decide(record, min_share)
 
 
 def _listen(on: bool) -> None:

@@ -2,10 +2,12 @@
 
     python scripts/doc_pictures.py --python MAIN/bin/python     # in the viewer environment
 
-Runs ``tests/scripts/plain_pyg.py`` under ``python -m instrumented_convs run`` (with the given
-Python: the main environment), then screenshots, with Debian's headless chromium, the run's
-page.html (docs/run_page.png) and one training step of its timeline opened in Perfetto's UI
-(docs/run_perfetto.png; see perfetto_check.py), checked as that script checks it.
+Runs ``tests/scripts/plain_pyg.py``, copied as ``train.py`` into a folder of its own, under
+``instrumented-convs run --advise`` (a console script as pip writes it, for the given Python:
+the main environment), so that the page shows the command as a user types it; then
+screenshots, with Debian's headless chromium, the run's page.html (docs/run_page.png) and one
+training step of its timeline opened in Perfetto's UI (docs/run_perfetto.png; see
+perfetto_check.py), checked as that script checks it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ from pathlib import Path
 from perfetto_check import expected, open_in_perfetto
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: The console script pip writes for setup.cfg's entry point, for ``python``.
+CONSOLE_SCRIPT = """#!{python}
+import re
+import sys
+from instrumented_convs.__main__ import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
 
 
 def one_step(trace: dict, n: int = 3) -> dict:
@@ -44,27 +56,18 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-        subprocess.run(
-            [
-                args.python,
-                "-m",
-                "instrumented_convs",
-                "run",
-                "--quiet",
-                "--warmup",
-                "2",
-                "-o",
-                str(run),
-                str(ROOT / "tests" / "scripts" / "plain_pyg.py"),
-                "--epochs",
-                "6",
-            ],
-            check=True,
-            env=env,
-            timeout=600,
-        )
+        bin_dir, work = Path(tmp) / "bin", Path(tmp) / "gnn"
+        bin_dir.mkdir()
+        work.mkdir()
+        console = bin_dir / "instrumented-convs"
+        console.write_text(CONSOLE_SCRIPT.format(python=args.python))
+        console.chmod(0o755)
+        (work / "train.py").write_text((ROOT / "tests" / "scripts" / "plain_pyg.py").read_text())
+        path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PATH=path)
+        command = "instrumented-convs run --advise --warmup 2 -o runs/gcn train.py --epochs 6"
+        subprocess.run(command.split(), check=True, env=env, cwd=work, timeout=600)
+        run = work / "runs" / "gcn"
         page_png = args.out / "run_page.png"
         subprocess.run(
             [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -538,3 +539,19 @@ def test_first_call_reports_each_figure_first_and_later_against_the_aa(tmp_path)
         assert figure["stock"] > 0 and figure["first"] > 0 and figure["later"] > 0
         assert figure["aa_range"][0] <= figure["aa"] <= figure["aa_range"][1]
     assert "first/later" in proc.stdout
+
+
+def test_advise_cost_reports_each_layer_against_the_defaults_and_the_aa(tmp_path):
+    """benchmarks/advise_cost.py (issue 65): the advice's signals at the launch-bound proxy,
+    each layer's ratio to the defaults with its quartiles beside the A/A's."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "advise.json"
+    proc = run_script("benchmarks/advise_cost.py", "--quick", "--json", str(out))
+    data = json.loads(out.read_text())
+    layers = {"PyG GCNConv"} | ({"DGL GraphConv"} if importlib.util.find_spec("dgl") else set())
+    assert set(data) == layers
+    for r in data.values():
+        assert set(r["ratio"]) == {"defaults", "advise", "stock again"}
+        lo, hi = r["advise_vs_defaults_quartiles"]
+        assert lo <= r["advise_vs_defaults"] <= hi and r["aa_quartiles"][0] <= r["aa_quartiles"][1]
+    assert "advise/defaults" in proc.stdout

@@ -434,7 +434,16 @@ def test_the_face_is_small_and_points_into_no_private_module():
     import instrumented_convs.report as report
 
     assert sorted(ic.__all__) == sorted(
-        ["region", "instrument", "uninstrument", "name_layers", "registry", "configure", "Settings"]
+        [
+            "region",
+            "instrument",
+            "uninstrument",
+            "name_layers",
+            "registry",
+            "configure",
+            "Settings",
+            "advise",
+        ]
     )
     assert len(ic.__all__) <= 12
     # besides __all__, only submodules (importing one binds it on the package) and the hook

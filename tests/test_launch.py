@@ -22,6 +22,7 @@ import torch
 
 import instrumented_convs as ic
 from instrumented_convs.commands.cli import main as cli_main
+from instrumented_convs.commands.launch.cli import typed_command
 from instrumented_convs.commands.launch.hooks import Hooks
 from instrumented_convs.report import Summary
 from instrumented_convs.report.timeline import read_trace
@@ -144,6 +145,52 @@ def test_an_unmodified_pyg_script_is_profiled_and_trains_as_without(tmp_path):
     for scope in ("conv1", "conv2", "convs.0", "convs.1"):
         assert f"| {scope} " in view.stdout
     assert "gcn_norm" not in view.stdout  # depth 1
+
+
+#: What pip writes for a console script (setup.cfg's entry point).
+CONSOLE_SCRIPT = """#!{python}
+import re
+import sys
+from instrumented_convs.__main__ import main
+if __name__ == "__main__":
+    sys.argv[0] = re.sub(r"(-script\\.pyw|\\.exe)?$", "", sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def test_the_run_folder_keeps_the_command_as_it_was_typed(tmp_path, monkeypatch):
+    """Through the console script that PATH finds: ``instrumented-convs run ...``, not the
+    path of an environment's python; ``python -m instrumented_convs run ...`` where PATH
+    finds that python, else its path."""
+    pytest.importorskip("torch_geometric")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "instrumented-convs"
+    shim.write_text(CONSOLE_SCRIPT.format(python=sys.executable))
+    shim.chmod(0o755)
+    (tmp_path / "train.py").write_text((SCRIPTS / "plain_pyg.py").read_text())
+    typed = ["run", "--quiet", "-o", "out", "train.py", "--epochs", "1"]
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    run_script(str(shim), *typed, cwd=tmp_path, env={"PATH": path})
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["command"] == ["instrumented-convs", *typed]
+    page = (tmp_path / "out" / "page.html").read_text()
+    assert '["command", "instrumented-convs run --quiet -o out train.py --epochs 1"]' in page
+
+    # the console script where PATH does not find it: its path
+    monkeypatch.setattr(sys, "argv", [str(shim), "run", "train.py"])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert typed_command("train.py", []) == [str(shim), "run", "train.py"]
+    # the module form: the python PATH finds by its name, else its path
+    entry = str(ROOT / "instrumented_convs" / "__main__.py")
+    monkeypatch.setattr(sys, "argv", [entry, "run", "x.py"])
+    module = ["-m", "instrumented_convs", "run", "x.py"]
+    assert typed_command("x.py", []) == [sys.executable, *module]
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    assert typed_command("x.py", []) == [os.path.basename(sys.executable), *module]
+    # another program calling run's entry: the target and its arguments
+    monkeypatch.setattr(sys, "argv", ["trainer", "--fast"])
+    assert typed_command("x.py", ["--a"]) == ["x.py", "--a"]
 
 
 def test_the_timeline_limit_cuts_it_and_zero_records_none(tmp_path):

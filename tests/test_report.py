@@ -262,7 +262,7 @@ def test_every_renderer_by_name_and_a_run_folder_written_by_each(clock, tmp_path
     _seed_like_run(clock)
     s = registry.summary()
     assert set(RENDERERS) == {
-        *("text", "page", "json", "csv", "roofline", "memory", "trace", "workers")
+        *("text", "page", "json", "csv", "roofline", "memory", "trace", "workers", "advice")
     }
     assert Run is RenderInput  # the name it had
     assert render("text", Run(s)) == str(s) == s.render()

@@ -3,7 +3,8 @@
 - the study's (:mod:`instrumented_convs.commands.study.cli`): ``demo`` (start here), ``compare``,
   ``bench``;
 - profiling a script nobody changed and reading its runs back
-  (:mod:`instrumented_convs.commands.launch.cli`): ``run``, ``view``, ``merge``;
+  (:mod:`instrumented_convs.commands.launch.cli`): ``run``, ``view``, ``merge``, ``diff``,
+  ``advise``;
 - checking the library's claims on this machine (:mod:`instrumented_convs.commands.check`):
   ``check``.
 """

@@ -29,6 +29,7 @@ __all__ = [
     "tool_time",
     "torch_calls",
     "version_key",
+    "advice_signals",
 ]
 
 
@@ -69,6 +70,8 @@ def __getattr__(name: str) -> Any:
         from .native.versions import key as value
     elif name == "torch_calls":
         value = _torch_calls
+    elif name == "advice_signals":  # what the layers noted for the advice (configure(advise))
+        from .meters.signals import describe as value
     elif name in ("noted", "note"):
         from .storage import timeline
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, NamedTuple, Optional, Union
 from .compiler.eager import eager
 from .dutycycle.cycle import cycle
 from .labels.nvtx import mark_settings, use_nvtx
-from .meters import counters, memory
+from .meters import counters, memory, signals
 from .settings import RECORD_REQUEST, nvtx_choice, record_mode, switches
 from .storage import timeline
 
@@ -50,6 +50,7 @@ class Settings(NamedTuple):
     #: where captures go (None: where the process listened last, else a new
     #: ``ic-runs/<script>-<time>`` under the current folder)
     captures: Optional[str] = None
+    advise: bool = False  #: layers note what the advice's rules read
 
     def restore(self) -> None:
         """Set every switch back to the value it has in this snapshot."""
@@ -75,6 +76,7 @@ class Settings(NamedTuple):
         _timeline(self.timeline)
         _counters(self.counters)
         _memory(self.memory)
+        _advise(self.advise)
         _mark()
 
     @staticmethod
@@ -95,7 +97,7 @@ class Settings(NamedTuple):
 
 
 #: The switches that take ``True`` or ``False`` (a bool: ``1`` and ``"false"`` are refused).
-_BOOLS = ("enabled", "record_function", "backward", "counters", "statements", "memory")
+_BOOLS = ("enabled", "record_function", "backward", "counters", "statements", "memory", "advise")
 #: The switches that take a whole number (an int, not a bool or a float).
 _WHOLE = ("backward_every", "timeline", "record_every")
 
@@ -180,6 +182,7 @@ def _current() -> Settings:
         s.memory,
         "ranges" if s.ranges else "on-demand" if cycle.demand.on else "all",
         cycle.demand.folder,
+        s.advise,
     )
 
 
@@ -291,6 +294,11 @@ def _memory(on: bool) -> None:
     switches.memory = on
 
 
+def _advise(on: bool) -> None:
+    signals.set_on(on)
+    switches.advise = on
+
+
 def configure(
     *,
     enabled: Optional[bool] = None,
@@ -308,6 +316,7 @@ def configure(
     memory: Optional[bool] = None,
     record: Optional[str] = None,
     captures: Union[str, "os.PathLike[str]", None] = None,
+    advise: Optional[bool] = None,
 ) -> Settings:
     """Set switches; return the :class:`Settings` as they were (a context manager).
 
@@ -395,6 +404,9 @@ def configure(
       ``INSTRUMENTED_CONVS_RECORD=on-demand`` starts so (listening from the first
       iteration's end), ``INSTRUMENTED_CONVS_CAPTURES=DIR`` names the folder.
     - ``captures=DIR``: where on demand writes its captures (read when it starts listening).
+    - ``advise=True``: the layers note what the advice's rules read (whether each saw the
+      same graph at every call, its last graph); :func:`instrumented_convs.advise` then
+      says what to change (docs/advice.md).
 
     Used as ``with configure(...):``, the switches are put back when the block ends.
     A value of the wrong type (``enabled="false"``, ``record_every=2.5``; ``1`` is no
@@ -440,6 +452,8 @@ def configure(
         _memory(bool(memory))
     if captures is not None:
         cycle.demand.folder = os.fspath(captures)
+    if advise is not None:
+        _advise(bool(advise))
     if record is not None and record != "on-demand":  # off first: a cycle below finds it so
         _demand(False, iteration or cycle.iteration)
     drawing = record_every is not None or budget is not None or iteration is not None

@@ -123,6 +123,7 @@ class Switches:
         "every_before_counters",
         "ranges",
         "every_before_ranges",
+        "advise",
     )
 
     def __init__(self) -> None:
@@ -144,6 +145,7 @@ class Switches:
         self.timeline: int = 0  #: the most calls the timeline records (0: off)
         self.counters: bool = False  #: steps count the FLOPs and bytes of their ops
         self.memory: bool = False  #: steps record what they keep for backward, and peaks
+        self.advise: bool = False  #: layers note what the advice's rules read (meters.signals)
         #: ``backward_every`` as it was before the counters set it to 1 (put back after).
         self.every_before_counters: Optional[int] = None
         #: Steps push their NVTX ranges and record nothing (``record="ranges"``); with no

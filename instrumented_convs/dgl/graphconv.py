@@ -21,6 +21,8 @@ from dgl.transforms import reverse
 from dgl.utils import expand_as_pair
 
 from ..core.compiler.dynamo import skip_frame
+from ..core.meters import signals
+from ..core.settings import switches
 from ..core.steps.step import Step
 from ..layers.generic import runs_stock
 from ..layers.guard import guard, warn_fallback
@@ -244,9 +246,24 @@ class GraphConv(generic.Detailed, _StockGraphConv):
         """The stock forward, with its steps recorded (docs/dgl.rst lists them)."""
         if runs_stock(self):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
+        if switches.advise and not signals.again(self, graph, graph._graph, edge_weight):
+            signals.note(self, "dgl", signals.graph_key(graph, graph._graph, edge_weight), graph,
+                         _options, _checks, (graph, graph._graph, edge_weight))
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
         return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)
+
+
+def _options(layer: Any) -> Dict[str, Any]:
+    """What the advice reads of a GraphConv (core.meters.signals), at its first call."""
+    return {"options": {"in_feats": layer._in_feats, "out_feats": layer._out_feats,
+                        "norm": layer._norm, "allow_zero_in_degree": layer._allow_zero_in_degree}}
+
+
+def _checks(graph: Any) -> Dict[str, Any]:
+    """What the advice reads of a GraphConv's last graph, at the end."""
+    return {"nodes": int(graph.num_dst_nodes()),
+            "zero_in_degree_nodes": int((graph.in_degrees() == 0).sum())}
 
 
 class EdgeWeightNorm(generic.Detailed, _StockEdgeWeightNorm):

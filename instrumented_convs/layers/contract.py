@@ -118,6 +118,9 @@ class InstrumentedLayer:
     #: upstream's own forward because the installed release differs from its copy (the table
     #: marks such rows: their parts are timed from outside).
     _ic_kind: ClassVar[str] = "step"
+    #: What the forward calls, with the layer and its arguments, while the advice's signals
+    #: are noted (``configure(advise=True)``; a framework's, for the classes it knows).
+    _ic_advise: ClassVar[Optional[Callable[[Any, tuple, dict], None]]] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """The stock constructor, arguments passed through unchanged; then a default scope

@@ -217,6 +217,8 @@ def _forward(stock: type, routes: Optional[Routes], own: Optional[Own]) -> Any:
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if runs_stock(self):
             return stock_forward(self, *args, **kwargs)
+        if switches.advise and self._ic_advise is not None:
+            self._ic_advise(self, args, kwargs)
         if switches.statements:
             run, ctx = own.fn or own.resolve(), calls
         else:

@@ -26,10 +26,12 @@ from torch_geometric.utils.num_nodes import maybe_num_nodes
 from torch_geometric.utils.sparse import set_sparse_value
 
 from ..core.compiler.dynamo import skip_frame
+from ..core.settings import switches
 from ..core.steps.step import Step, mark_outputs, recording
 from ..layers.generic import install, runs_stock, uninstall
 from ..layers.guard import guard, warn_fallback
 from ..layers.statements.routes import Route
+from . import signals
 from .generic import DetailedPyG
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]
@@ -203,6 +205,8 @@ class GCNConv(DetailedPyG, _StockGCNConv):
         """The stock forward, with its steps recorded (docs/pyg.rst lists them)."""
         if runs_stock(self) or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
+        if switches.advise:
+            signals.note_call(self, edge_index, edge_weight, x.size(self.node_dim))
         if not _FORWARD_OK:
             return self._upstream_forward(x, edge_index, edge_weight)
         undo = install(self, children=False)  # PyG's collect, message, aggregate... as steps

@@ -20,6 +20,7 @@ from ..core.steps.step import Step
 from ..layers.contract import InstrumentedLayer
 from ..layers.generic import GenericLayer
 from ..layers.statements.routes import any_function, torch_function
+from .signals import advise_hook
 
 __all__ = [
     "GenericPyG",
@@ -235,7 +236,9 @@ def make_all(module: str, detailed: frozenset, through: Dict[str, Any]) -> Dict[
     def namespace(stock: type) -> Dict[str, Any]:
         if not issubclass(stock, MessagePassing):
             return {}
-        return {"_ic_methods": method_steps(stock), **original_methods(stock)}
+        hook = advise_hook(stock)
+        advise = {} if hook is None else {"_ic_advise": staticmethod(hook)}
+        return {"_ic_methods": method_steps(stock), **original_methods(stock), **advise}
 
     made = make(conv, module, GenericPyG, detailed, NOT_INSTRUMENTED, namespace, VOCABULARY)
     for routes in {id(k._ic_routes): k._ic_routes for k in made.values() if k._ic_routes}.values():

@@ -8,6 +8,7 @@ inside the report.
 
 from ..core.storage.entry import BACKWARD_MARK, EntryStats
 from . import columns
+from .advice import advice_of
 from .columns import UNITS, Column, choose_unit
 from .diff import DiffRow, SummaryDiff
 from .nsys import ReportError, is_report, read_report, read_reports
@@ -68,4 +69,5 @@ __all__ = [
     "workers_summary",
     "workers_text",
     "with_workers",
+    "advice_of",
 ]

@@ -179,11 +179,13 @@ def summary_page(
     meta: Sequence[Tuple[str, Any]] = (),
     note: str = "",
     loaders: Optional[Sequence[Dict[str, Any]]] = None,
+    advice: Optional[Sequence[Dict[str, Any]]] = None,
 ) -> str:
     """The page of one summary: its icicle, table and (merged over ranks) per-rank totals.
 
     ``meta``: ``(label, value)`` pairs shown under the title (command, versions, device);
-    ``loaders``: the data loaders' split (:func:`.loaders.pipeline`), drawn per loader.
+    ``loaders``: the data loaders' split (:func:`.loaders.pipeline`), drawn per loader;
+    ``advice``: what to change (:mod:`.rules`' items; None: the run was not advised).
 
     The page works offline: its style and script (``page_assets/page.css``, ``page.js``) are
     inlined, and the numbers travel as JSON in a ``<script type="application/json">`` element,
@@ -214,6 +216,7 @@ def summary_page(
         "memory": _memory(summary.rows),
         "diff": None,
         "host_device": hostdevice.lines(summary) or None,
+        "advice": None if advice is None else list(advice),
         "note": " ".join(
             filter(None, [sampling_note(summary.sampling), compiled_note(summary), note])
         ),

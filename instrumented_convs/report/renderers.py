@@ -35,7 +35,8 @@ class RenderInput:
     ``timeline`` (a :class:`~.timeline.Timeline`, or a Chrome trace already made) with its
     ``pid`` and ``name`` in a trace; for the counters' table the machine's ``peak`` and
     ``times`` (a summary of a run without the counters); ``loaders``: the run's data loaders
-    and their worker processes (``run.json``'s ``workers``); ``options``: the text table's
+    and their worker processes (``run.json``'s ``workers``); ``advice``: what to change
+    (:mod:`.rules`' items; None: the run was not advised); ``options``: the text table's
     (``title``, ``unit``, ``spread``, ``notes``), the JSON's ``indent``, the loaders'
     ``each``."""
 
@@ -51,6 +52,7 @@ class RenderInput:
     options: Dict[str, Any] = field(default_factory=dict)
     loaders: Any = None
     subtitle: Optional[str] = None
+    advice: Any = None
 
 
 #: The name :class:`RenderInput` had; kept for code that imports it.
@@ -120,6 +122,7 @@ class Page(Renderer):
             meta=inp.meta,
             note=inp.note,
             loaders=loaders,
+            advice=inp.advice,
         )
 
 

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
-from . import columns, diff, hostdevice, page, saved, tensorboard
+from . import columns, diff, hostdevice, page, rules, saved, tensorboard
 from .columns import UNITS
 from .diff import SummaryDiff
 from .renderers import RenderInput, render
@@ -300,6 +300,12 @@ class Summary:
         per layer (by layer) and for the steps whose host time is most of their device time,
         their host and device time, calls, lags and verdict (:mod:`.hostdevice`)."""
         return hostdevice.host_device(self)
+
+    def advice(self) -> List[Dict[str, Any]]:
+        """What to change that these rows alone decide (docs/advice.md): on CUDA, the regions
+        the device waited in for the host. The layers' rules read signals a run records with
+        ``run --advise`` (``instrumented-convs advise RUN``, ``instrumented_convs.advise()``)."""
+        return rules.decide(rules.Record(self))
 
     # -- serialisation ----------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

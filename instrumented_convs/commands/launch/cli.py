@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,7 @@ from . import ondemand
 from .capture import capture_main
 from .hooks import Hooks
 from .parsers import (
+    add_advise_parser,
     add_capture_parser,
     add_diff_parser,
     add_merge_parser,
@@ -50,31 +52,43 @@ from .runs import (
     write_run,
 )
 from .script import Outcome, run_target
-from .view import diff_main, merge_main, view_main
+from .view import advise_main, diff_main, merge_main, view_main
 
-__all__ = ["add_commands", "run_main", "capture_main", "view_main", "merge_main", "diff_main"]
+__all__ = [
+    "add_commands",
+    "typed_command",
+    "run_main",
+    "capture_main",
+    "view_main",
+    "merge_main",
+    "diff_main",
+]
 
 logger = logging.getLogger(__name__)
 
+#: The console script (setup.cfg), as the run folder writes a command typed through it.
+CONSOLE = "instrumented-convs"
 #: The flags of ``run`` that name a format to print at the end, and what they record for it:
 #: ``--counters`` is ``--format roofline``, ``--memory`` is ``--format memory``.
-RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"))
+RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"), ("advise", "advice"))
 
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
-    """Add ``run``, ``capture``, ``view``, ``merge`` and ``diff`` to the subparsers ``sub``;
-    returns their mains."""
+    """Add ``run``, ``capture``, ``view``, ``merge``, ``diff`` and ``advise`` to the
+    subparsers ``sub``; returns their mains."""
     add_run_parser(sub)
     add_capture_parser(sub)
     add_view_parser(sub)
     add_merge_parser(sub)
     add_diff_parser(sub)
+    add_advise_parser(sub)
     return {
         "run": run_main,
         "capture": capture_main,
         "view": view_main,
         "merge": merge_main,
         "diff": diff_main,
+        "advise": advise_main,
     }
 
 
@@ -114,6 +128,24 @@ def run_main(args: argparse.Namespace) -> int:
     return outcome.code
 
 
+def typed_command(target: str, args: List[str]) -> List[str]:
+    """The command as it was typed, for the run folder: ``instrumented-convs run ...`` through
+    the console script that PATH finds, ``python -m instrumented_convs run ...`` where
+    ``python`` is the one PATH finds (else its path); a call of run's entry from another
+    program: the target and its arguments."""
+    if sys.argv[1:2] != ["run"]:
+        return [target, *args]
+    first = os.path.abspath(sys.argv[0])
+    if os.path.basename(first) == CONSOLE:
+        found = shutil.which(CONSOLE)
+        return [CONSOLE if found and os.path.abspath(found) == first else first, *sys.argv[1:]]
+    python = sys.executable
+    found = shutil.which(os.path.basename(python))
+    if found and os.path.abspath(found) == python:
+        python = os.path.basename(python)
+    return [python, "-m", "instrumented_convs", *sys.argv[1:]]
+
+
 def _ending(outcome: Optional[Outcome]) -> str:
     """Why a capture under way when the script ended is cut short."""
     how = outcome.how if outcome is not None else None
@@ -127,11 +159,11 @@ def _ending(outcome: Optional[Outcome]) -> str:
 def _listen(args: argparse.Namespace, folder: Path, started: float, hooks: Hooks) -> None:
     """Listen for captures in ``folder``, then record on demand (its cycle's hooks after
     run's, as the duty cycle's)."""
-    command = [sys.executable, "-m", "instrumented_convs", "run", *sys.argv[2:]]
+    command = typed_command(args.target, args.args)
 
     def describe(capture: Dict[str, Any]) -> Dict[str, Any]:
         return run_meta(
-            command if sys.argv[1:2] == ["run"] else [args.target, *args.args],
+            command,
             args.target,
             args.args,
             started,
@@ -254,6 +286,7 @@ def _configure_run(args: argparse.Namespace) -> Any:
         counters=True if args.counters and not demand else None,
         memory=True if args.memory and not demand else None,
         record=None if demand else args.record,
+        advise=True if args.advise else None,
     )
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 
@@ -306,9 +339,7 @@ def _run_record(
     """What the run folder says of the run besides its numbers: how it was called and
     ended, its data loaders, the machine's peak (``--counters``); the debugging modes off."""
     meta = run_meta(
-        [sys.executable, "-m", "instrumented_convs", "run", *sys.argv[2:]]
-        if sys.argv[1:2] == ["run"]
-        else [args.target, *args.args],
+        typed_command(args.target, args.args),
         args.target,
         args.args,
         started,

@@ -193,6 +193,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         "(a debugging mode: docs/memory.md; --format memory)",
     )
     run.add_argument(
+        "--advise",
+        action="store_true",
+        help="note what the advice reads (each layer's graph across calls); print what to "
+        "change after the table, and write advice.json (docs/advice.md; --format advice)",
+    )
+    run.add_argument(
         "--format",
         action="extend",
         type=_formats,
@@ -258,6 +264,25 @@ def add_capture_parser(sub: Any) -> None:
         metavar="S",
         help="give up waiting after S seconds (the job goes on and writes the capture)",
     )
+
+
+def add_advise_parser(sub: Any) -> None:
+    """``advise``: what to change in a saved run."""
+    advise = sub.add_parser(
+        "advise",
+        formatter_class=HelpFormatter,
+        help="print what to change in a saved run (docs/advice.md)",
+        usage=f"{PROG} advise RUN [--json]",
+        description=described(
+            "Prints what to change in a saved run, the largest time at stake first, read "
+            "from its record (the layers' rules from a run made with run --advise).",
+            f"{PROG} advise ic-runs/train-20261125-101500",
+            f"{PROG} advise ic-runs/train-20261125-101500 --json",
+        ),
+        epilog=error_note(),
+    )
+    advise.add_argument("run", metavar="RUN", help="a run folder, or its run.json")
+    advise.add_argument("--json", action="store_true", help='the items as JSON ({"advice": [...]})')
 
 
 def add_view_parser(sub: Any) -> None:

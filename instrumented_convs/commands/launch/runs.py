@@ -30,6 +30,7 @@ from ...report import (
     RenderInput,
     Summary,
     Timeline,
+    advice_of,
     merge_ranks,
     merge_traces,
     read_run,
@@ -140,6 +141,7 @@ def run_meta(
         "exclude": sorted(getattr(hooks, "exclude", ())),
         **extra,
         **environment(),
+        **({"signals": core.advice_signals()} if configure().advise else {}),
     }
 
 
@@ -352,6 +354,8 @@ def saved_render_input(
     if told:
         options.setdefault("notes", told)
         note = " ".join([note, *told]).strip()
+    if saved.get("signals") is not None and "advice" not in fields:
+        fields["advice"] = saved_advice(saved)
     return RenderInput(
         summary,
         title=title or str(target),
@@ -361,6 +365,35 @@ def saved_render_input(
         options=options,
         **fields,
     )
+
+
+def saved_advice(saved: SavedRun, min_share: float = 0.05) -> List[Dict[str, Any]]:
+    """What to change in a saved run (docs/advice.md): its rows by layer, its layers' signals
+    (none in a run saved without ``--advise``), its loaders, and its iterations where it
+    knows them (the optimizer steps recorded after the warm-up). A run merged over ranks: each
+    rank's advice from its own record, an item said once with the ``ranks`` it holds on (its
+    share the largest of theirs)."""
+    warmup = saved.get("warmup") or {}
+    recorded = (warmup.get("taken") or 0) - (warmup.get("steps") or 0)
+    iterations = recorded if recorded > 0 else None
+    if saved.get("kind") != "merged":
+        summary = saved_summary(saved, by="layer")
+        return advice_of(summary, saved.get("signals"), saved.get("workers"), iterations, min_share)
+    found: Dict[Any, Dict[str, Any]] = {}
+    for part in saved.get("per_rank") or ():
+        r = part["rank"]
+        loaders = {
+            k: [x for x in v if x.get("rank") == r] for k, v in (saved.get("workers") or {}).items()
+        }
+        summary = saved_summary(saved, by="layer", rank=r)
+        for item in advice_of(summary, part.get("signals"), loaders, iterations, min_share):
+            key = (item["rule"], item["change"], tuple(x["path"] for x in item["layers"]))
+            held = found.get(key)
+            if held is None or item["at_stake_share"] > held["at_stake_share"]:
+                item["ranks"] = (held or {}).get("ranks", [])
+                found[key] = held = item
+            held["ranks"] = sorted({*held["ranks"], r})
+    return sorted(found.values(), key=lambda i: -i["at_stake_share"])
 
 
 def saved_page_html(saved: SavedRun, summary: Summary, title: Optional[str] = None) -> str:
@@ -432,7 +465,10 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> SavedRu
     merged.update(kind="merged", world_size=world)
     merged["ranks_missing"] = [r for r in range(world) if r not in runs]
     merged["per_rank"] = [
-        {k: runs[r].get(k) for k in ("rank", "exit_code", "ended_by", "host", "device", "trace")}
+        {
+            k: runs[r].get(k)
+            for k in ("rank", "exit_code", "ended_by", "host", "device", "trace", "signals")
+        }
         for r in sorted(runs)
     ]
     empty = {"fields": list(EntryStats._fields), "entries": []}  # a missing rank: nothing

@@ -29,12 +29,13 @@ from .runs import (
     SavedRun,
     load,
     merge_folder,
+    saved_advice,
     saved_chrome_trace,
     saved_render_input,
     saved_summary,
 )
 
-__all__ = ["view_main", "diff_main", "merge_main", "open_run"]
+__all__ = ["view_main", "diff_main", "merge_main", "advise_main", "open_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,12 @@ def _view_input(args: argparse.Namespace, saved: SavedRun, name: str) -> RenderI
     """What the renderer ``name`` reads of ``saved``: the summary (its rank, its rows as
     selected), the peak and the times of the counters' table, the loaders (each worker's
     table); a :class:`UserError` where the run has nothing for it."""
+    if name == "advice" and saved.get("signals") is None:
+        raise UserError(
+            f"{args.run} was not advised: its layers' signals were not recorded "
+            f"({PROG} run --advise SCRIPT records them; {PROG} advise {args.run} says what "
+            "the rest of the record decides)"
+        )
     if name == "workers":
         if not saved.get("workers"):
             raise UserError(f"{args.run} recorded no data loader: the script used none")
@@ -252,4 +259,19 @@ def merge_main(args: argparse.Namespace) -> int:
     if merged["ranks_missing"]:
         logger.warning("merge: no file from ranks %s: merged without them", merged["ranks_missing"])
     print(saved_summary(merged, by=merged.get("by") or "step", unit=merged.get("unit")))
+    return 0
+
+
+def advise_main(args: argparse.Namespace) -> int:
+    """``advise``: what to change in a saved run, read from its record (``--json``: the items
+    as JSON). A run saved without ``--advise`` gets what its rows and loaders decide, and a
+    line saying that the layers' rules had nothing to read."""
+    saved = open_run(args.run)
+    items = saved_advice(saved)
+    if args.json:
+        print(json.dumps({"advice": items}, indent=1))
+        return 0
+    print(render("advice", RenderInput(advice=items)))
+    if saved.get("signals") is None:
+        print(f"  (the layers' rules need their signals: {PROG} run --advise SCRIPT records them)")
     return 0

@@ -7,7 +7,7 @@ loops (:mod:`.loop`, :mod:`.minibatch`), PyG and DGL side by side (:mod:`.compar
 cost (:mod:`.bench`) and the command lines (:mod:`.cli`).
 """
 
-from .cli import StudyRun, add_study_arguments, report, run_study, study_main, write_json
+from .cli import add_study_arguments, study_main
 from .data import (
     SHAPES,
     DatasetNotFound,
@@ -19,6 +19,7 @@ from .data import (
 )
 from .loop import TrainResult, accuracy, train
 from .models import DglGCN, PygGCN, build_model, require_torch_sparse
+from .runner import StudyRun, report, run_study, write_json
 
 __all__ = [
     "SHAPES",

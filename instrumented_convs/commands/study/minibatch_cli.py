@@ -17,7 +17,6 @@ from typing import List, Optional, Tuple
 from instrumented_convs import registry
 from instrumented_convs.report import Summary
 
-from .cli import progress_bar
 from .data import SHAPES, GraphData, MissingDependency, scaled_shape, synthetic_graph
 from .minibatch import (
     BATCH_SIZE,
@@ -29,6 +28,7 @@ from .minibatch import (
     train_minibatch,
 )
 from .models import MODELS
+from .runner import progress_bar
 
 __all__ = [
     "QUICK_SCALE",

@@ -7,7 +7,7 @@ from typing import List
 
 from ..storage.entry import EntryStats
 from ..storage.registry import registry
-from . import counters, memory
+from . import counters, memory, signals
 
 
 def snapshot() -> List[EntryStats]:
@@ -17,7 +17,8 @@ def snapshot() -> List[EntryStats]:
 
 
 def reset() -> None:
-    """Forget every recorded time, the timeline, and the meters' figures."""
+    """Forget every recorded time, the timeline, the meters' figures and the advice's signals."""
     registry.reset()
     counters.clear()
     memory.clear()
+    signals.clear()

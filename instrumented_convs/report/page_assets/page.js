@@ -271,6 +271,18 @@
       icicle(box, run.rows, run.unit, DATA.runs.length > 1 ? scale : 0);
     });
     main.appendChild(node("p", { class: "note" }, "Width: a step's total time; the gap under a step is its own code. Hover for numbers, click to zoom. " + (DATA.note || "")));
+    if (DATA.advice) {
+      main.appendChild(node("h2", {}, "What to change"));
+      const box = main.appendChild(node("div", { class: "advice" }));
+      if (!DATA.advice.length) box.appendChild(node("p", { class: "note" }, "Nothing worth 5% or more of the recorded time."));
+      DATA.advice.forEach(function (a) {
+        const where = a.layers.map(function (l) { return l.path + " (" + l["class"] + ")"; }).join(", ") + (a.ranks ? " on ranks " + a.ranks.join(", ") : "");
+        const item = box.appendChild(node("div", { class: "item", "data-rule": a.rule }));
+        item.appendChild(node("p", {}, (100 * a.at_stake_share).toFixed(0) + "% at stake (at most) in " + where + ": "));
+        item.appendChild(node("code", {}, a.change));
+        item.appendChild(node("p", { class: "note" }, "Why: " + a.why + ". Valid when " + a.valid_when + ". Outputs: " + a.outputs + "."));
+      });
+    }
     if (DATA.host_device) {
       main.appendChild(node("h2", {}, DATA.host_device[0].replace(/:$/, "")));
       const box = main.appendChild(node("div", { class: "hostdevice" }));

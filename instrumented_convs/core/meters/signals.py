@@ -1,0 +1,186 @@
+"""What the advice's rules need from the layers' calls (``configure(advise=True)``): per layer
+instance, its calls, whether every call saw the same graph, and its last call's graph kept for
+the checks made once when the signals are read (self-loops already there, nodes without an
+in-edge): no device synchronisation while the job runs. Layers call :func:`note`; the rules
+read :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+
+__all__ = ["on", "set_on", "again", "graph_key", "note", "describe", "clear"]
+
+#: ``static(layer)``: what a layer's kind knows of it (its options), read at its first call;
+#: ``checks(last)``: what it knows of its last graph, read when the signals are.
+Static = Callable[[Any], Dict[str, Any]]
+Checks = Callable[[Any], Dict[str, Any]]
+
+
+class _Layer:
+    __slots__ = (
+        "ref",
+        "path",
+        "cls",
+        "framework",
+        "static",
+        "calls",
+        "key",
+        "changed",
+        "last",
+        "checks",
+        "held",
+    )
+
+    def __init__(
+        self, layer: Any, framework: str, key: Tuple[Any, ...], static: Static, checks: Checks
+    ) -> None:
+        self.ref = weakref.ref(layer)
+        self.path = getattr(layer, "scope", None)  # (again at the end, where it is alive)
+        self.cls = type(layer).__name__
+        self.framework = framework
+        self.static = static(layer)
+        self.calls = 0
+        self.key = key
+        self.changed = 0  #: calls whose graph was not the one before
+        self.last: Any = None
+        self.checks = checks
+        self.held: Tuple[Any, ...] = ()  #: the last call's graph objects and their versions
+
+
+_layers: Dict[int, _Layer] = {}
+_lock = threading.Lock()
+_state = {"on": False}
+
+
+def on() -> bool:
+    """Whether the layers note their calls (``configure(advise=True)``)."""
+    return _state["on"]
+
+
+def set_on(value: bool) -> None:
+    """Switch the noting on or off (what was noted stays until :func:`clear`)."""
+    _state["on"] = bool(value)
+
+
+def _fingerprint(p: Any) -> Any:
+    """A tensor's version and data pointer (``.data =`` changes the one, in-place ops the
+    other); None for another object (its identity is all)."""
+    return (p._version, p.data_ptr()) if isinstance(p, torch.Tensor) else None
+
+
+def again(layer: Any, *objs: Any) -> bool:
+    """The fast path of a call: where ``layer``'s last call was given these very objects (a
+    tensor at the same version and data pointer: unchanged), count this call on the same graph
+    and return True (a few identity checks, no key made); else False (then :func:`note` it)."""
+    rec = _layers.get(id(layer))
+    if rec is None or len(rec.held) != len(objs):
+        return False
+    for (held, state), p in zip(rec.held, objs):
+        if held is not p or (state is not None and state != (p._version, p.data_ptr())):
+            return False
+    if rec.ref() is not layer:
+        return False
+    rec.calls += 1
+    return True
+
+
+def graph_key(*parts: Any) -> Tuple[Any, ...]:
+    """What tells one graph from another across calls: for each tensor (or object) a weak
+    reference to it, its storage, version and shape, so that a graph made anew (an inductive
+    loop's batch), changed in place or freed and its memory reused is never the same."""
+    key: List[Any] = []
+    for p in parts:
+        if p is None:
+            key.append(None)
+            continue
+        try:
+            ref: Any = weakref.ref(p)
+        except TypeError:  # not weakly referable: its identity while it is held (``last``)
+            ref = id(p)
+        shape = getattr(p, "shape", None)
+        if shape is not None and hasattr(p, "untyped_storage"):
+            key.append((ref, p.untyped_storage().data_ptr(), p._version, tuple(shape)))
+        else:
+            key.append((ref,))
+    return tuple(key)
+
+
+def _same(a: Tuple[Any, ...], b: Tuple[Any, ...]) -> bool:
+    """Whether two :func:`graph_key` keys name one graph (their objects alive and the same)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            if x is not y:
+                return False
+            continue
+        rx, ry = x[0], y[0]
+        if isinstance(rx, weakref.ref):
+            if not isinstance(ry, weakref.ref) or rx() is None or rx() is not ry():
+                return False
+        elif rx != ry:
+            return False
+        if x[1:] != y[1:]:
+            return False
+    return True
+
+
+def note(
+    layer: Any,
+    framework: str,
+    key: Tuple[Any, ...],
+    last: Any,
+    static: Static,
+    checks: Checks,
+    held: Tuple[Any, ...] = (),
+) -> None:
+    """One call of ``layer`` (``framework``: ``pyg`` or ``dgl``) on the graph ``key`` names
+    (:func:`graph_key`); ``last``: that call's graph inputs, kept (the last call's only) for
+    ``checks(last)`` when the signals are read; ``static(layer)`` read at the first call (a
+    layer freed before the end keeps it); ``held``: the objects :func:`again` compares the
+    next call's with."""
+    rec = _layers.get(id(layer))
+    if rec is None or rec.ref() is not layer:
+        with _lock:
+            rec = _layers[id(layer)] = _Layer(layer, framework, key, static, checks)
+    elif not _same(rec.key, key):
+        rec.changed += 1
+        rec.key = key
+    rec.calls += 1
+    rec.last = last
+    rec.held = tuple((p, _fingerprint(p)) for p in held)
+
+
+def describe() -> Dict[str, Any]:
+    """The signals as plain data: ``{"layers": [...]}``, each layer's ``path`` (its scope
+    now, or at its first call where it was freed since), ``class``, ``framework``, ``calls``,
+    ``same_graph`` (every call saw the first call's graph), what its kind knows of it
+    (``options``...) and of its last graph."""
+    out = []
+    for rec in list(_layers.values()):
+        layer = rec.ref()
+        item: Dict[str, Any] = {
+            "path": rec.path if layer is None else getattr(layer, "scope", rec.path),
+            "class": rec.cls,
+            "framework": rec.framework,
+            "calls": rec.calls,
+            "same_graph": rec.changed == 0,
+            **rec.static,
+        }
+        try:
+            item.update(rec.checks(rec.last))
+        except Exception as exc:  # a check that cannot be made: said, not raised
+            item["checks_error"] = f"{type(exc).__name__}: {exc}"
+        out.append(item)
+    return {"layers": out}
+
+
+def clear() -> None:
+    """Forget every layer's signals (a reset)."""
+    with _lock:
+        _layers.clear()

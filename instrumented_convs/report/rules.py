@@ -1,0 +1,271 @@
+"""The advice's rules (part 1): what to change, decided from the record alone: the rows (by
+layer), the layers' signals (``configure(advise=True)``), the loaders' waits and the host and
+device verdict. A rule is one entry of :data:`RULES`: its id and the function that reads the
+record into items; docs/advice.md gives each rule's evidence, condition and number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import hostdevice
+
+__all__ = ["MIN_SHARE", "Record", "Rule", "RULES", "decide", "lines"]
+
+#: An item is given when what it puts at stake is at least this share of the recorded time.
+MIN_SHARE = 0.05
+
+#: The constructor's positional arguments as the advice writes them, per class.
+_POSITIONAL = {
+    "GCNConv": ("in_channels", "out_channels"),
+    "APPNP": ("K", "alpha"),
+    "GCN2Conv": ("channels", "alpha"),
+    "GraphConv": ("in_feats", "out_feats"),
+}
+#: Options whose value other than this default the advice writes out too.
+_DEFAULTS = {"improved": False, "add_self_loops": True, "normalize": True, "norm": "both"}
+
+
+@dataclass
+class Record:
+    """What the rules read: a ``summary`` by layer, the layers' ``signals`` (or None: not
+    recorded), the run's ``loaders`` section (``run.json``'s ``workers``) and ``iterations``
+    (None where the run does not know them)."""
+
+    summary: Any
+    signals: Optional[Dict[str, Any]] = None
+    loaders: Optional[Dict[str, Any]] = None
+    iterations: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule: its ``id`` and ``decide(record)``, the items it finds (any share)."""
+
+    id: str
+    decide: Callable[[Record], List[Dict[str, Any]]]
+
+
+def _share(record: Record, seconds: float) -> float:
+    total = record.summary.total
+    return seconds / total if total > 0 else 0.0
+
+
+def _duration(seconds: float) -> str:
+    """``3.71 ms``, ``12.4 s``: a time as the table would read it."""
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def _time_in(summary: Any, scope: Optional[str], steps: Sequence[str]) -> float:
+    """The time of ``scope``'s rows named one of ``steps`` (the outermost of each, forward
+    and backward), in seconds."""
+    seconds, inside = 0.0, -1
+    for r in summary.rows:
+        if inside >= 0 and r.depth > inside:
+            continue
+        inside = -1
+        if r.scope == scope and r.step in steps:
+            seconds += r.total
+            inside = r.depth
+    return seconds
+
+
+def _ctor(item: Dict[str, Any], **change: Any) -> str:
+    """The layer's constructor call with ``change``: its positional arguments and the options
+    it has away from their defaults, as it was built."""
+    options = item.get("options", {})
+    args = [repr(options[k]) for k in _POSITIONAL.get(item["class"], ()) if k in options]
+    kept = {k: v for k, v in options.items() if k in _DEFAULTS and v != _DEFAULTS[k]}
+    kept.update(change)
+    args += [f"{k}={v!r}" for k, v in kept.items()]
+    return f"{item['class']}({', '.join(args)})"
+
+
+def _item(
+    rule: str,
+    layers: List[Dict[str, Any]],
+    change: str,
+    why: str,
+    valid_when: str,
+    seconds: float,
+    outputs: str,
+    record: Record,
+) -> Dict[str, Any]:
+    out = {
+        "rule": rule,
+        "layers": [{"path": x.get("path"), "class": x["class"]} for x in layers],
+        "change": change,
+        "why": why,
+        "valid_when": valid_when,
+        "at_stake_share": _share(record, seconds),
+        "at_stake": "an upper bound: the time of the steps the change removes or replaces",
+        "measured_saving_share": None,
+        "outputs": outputs,
+    }
+    if record.iterations:
+        out["at_stake_per_iteration_s"] = seconds / record.iterations
+    return out
+
+
+def _layers(record: Record, framework: str) -> List[Dict[str, Any]]:
+    return [x for x in (record.signals or {}).get("layers", ()) if x["framework"] == framework]
+
+
+def cache_normalization(record: Record) -> List[Dict[str, Any]]:
+    """A PyG layer whose ``cached=True`` keeps its normalised graph, not cached, normalising
+    the same graph at every call: ``gcn_norm``'s time is at stake."""
+    out = []
+    for x in _layers(record, "pyg"):
+        opts = x.get("options", {})
+        if opts.get("cached") is not False or not opts.get("normalize", True):
+            continue
+        if x["calls"] < 2 or not x["same_graph"]:
+            continue
+        seconds = _time_in(record.summary, x["path"], ("gcn_norm",))
+        if seconds <= 0:
+            continue
+        out.append(
+            _item(
+                "cache-normalization",
+                [x],
+                _ctor(x, cached=True),
+                f"normalised the same graph in each of its {x['calls']} calls",
+                "the graph never changes between calls (transductive training)",
+                seconds,
+                "equal",
+                record,
+            )
+        )
+    return out
+
+
+def self_loops_present(record: Record) -> List[Dict[str, Any]]:
+    """Self-loops added to a graph in which every node has one (PyG), or DGL's check for nodes
+    without an in-edge on a graph with none: the step's time is at stake."""
+    out = []
+    for x in _layers(record, "pyg"):
+        opts = x.get("options", {})
+        if not opts.get("add_self_loops") or x.get("self_loop_nodes") != x.get("nodes"):
+            continue
+        seconds = _time_in(
+            record.summary, x["path"], ("add_remaining_self_loops", "add_self_loops")
+        )
+        if seconds > 0:
+            out.append(
+                _item(
+                    "self-loops-present",
+                    [x],
+                    _ctor(x, add_self_loops=False),
+                    f"added self-loops to a graph whose {x['nodes']} nodes all had one",
+                    "every graph the layer sees has a self-loop on every node",
+                    seconds,
+                    "equal up to the order of summation (the loops' weights are kept)",
+                    record,
+                )
+            )
+    for x in _layers(record, "dgl"):
+        opts = x.get("options", {})
+        if opts.get("allow_zero_in_degree", True) or x.get("zero_in_degree_nodes") != 0:
+            continue
+        seconds = _time_in(record.summary, x["path"], ("zero_in_degree_check",))
+        if seconds > 0:
+            out.append(
+                _item(
+                    "self-loops-present",
+                    [x],
+                    _ctor(x, allow_zero_in_degree=True),
+                    "checked for nodes without an in-edge at every call; its last graph had none",
+                    "no graph the layer sees has a node without an in-edge (self-loops added)",
+                    seconds,
+                    "equal (the check only raises)",
+                    record,
+                )
+            )
+    return out
+
+
+def loader_workers(record: Record) -> List[Dict[str, Any]]:
+    """The loop waited for a loader: its own wait is at stake."""
+    out = []
+    for loader in (record.loaders or {}).get("loaders", ()):
+        wait = loader.get("wait", 0) * 1e-9
+        if wait <= 0:
+            continue
+        n = loader.get("workers", 0)
+        if n:
+            change = (
+                f"more workers than {n} (num_workers), persistent_workers=True, "
+                "pin_memory=True on CUDA; PyG's filter_per_worker, DGL's use_uva"
+            )
+        else:
+            change = (
+                "num_workers=4 (or more), persistent_workers=True, pin_memory=True "
+                "on CUDA; PyG's filter_per_worker, DGL's use_uva"
+            )
+        item = _item(
+            "loader-workers",
+            [{"path": loader.get("label"), "class": "loader"}],
+            change,
+            f"the loop waited {_duration(wait)} for {loader.get('label')}'s batches",
+            "the loader's work can run beside the training (its batches do not depend on "
+            "the step before)",
+            wait,
+            "equal (the same batches, in the same order)",
+            record,
+        )
+        out.append(item)
+    return out
+
+
+def host_bound(record: Record) -> List[Dict[str, Any]]:
+    """On CUDA, a region the device waited in for the host: its host time is at stake."""
+    out = []
+    for part in hostdevice.parts(record.summary)["regions"]:
+        if part.verdict != "launch-bound" or part.host <= 0:
+            continue
+        out.append(
+            _item(
+                "host-bound",
+                [{"path": part.name, "class": part.what}],
+                "fewer, larger launches: torch.compile(model), CUDA graphs, a larger batch or "
+                "width",
+                f"the device caught up with the host at {part.caught_share:.0%} of "
+                f"{part.calls} calls",
+                "the model's shapes are static enough to compile or capture",
+                part.host,
+                "equal up to rounding when compiled or captured; a larger batch or width is a "
+                "different model",
+                record,
+            )
+        )
+    return out
+
+
+#: The rules of part 1, in the order their items are listed when their shares tie.
+RULES = (
+    Rule("cache-normalization", cache_normalization),
+    Rule("self-loops-present", self_loops_present),
+    Rule("loader-workers", loader_workers),
+    Rule("host-bound", host_bound),
+)
+
+
+def decide(record: Record, min_share: float = MIN_SHARE) -> List[Dict[str, Any]]:
+    """Every rule's items worth ``min_share`` of the recorded time or more, largest first."""
+    items = [i for rule in RULES for i in rule.decide(record) if i["at_stake_share"] >= min_share]
+    return sorted(items, key=lambda i: -i["at_stake_share"])
+
+
+def lines(items: Sequence[Dict[str, Any]], min_share: float = MIN_SHARE) -> List[str]:
+    """The section's text: "What to change", an item a paragraph, largest first."""
+    out = ["What to change"]
+    if not items:
+        return out + [f"  nothing worth {min_share:.0%} or more of the recorded time"]
+    for i in items:
+        where = ", ".join(f"{x['path']} ({x['class']})" for x in i["layers"])
+        if i.get("ranks") is not None:
+            where += f" on ranks {', '.join(map(str, i['ranks']))}"
+        out.append(f"  {i['at_stake_share']:.0%} at stake (at most) in {where}: {i['change']}")
+        out.append(f"    why: {i['why']}; valid when {i['valid_when']}; outputs {i['outputs']}")
+    return out
