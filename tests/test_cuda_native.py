@@ -748,6 +748,59 @@ def test_a_device_behind_is_not_asked_at_every_step(fake_driver):
     assert tally["records"] == 800  # (its ns read the fake host clock, which stood still)
 
 
+def test_the_polls_parts_add_up_to_the_polls_time(fake_driver):
+    """cuda_tally(2) (benchmarks/cuda_step.py): a poll's time in laps, each CPU clock read one
+    tick here, so the parts add up to the polls' time less the two reads around each poll."""
+    tick = 100
+    with native_clock(fake_driver) as b:
+        registry.pending.poll_at = 16
+
+        def ticking() -> int:
+            b.clock.advance(tick)
+            return b.clock()
+
+        previous = set_cpu_clock(ticking)
+        try:
+            speedups.cuda_tally(2)
+            for _ in range(100):
+                with step("x", device="cuda"):
+                    b.launch(0, 1 * US)
+                    b.clock.advance(10 * US)
+                b.progress(0, b.clock.now)  # the device keeps up: each poll folds
+            t = speedups.cuda_tally(0)
+        finally:
+            set_cpu_clock(previous)
+            registry.pending.poll_at = 2048
+    parts = t["poll_parts_ns"]
+    assert list(parts) == [
+        "query of the newest end",
+        "read of a pair",
+        "context",
+        "lag",
+        "timeline",
+        "fold in C",
+        "the registry's fold (Python)",
+        "fold in Python (sampled, retired, unreadable)",
+        "release",
+        "wait",
+        "other",
+    ]
+    assert t["polls"] > 0 and t["folded"] > 0
+    assert sum(parts.values()) == t["poll_ns"] - 2 * tick * t["polls"]
+    for part in (
+        "query of the newest end",
+        "read of a pair",
+        "context",
+        "lag",
+        "fold in C",
+        "release",
+        "other",
+    ):
+        assert parts[part] > 0, part
+    assert parts["wait"] == 0
+    assert speedups.cuda_tally(0)["poll_parts_ns"]["read of a pair"] == 0  # read, then zeroed
+
+
 def test_the_read_benchmark_reads_every_pair_in_its_three_settings(fake_driver):
     """cuda_bench_reads (benchmarks/cuda_step.py): the fake device stands still while the
     host sleeps, so only the round that waits for the newest end reads every pair."""
