@@ -677,6 +677,27 @@ def test_a_poll_reads_finished_pairs_with_two_driver_calls_each(fake_driver):
     assert r["calls"]["cuEventQuery"] == 1 and r["calls"]["cuEventElapsedTime"] == 19
 
 
+def many_calls(b: Backend) -> List[int]:
+    """100 calls of one step, the device keeping up; then everything read."""
+    for _ in range(100):
+        with step("x", device="cuda"):
+            b.launch(0, 1 * US)
+            b.clock.advance(10 * US)
+    b.progress(0, b.clock.now + 1 * MS)
+    return [registry.pending.poll(), b.counts()["cuEventElapsedTime"]]
+
+
+def test_a_steps_lag_is_read_for_its_first_32_calls_then_one_in_8(fake_driver):
+    """Each lag is a second driver read (2 us in situ on an H100): the first LAG_ALL of a step,
+    then one call in LAG_EVERY (calls 32, 40, ..., 96 here: its buffer's length a multiple
+    of 8); host time read with it. Both clocks decide the same."""
+    r = agree(fake_driver, many_calls, calls=_UNREAD)
+    x = row(r, "x")
+    assert x["count"] == 100 and x["dcalls"] == x["caught"] == 32 + 9
+    assert x["host"] == 41 * 10 * US and x["total"] == 100 * 10 * US
+    assert r["obs"] == [100, 100 + 41 - 1]  # its own read each, the lags' (the first: none)
+
+
 def hard_limit(b: Backend) -> List[int]:
     """hard_limit 3 and nothing finished: only the oldest pair's end is waited for."""
     registry.pending.poll_at, registry.pending.hard_limit = 2, 3

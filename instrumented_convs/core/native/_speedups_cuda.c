@@ -43,6 +43,8 @@ static PyObject *g_get_device = NULL, *g_raw_stream = NULL, *g_fold_device = NUL
 static PyObject *s_start_ms = NULL, *s_end_ms = NULL, *s_ref = NULL;
 static Py_ssize_t o_host = -1, o_dcalls, o_lag, o_caught;
 static long long g_lag_floor = 50000, g_bucket_ns = 1000000000LL;
+/* an entry's lag is read for its first g_lag_all pairs, then one in g_lag_every (lag_wanted) */
+static long long g_lag_all = 32, g_lag_every = 8;
 /* the queue's length at which the next poll comes (see cuda_poll_queue) */
 static Py_ssize_t g_next_poll = 2048;
 /* what the queue did (cuda_tally): polls, reads that found a pair unfinished, pairs folded,
@@ -257,6 +259,19 @@ static long long lag_of(Pair *p, int *keep_end) {
     return (long long)llround(x - zero);
 }
 
+/* Whether a pair of entry has its lag read, a second driver read (as dear as the pair's own
+ * in situ): for the entry's first lag_all lags, then where its buffer's length is a multiple
+ * of lag_every (one call in lag_every); always where entry is not a plain Entry. The twin,
+ * clocks/pending.py's lag_wanted, decides the same. */
+static int lag_wanted(PyObject *entry) {
+    if ((PyObject *)Py_TYPE(entry) != g_entry_type) return 1;
+    PyObject *buf = SLOT(entry, o_buf), *dc = SLOT(entry, o_dcalls);
+    if (buf == NULL || !PyList_CheckExact(buf) || dc == NULL || !PyLong_CheckExact(dc)) return 1;
+    long long d = PyLong_AsLongLong(dc);
+    if (d == -1 && PyErr_Occurred()) { PyErr_Clear(); return 1; }
+    return d < g_lag_all || PyList_GET_SIZE(buf) % g_lag_every == 0;
+}
+
 /* Fold a pair whose own time was read (r: cuEventElapsedTime's answer, ms its time). */
 static int fold_pair(Pair *p, CUresult r, float ms) {
     int pushed = enter_ctx(p->dev);
@@ -264,7 +279,7 @@ static int fold_pair(Pair *p, CUresult r, float ms) {
     if (pushed < 0) return -1;
     int ok = r == CU_OK, keep_end = 0, rc = -1;
     long long ns = ok ? llround((double)ms * 1e6) : 0, lag = -1;
-    if (ok) lag = lag_of(p, &keep_end);
+    if (ok && (g_dev[p->dev].ref == NULL || lag_wanted(p->entry))) lag = lag_of(p, &keep_end);
     lap(P_LAG);
     if (ok && p->slot != NULL) {  /* the call's times on the timeline's GPU track */
         PyObject *ref = PyObject_GetAttr(p->slot, s_ref);
@@ -652,9 +667,12 @@ static PyObject *py_elapsed(PyObject *mod, PyObject *args) {
 
 static PyObject *py_lag_floor(PyObject *mod, PyObject *args) {
     long long floor_ns, bucket_ns;
-    if (!PyArg_ParseTuple(args, "LL", &floor_ns, &bucket_ns)) return NULL;
+    long long all = g_lag_all, every = g_lag_every;
+    if (!PyArg_ParseTuple(args, "LL|LL", &floor_ns, &bucket_ns, &all, &every)) return NULL;
     g_lag_floor = floor_ns;
     g_bucket_ns = bucket_ns > 0 ? bucket_ns : 1;
+    g_lag_all = all;
+    g_lag_every = every > 0 ? every : 1;
     Py_RETURN_NONE;
 }
 
@@ -813,7 +831,7 @@ PyMethodDef cuda_methods[] = {
     {"cuda_available", py_available, METH_O, "How many unused events device dev's pool holds."},
     {"cuda_query", py_query, METH_O, "Whether an event has completed."},
     {"cuda_elapsed", py_elapsed, METH_VARARGS, "Milliseconds from event a to event b."},
-    {"cuda_lag_floor", py_lag_floor, METH_VARARGS, "Set the lag's floor and the zero's bucket, in ns."},
+    {"cuda_lag_floor", py_lag_floor, METH_VARARGS, "Set the lag's floor and the zero's bucket, in ns; [the lags read in full, then one in N]."},
     {"cuda_tally", py_tally, METH_VARARGS, "What the queue did since the last call ([on]: 1 times records and polls, 2 their parts too)."},
     {"cuda_bench_reads", py_bench_reads, METH_VARARGS, "ns a pair read (its time, its lag) in three settings."},
     {"cuda_bench_records", py_bench_records, METH_VARARGS, "ns per raw event record on dev's current stream."},
