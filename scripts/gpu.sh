@@ -30,6 +30,9 @@
 # check's accuracy and environment sections with torch's private calls in use, then with the
 # CUDA stream reader's fallback forced, the profiler label's, and every fallback at once
 # (INSTRUMENTED_CONVS_FALLBACK): each must pass, the environment section naming the verdicts.
+# With --cost, instead (issue 68's section 2, about 200 s): the fast path built, the facts,
+# then steps 4, 5, 9 and 10 (a step's cost and its polls' parts, check's cost, the proxy, where
+# the cost goes) and the summary.
 # The run goes on when a step fails; the exit status is the number of failed steps. Wheels of
 # missing packages (nvtx) travel in .whl/ (the device README says how) and are installed into
 # /tmp/site when present.
@@ -37,19 +40,22 @@
 #   bash scripts/gpu.sh                      # on the GPU machine: OUT=... set by the tool
 #   bash scripts/gpu.sh --all                # and the older steps
 #   bash scripts/gpu.sh --fallbacks          # torch's private calls' fallbacks, forced
+#   bash scripts/gpu.sh --cost               # what the tool costs on the GPU, alone
 #   bash scripts/gpu.sh --device cpu --quick # the same steps on a CPU: the plumbing (a test)
 set -uo pipefail
 device=cuda
 quick=0
 all=0
 fallbacks=0
+cost=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --all) all=1; shift ;;
     --fallbacks) fallbacks=1; shift ;;
-    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all | --fallbacks]" >&2
+    --cost) cost=1; shift ;;
+    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all | --fallbacks | --cost]" >&2
        exit 2 ;;
   esac
 done
@@ -148,7 +154,7 @@ if [ "$fallbacks" = 1 ]; then
 fi
 nvidia-smi -q -d CLOCK,PERFORMANCE,POWER >"$res/nvidia-smi-before.txt" 2>&1 || true
 
-if [ "$device" != cpu ]; then  # first: a fresh process, nothing of CUDA set up yet
+if [ "$device" != cpu ] && [ "$cost" = 0 ]; then  # first: a fresh process, nothing of CUDA set up yet
   step "the first CUDA steps of a process: what synchronises (warn, error)" 65 first_sync
 fi
 
@@ -159,10 +165,12 @@ step "a step on the CUDA clock against its raw event records, epochs under cProf
 step "check --device $device --sections cost accuracy" 60 run_check --device "$device" \
   "${check_args[@]}" --sections cost accuracy --no-progress --json "$res/check.json"
 
-step "the GPU tests of tests/ (pytest -m gpu)" 60 "$py" -m pytest -p no:cacheprovider -q -rs \
+[ "$cost" = 0 ] && step "the GPU tests of tests/ (pytest -m gpu)" 60 "$py" -m pytest -p no:cacheprovider -q -rs \
   -m gpu tests -W ignore::DeprecationWarning --junitxml "$res/pytest-gpu.xml"
 
-for shape in cora arxiv; do
+shapes=(cora arxiv)
+[ "$cost" = 1 ] && shapes=()
+for shape in "${shapes[@]}"; do
   n=$([ "$shape" = cora ] && echo "$epochs_cora" || echo "$epochs_arxiv")
   expect=$([ "$shape" = cora ] && echo launch-bound || echo device-bound)
   step "run: the study's PyG GCN, $shape's shape, $n epochs" 25 "$py" -W ignore::UserWarning \

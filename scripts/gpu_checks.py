@@ -208,20 +208,13 @@ def loaders(folder: str, device: str) -> int:
     return 1 if problems else 0
 
 
-def _device_s(row: Any) -> float:
-    """A row's device time over its calls whose host time was read (as the report reads it:
-    docs/host_device.md)."""
-    if 0 < row.device_calls < row.count:
-        return row.total * row.device_calls / row.count
-    return row.total
-
-
 def training_regions(summary: Any) -> List[Any]:
     """The regions a verdict is judged by: the top-level regions timed on the device, or,
     where there is one only and it holds regions (the study's ``epoch`` around ``forward``,
     ``loss``, ``backward``, ``optimizer.step``), the regions right inside it; each a
     :class:`~instrumented_convs.report.hostdevice.Part`."""
     from instrumented_convs.report.hostdevice import Part
+    from instrumented_convs.report.row import host_estimate
 
     rows = [r for r in summary.rows if r.device_calls and r.kind == "region"]
     tops = [r for r in rows if r.depth == 0]
@@ -229,7 +222,8 @@ def training_regions(summary: Any) -> List[Any]:
         inner = [r for r in rows if r.depth == 1 and r.name.startswith(tops[0].name + "/")]
         tops = inner or tops
     return [
-        Part(r.name, "region", r.host, _device_s(r), r.device_calls, r.lag, r.caught) for r in tops
+        Part(r.name, "region", host_estimate(r), r.total, r.device_calls, r.lag, r.caught, r.count)
+        for r in tops
     ]
 
 
@@ -317,6 +311,9 @@ def _summary_issue52(d: Path) -> None:
             for g in cs.get("goals", []):
                 if g["pass"] is None:
                     print(f"goal | NOT MEASURED | {g['step']}: {g['goal']}: the C clock not in use")
+                elif "value_ns" not in g:  # a share: at least its limit
+                    verdict = "PASS" if g["pass"] else "FAIL"
+                    print(f"goal | {verdict} | {g['step']}: {g['goal']}: {g['value']:.1%}")
                 else:
                     print(_goal(f"{g['step']}: {g['goal']}", g["value_ns"], g["limit_ns"], "ns"))
     dc = _load(d / "device_cost.json")

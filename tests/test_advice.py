@@ -5,6 +5,7 @@ model); the layers' signals tell one graph from another however it was made."""
 from __future__ import annotations
 
 import importlib.util
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -171,8 +172,6 @@ def test_dgl_graph_conv_without_zero_in_degree_nodes_is_told_to_skip_the_check(a
 
 
 def test_a_loaders_wait_is_at_stake_and_the_threshold_keeps_what_matters():
-    from types import SimpleNamespace
-
     summary = SimpleNamespace(total=2.0, rows=[], by="layer")
     loaders = {
         "loaders": [
@@ -194,6 +193,27 @@ def test_a_loaders_wait_is_at_stake_and_the_threshold_keeps_what_matters():
     assert [i["layers"][0]["path"] for i in kept] == ["DataLoader at train.py:9"]
     assert lines([]) == ["What to change", "  nothing worth 5% or more of the recorded time"]
     assert lines(kept)[1].startswith("  25% at stake (at most) in DataLoader at train.py:9")
+
+
+def test_a_rules_small_items_are_kept_where_together_they_reach_the_threshold():
+    """The same change to three layers, 2% each (the study's GCN at arxiv's shape on an H100:
+    gcn_norm 6% of three layers): worth making, so listed; two, 4% together, are not."""
+    summary = SimpleNamespace(total=2.0, rows=[], by="layer")
+
+    def loaders(n):
+        return {
+            "loaders": [
+                {"label": f"DataLoader at train.py:{i}", "workers": 0, "wait": 4e7}
+                for i in range(n)
+            ]
+        }
+
+    three = decide(Record(summary, loaders=loaders(3)))
+    assert [i["layers"][0]["path"] for i in three] == [
+        f"DataLoader at train.py:{i}" for i in range(3)
+    ]
+    assert all(i["at_stake_share"] == pytest.approx(0.02) for i in three)
+    assert decide(Record(summary, loaders=loaders(2))) == []
 
 
 def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():

@@ -677,6 +677,27 @@ def test_a_poll_reads_finished_pairs_with_two_driver_calls_each(fake_driver):
     assert r["calls"]["cuEventQuery"] == 1 and r["calls"]["cuEventElapsedTime"] == 19
 
 
+def many_calls(b: Backend) -> List[int]:
+    """100 calls of one step, the device keeping up; then everything read."""
+    for _ in range(100):
+        with step("x", device="cuda"):
+            b.launch(0, 1 * US)
+            b.clock.advance(10 * US)
+    b.progress(0, b.clock.now + 1 * MS)
+    return [registry.pending.poll(), b.counts()["cuEventElapsedTime"]]
+
+
+def test_a_steps_lag_is_read_for_its_first_32_calls_then_one_in_8(fake_driver):
+    """Each lag is a second driver read (2 us in situ on an H100): the first LAG_ALL of a step,
+    then one call in LAG_EVERY (calls 32, 40, ..., 96 here: its buffer's length a multiple
+    of 8); host time read with it. Both clocks decide the same."""
+    r = agree(fake_driver, many_calls, calls=_UNREAD)
+    x = row(r, "x")
+    assert x["count"] == 100 and x["dcalls"] == x["caught"] == 32 + 9
+    assert x["host"] == 41 * 10 * US and x["total"] == 100 * 10 * US
+    assert r["obs"] == [100, 100 + 41 - 1]  # its own read each, the lags' (the first: none)
+
+
 def hard_limit(b: Backend) -> List[int]:
     """hard_limit 3 and nothing finished: only the oldest pair's end is waited for."""
     registry.pending.poll_at, registry.pending.hard_limit = 2, 3
@@ -746,6 +767,59 @@ def test_a_device_behind_is_not_asked_at_every_step(fake_driver):
     assert tally["polls"] == tally["unready"] == reads["C"]
     assert tally["folded"] == tally["waits"] == 0
     assert tally["records"] == 800  # (its ns read the fake host clock, which stood still)
+
+
+def test_the_polls_parts_add_up_to_the_polls_time(fake_driver):
+    """cuda_tally(2) (benchmarks/cuda_step.py): a poll's time in laps, each CPU clock read one
+    tick here, so the parts add up to the polls' time less the two reads around each poll."""
+    tick = 100
+    with native_clock(fake_driver) as b:
+        registry.pending.poll_at = 16
+
+        def ticking() -> int:
+            b.clock.advance(tick)
+            return b.clock()
+
+        previous = set_cpu_clock(ticking)
+        try:
+            speedups.cuda_tally(2)
+            for _ in range(100):
+                with step("x", device="cuda"):
+                    b.launch(0, 1 * US)
+                    b.clock.advance(10 * US)
+                b.progress(0, b.clock.now)  # the device keeps up: each poll folds
+            t = speedups.cuda_tally(0)
+        finally:
+            set_cpu_clock(previous)
+            registry.pending.poll_at = 2048
+    parts = t["poll_parts_ns"]
+    assert list(parts) == [
+        "query of the newest end",
+        "read of a pair",
+        "context",
+        "lag",
+        "timeline",
+        "fold in C",
+        "the registry's fold (Python)",
+        "fold in Python (sampled, retired, unreadable)",
+        "release",
+        "wait",
+        "other",
+    ]
+    assert t["polls"] > 0 and t["folded"] > 0
+    assert sum(parts.values()) == t["poll_ns"] - 2 * tick * t["polls"]
+    for part in (
+        "query of the newest end",
+        "read of a pair",
+        "context",
+        "lag",
+        "fold in C",
+        "release",
+        "other",
+    ):
+        assert parts[part] > 0, part
+    assert parts["wait"] == 0
+    assert speedups.cuda_tally(0)["poll_parts_ns"]["read of a pair"] == 0  # read, then zeroed
 
 
 def test_the_read_benchmark_reads_every_pair_in_its_three_settings(fake_driver):

@@ -166,6 +166,35 @@ def test_the_table_shows_the_host_column_and_the_verdict():
     ]
 
 
+def test_where_some_calls_lags_were_read_host_time_is_estimated_for_all():
+    """40 calls, the host time and lag of 10 read (a step's first 32 on CUDA, then one in
+    8): the Host column and the verdict's host time are those 10's mean times 40."""
+    partial = [
+        _entry(
+            "forward", "forward", None, 0, -1, 40, 20 * MS, "region", **_device(10, 4 * MS, 0, 10)
+        )
+    ]
+    s = summarize(partial)
+    table = str(s)
+    header = [h.strip() for h in table.splitlines()[1].split("|")]
+    cells = [
+        c.strip()
+        for c in next(x for x in table.splitlines() if x.startswith("- forward")).split("|")
+    ]
+    assert cells[header.index("Host")] == "16000.000"  # (the table in us)
+    part = hostdevice.parts(s)["regions"][0]
+    assert (part.host, part.device, part.calls, part.count) == (
+        pytest.approx(0.016),
+        pytest.approx(0.02),
+        10,
+        40,
+    )
+    assert _section(table)[1] == (
+        "  forward: launch-bound, the device waited for the host: host 16 ms of 20 ms device, "
+        "80% (10 of 10 calls caught up; lags read for 10 of 40 calls)"
+    )
+
+
 def test_by_layer_each_layer_has_its_verdict():
     s = summarize(_both(LAUNCH, DEVICE), by="layer")
     layers = {p.name: p for p in hostdevice.parts(s)["layers"]}

@@ -11,7 +11,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .row import FIELDS, TOOL, Row
+from .row import FIELDS, TOOL, Row, host_estimate
 
 __all__ = [
     "Column",
@@ -82,11 +82,12 @@ COLUMNS: List[Column] = [
         "host",
         "Host",
         "time",
-        lambda r: r.host if r.device_calls else None,
+        lambda r: host_estimate(r) if r.device_calls else None,
         estimated=True,
         doc="the CPU's time to issue the calls timed on the device, from the start event's "
-        "record to the end event's, the tool's own left out (their Total is the device's); "
-        "from an Nsight Systems report, their ranges' durations.",
+        "record to the end event's, the tool's own left out (their Total is the device's; "
+        "read with each call's lag: where only some were, their mean times Count); from an "
+        "Nsight Systems report, their ranges' durations.",
         note=True,
         device=True,
     ),

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ..core.storage.entry import BACKWARD_MARK
 from .columns import choose_unit
+from .row import host_estimate
 
 __all__ = [
     "LAUNCH_BOUND",
@@ -36,9 +37,9 @@ MOST_NAMED = 5
 
 @dataclass(frozen=True)
 class Part:
-    """A region, a layer or a step (``what``): its calls timed on the device whose host time
-    was read, their host and device time and the sum of their end lags (seconds), and how
-    many ended with the device caught up."""
+    """A region, a layer or a step (``what``): its host and device time over all its calls
+    (seconds; the host's estimated where only some calls' was read), the calls whose lag was
+    read, the sum of their end lags (seconds) and how many ended with the device caught up."""
 
     name: str
     what: str
@@ -47,6 +48,8 @@ class Part:
     calls: int
     lag: float
     caught: int
+    #: all its calls timed on the device (``calls``: those whose lag was read)
+    count: int = 0
 
     @property
     def share(self) -> float:
@@ -84,24 +87,17 @@ class Part:
         return out
 
 
-def _device(row: Any) -> float:
-    """The device time of ``row``'s calls whose host time was read: its total, or its mean
-    times those calls where only some of its calls were (seconds)."""
-    if 0 < row.device_calls < row.count:
-        return row.total * row.device_calls / row.count
-    return row.total
-
-
 def _part(name: str, what: str, rows: Sequence[Any]) -> Part:
     """The part called ``name`` made of ``rows`` (disjoint: none inside another)."""
     return Part(
         name,
         what,
-        host=sum(r.host for r in rows),
-        device=sum(_device(r) for r in rows),
+        host=sum(host_estimate(r) for r in rows),
+        device=sum(r.total for r in rows),
         calls=sum(r.device_calls for r in rows),
         lag=sum(r.lag for r in rows),
         caught=sum(r.caught for r in rows),
+        count=sum(r.count for r in rows),
     )
 
 
@@ -138,7 +134,7 @@ def parts(summary: Any) -> Dict[str, List[Part]]:
     heavy = [
         _part(_label(r, grouped), "step", [r])
         for r in rows
-        if r.kind != "region" and r.host >= HOST_HEAVY * _device(r)
+        if r.kind != "region" and host_estimate(r) >= HOST_HEAVY * r.total
     ]
     heavy.sort(key=lambda p: -p.device)
     return {
@@ -170,20 +166,21 @@ def _time(seconds: float) -> str:
 
 def _sentence(p: Part) -> str:
     """What a part's verdict says, and by how much."""
+    read = f"; lags read for {p.calls} of {p.count} calls" if p.calls < p.count else ""
     if p.verdict == "launch-bound":
         return (
             f"launch-bound, the device waited for the host: host {_time(p.host)} of "
             f"{_time(p.device)} device, {100 * p.share:.0f}% ({p.caught} of {p.calls} calls "
-            "caught up)"
+            f"caught up{read})"
         )
     if p.verdict == "device-bound":
         return (
             f"device-bound, the host ran ahead of the device: host {_time(p.mean_lag)} ahead "
-            f"on average ({p.caught} of {p.calls} calls caught up)"
+            f"on average ({p.caught} of {p.calls} calls caught up{read})"
         )
     return (
         f"mixed: {100 * p.caught_share:.0f}% of {p.calls} calls caught up, host "
-        f"{_time(p.mean_lag)} ahead on average"
+        f"{_time(p.mean_lag)} ahead on average" + (f" ({read[2:]})" if read else "")
     )
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["Row", "FIELDS", "TYPES", "TOOL", "value_of"]
+__all__ = ["Row", "FIELDS", "TYPES", "TOOL", "value_of", "host_estimate"]
 
 TOOL = "tool"  #: the kind of the tool's own row: its one-time work, outside the total
 
@@ -72,11 +72,13 @@ class Row:
     #: standard error of ``total`` (0.0 when exact).
     sampled: int = 0
     se: float = 0.0
-    #: Calls timed on a device (CUDA events) whose host time and lag were read: their host
-    #: time (the CPU's, from the start event's record to the end event's, the tool's own
-    #: time left out; ``total`` is the device's), how many, the sum of their end lags (how
-    #: far the device was behind the host as each ended) and how many ended caught up. Host
-    #: time, calls and lags are scaled like ``total`` in a sampled run (see docs/host_device.md).
+    #: Calls timed on a device (CUDA events) whose host time and lag were read (each step's
+    #: first 32, then one in 8; a backward call where it was timed): their host time (the
+    #: CPU's, from the start event's record to the end event's, the tool's own time left out;
+    #: ``total`` is the device's; :func:`host_estimate` for all calls), how many, the sum of
+    #: their end lags (how far the device was behind the host as each ended) and how many
+    #: ended caught up. Host time, calls and lags are scaled like ``total`` in a sampled run
+    #: (see docs/host_device.md).
     host: float = 0.0
     device_calls: int = 0
     lag: float = 0.0
@@ -142,3 +144,11 @@ def value_of(field: str, value: Any) -> Any:
     if kind is str:
         return value
     return kind(float(value)) if kind is int and isinstance(value, float) else kind(value)
+
+
+def host_estimate(row: Any) -> float:
+    """``row``'s host time over all its calls: where only some calls' host time was read, their
+    mean times ``count``, as ``total`` estimates the calls it did not time."""
+    if 0 < row.device_calls < row.count:
+        return row.host * row.count / row.device_calls
+    return row.host

@@ -320,8 +320,14 @@ RULES = (
 
 
 def decide(record: Record, min_share: float = MIN_SHARE) -> List[Dict[str, Any]]:
-    """Every rule's items worth ``min_share`` of the recorded time or more, largest first."""
-    items = [i for rule in RULES for i in rule.decide(record) if i["at_stake_share"] >= min_share]
+    """Every rule's items worth ``min_share`` of the recorded time or more, alone or with the
+    rule's other items under it (the same change to three layers, 2% each), largest first."""
+    items: List[Dict[str, Any]] = []
+    for rule in RULES:
+        found = rule.decide(record)
+        small = [i for i in found if i["at_stake_share"] < min_share]
+        keep_small = small and sum(i["at_stake_share"] for i in small) >= min_share
+        items += [i for i in found if keep_small or i["at_stake_share"] >= min_share]
     return sorted(items, key=lambda i: -i["at_stake_share"])
 
 

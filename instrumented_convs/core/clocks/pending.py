@@ -17,6 +17,10 @@ LAG_FLOOR_NS = 50_000
 #: this many ns of CPU time; a reference event older than one bucket is replaced.
 LAG_BUCKET_NS = 1_000_000_000
 LAG_BUCKETS = 8
+#: An entry's lag (a second read of the driver, as dear as the pair's own) is read for its
+#: first :data:`LAG_ALL` pairs, then for one in :data:`LAG_EVERY`; its host time with it.
+LAG_ALL = 32
+LAG_EVERY = 8
 
 #: One queued pair, as :meth:`PendingTimes.add` takes it: ``(entry, start event, end event,
 #: device, sampled, slot, t1, host)``.
@@ -24,6 +28,15 @@ Pair = Tuple[Any, Any, Any, int, bool, Optional[GpuSlot], Optional[int], int]
 _END = 2  # the end event's place in a Pair
 #: What a fold takes: ``(entry, device ns or None, sampled, host ns, lag ns or None)``.
 Fold = Callable[[Any, Optional[int], bool, int, Optional[int]], None]
+
+
+def lag_wanted(entry: Any) -> bool:
+    """Whether a pair of ``entry`` has its lag read: its first :data:`LAG_ALL` lags, then where
+    its buffer's length is a multiple of :data:`LAG_EVERY` (the C clock's ``lag_wanted``)."""
+    buf, dcalls = getattr(entry, "buf", None), getattr(entry, "dcalls", None)
+    if type(buf) is not list or type(dcalls) is not int:
+        return True
+    return dcalls < LAG_ALL or len(buf) % LAG_EVERY == 0
 
 
 class DeviceLag:
@@ -115,7 +128,7 @@ class PendingTimes:
         self._next_poll = self._poll_at
         if speedups is not None and self.pool is events:
             speedups.cuda_limits(self._poll_at, self._hard_limit)
-            speedups.cuda_lag_floor(LAG_FLOOR_NS, LAG_BUCKET_NS)
+            speedups.cuda_lag_floor(LAG_FLOOR_NS, LAG_BUCKET_NS, LAG_ALL, LAG_EVERY)
 
     @property
     def poll_at(self) -> int:
@@ -191,7 +204,8 @@ class PendingTimes:
             lags = self._lags.get(device)
             if lags is None:
                 lags = self._lags[device] = DeviceLag(self.pool, device)
-            lag, kept = lags.lag(end, t1)
+            if lags.ref is None or lag_wanted(entry):
+                lag, kept = lags.lag(end, t1)
         self._fold(entry, ns, sampled, host, lag)
         self.pool.put(start, device)
         if not kept:

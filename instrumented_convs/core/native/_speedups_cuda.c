@@ -43,12 +43,29 @@ static PyObject *g_get_device = NULL, *g_raw_stream = NULL, *g_fold_device = NUL
 static PyObject *s_start_ms = NULL, *s_end_ms = NULL, *s_ref = NULL;
 static Py_ssize_t o_host = -1, o_dcalls, o_lag, o_caught;
 static long long g_lag_floor = 50000, g_bucket_ns = 1000000000LL;
+/* an entry's lag is read for its first g_lag_all pairs, then one in g_lag_every (lag_wanted) */
+static long long g_lag_all = 32, g_lag_every = 8;
 /* the queue's length at which the next poll comes (see cuda_poll_queue) */
 static Py_ssize_t g_next_poll = 2048;
 /* what the queue did (cuda_tally): polls, reads that found a pair unfinished, pairs folded,
  * waits; with g_tally on, the ns spent in records and in polls, and how many records */
 static long long g_polls, g_unready, g_folded, g_waits, g_records, g_record_ns, g_poll_ns;
 static int g_tally = 0;
+/* With g_tally == 2, a poll's time split into laps: each lap() gives the ns since the last
+ * one to a part, so the parts add up to the polls' time but for the clock reads themselves. */
+enum { P_QUERY, P_READ, P_CONTEXT, P_LAG, P_TIMELINE, P_FOLD_C, P_FOLD_REGISTRY, P_FOLD_PYTHON, P_RELEASE,
+       P_WAIT, P_OTHER, N_PARTS };
+static const char *const g_part_names[N_PARTS] = {
+    "query of the newest end", "read of a pair", "context", "lag", "timeline", "fold in C",
+    "the registry's fold (Python)", "fold in Python (sampled, retired, unreadable)", "release",
+    "wait", "other"};
+static long long g_part_ns[N_PARTS], g_lap_t;
+static inline void lap(int part) {
+    if (g_tally < 2) return;
+    long long t = now_ns();
+    g_part_ns[part] += t - g_lap_t;
+    g_lap_t = t;
+}
 
 /* -- contexts and pools, per device ---------------------------------------------------- */
 
@@ -242,13 +259,28 @@ static long long lag_of(Pair *p, int *keep_end) {
     return (long long)llround(x - zero);
 }
 
+/* Whether a pair of entry has its lag read, a second driver read (as dear as the pair's own
+ * in situ): for the entry's first lag_all lags, then where its buffer's length is a multiple
+ * of lag_every (one call in lag_every); always where entry is not a plain Entry. The twin,
+ * clocks/pending.py's lag_wanted, decides the same. */
+static int lag_wanted(PyObject *entry) {
+    if ((PyObject *)Py_TYPE(entry) != g_entry_type) return 1;
+    PyObject *buf = SLOT(entry, o_buf), *dc = SLOT(entry, o_dcalls);
+    if (buf == NULL || !PyList_CheckExact(buf) || dc == NULL || !PyLong_CheckExact(dc)) return 1;
+    long long d = PyLong_AsLongLong(dc);
+    if (d == -1 && PyErr_Occurred()) { PyErr_Clear(); return 1; }
+    return d < g_lag_all || PyList_GET_SIZE(buf) % g_lag_every == 0;
+}
+
 /* Fold a pair whose own time was read (r: cuEventElapsedTime's answer, ms its time). */
 static int fold_pair(Pair *p, CUresult r, float ms) {
     int pushed = enter_ctx(p->dev);
+    lap(P_CONTEXT);
     if (pushed < 0) return -1;
     int ok = r == CU_OK, keep_end = 0, rc = -1;
     long long ns = ok ? llround((double)ms * 1e6) : 0, lag = -1;
-    if (ok) lag = lag_of(p, &keep_end);
+    if (ok && (g_dev[p->dev].ref == NULL || lag_wanted(p->entry))) lag = lag_of(p, &keep_end);
+    lap(P_LAG);
     if (ok && p->slot != NULL) {  /* the call's times on the timeline's GPU track */
         PyObject *ref = PyObject_GetAttr(p->slot, s_ref);
         CUevent rev = ref ? PyLong_AsVoidPtr(ref) : NULL;
@@ -262,7 +294,9 @@ static int fold_pair(Pair *p, CUresult r, float ms) {
         }
         PyErr_Clear();
     }
+    lap(P_TIMELINE);
     leave_ctx(pushed);
+    lap(P_CONTEXT);
     PyObject *entry = p->entry;
     if (ok && !p->sampled && (PyObject *)Py_TYPE(entry) == g_entry_type && SLOT(entry, o_retired) == Py_False
         && SLOT(entry, o_buf) != NULL && PyList_CheckExact(SLOT(entry, o_buf))) {
@@ -272,8 +306,10 @@ static int fold_pair(Pair *p, CUresult r, float ms) {
         if (lag >= 0 && (add_slot(entry, o_host, p->host) < 0 || add_slot(entry, o_dcalls, 1) < 0
                          || add_slot(entry, o_lag, lag) < 0 || add_slot(entry, o_caught, lag < g_lag_floor) < 0))
             goto out;
+        lap(P_FOLD_C);
         if (PyList_GET_SIZE(buf) >= g_fold_at) {
             PyObject *r = PyObject_CallMethodObjArgs(g_registry, s_fold, entry, NULL);
+            lap(P_FOLD_REGISTRY);
             if (r == NULL) goto out;
             Py_DECREF(r);
         }
@@ -286,6 +322,7 @@ static int fold_pair(Pair *p, CUresult r, float ms) {
                                       p->host, lago);
         Py_XDECREF(nso); Py_XDECREF(lago);
         if (r != NULL) { Py_DECREF(r); rc = 0; }
+        lap(P_FOLD_PYTHON);
     }
 out:
     if (!ok) {  /* an unreadable pair's events are not reused (the twin drops them too) */
@@ -295,6 +332,7 @@ out:
     }
     pool_put(p->dev, p->start);
     if (!keep_end) pool_put(p->dev, p->end);
+    lap(P_RELEASE);
     return rc;
 }
 
@@ -362,6 +400,7 @@ static int fold_front(CUresult r, float ms) {
     int rc = fold_pair(&p, r, ms);
     Py_DECREF(p.entry);
     Py_XDECREF(p.slot);
+    lap(P_RELEASE);
     return rc;
 }
 
@@ -379,15 +418,18 @@ Py_ssize_t cuda_poll_queue(void) {
     Py_ssize_t folded = 0;
     float ms;
     g_polls++;
+    if (g_tally > 1) g_lap_t = now_ns();
     if (g_len) {  /* the newest end first: the driver learns at once how far the device got,
                      and reading each pair it has run costs a quarter (cuda_bench_reads) */
         Pair *back = &g_q[(g_head + g_len - 1) % g_cap];
         int pushed = enter_ctx(back->dev);
         if (pushed < 0) PyErr_Clear();
         else { cu.EventQuery(back->end); leave_ctx(pushed); }
+        lap(P_QUERY);
     }
     while (g_len) {
         CUresult r = read_front(&ms);
+        lap(P_READ);
         if (r == CU_NOT_READY) { g_unready++; break; }  /* any other answer: fold it now (an error: untimed) */
         if (fold_front(r, ms) < 0) { g_folded += folded; next_poll(); return -1; }
         folded++;
@@ -395,15 +437,18 @@ Py_ssize_t cuda_poll_queue(void) {
     while (g_len >= g_hard_limit) {
         CUevent end = g_q[g_head].end;
         wait_for(g_q[g_head].dev, end, NULL);  /* this event only, not the whole device */
+        lap(P_WAIT);
         g_waits++;
         if (g_len && g_q[g_head].end == end) {  /* else another thread read it meanwhile */
             CUresult r = read_front(&ms);
+            lap(P_READ);
             if (fold_front(r, ms) < 0) { g_folded += folded; next_poll(); return -1; }
             folded++;
         }
     }
     g_folded += folded;
     next_poll();
+    lap(P_OTHER);
     return folded;
 }
 
@@ -622,9 +667,12 @@ static PyObject *py_elapsed(PyObject *mod, PyObject *args) {
 
 static PyObject *py_lag_floor(PyObject *mod, PyObject *args) {
     long long floor_ns, bucket_ns;
-    if (!PyArg_ParseTuple(args, "LL", &floor_ns, &bucket_ns)) return NULL;
+    long long all = g_lag_all, every = g_lag_every;
+    if (!PyArg_ParseTuple(args, "LL|LL", &floor_ns, &bucket_ns, &all, &every)) return NULL;
     g_lag_floor = floor_ns;
     g_bucket_ns = bucket_ns > 0 ? bucket_ns : 1;
+    g_lag_all = all;
+    g_lag_every = every > 0 ? every : 1;
     Py_RETURN_NONE;
 }
 
@@ -632,12 +680,21 @@ static PyObject *py_lag_floor(PyObject *mod, PyObject *args) {
  * on (optional) also times each record and poll from here on (two clock reads each). */
 static PyObject *py_tally(PyObject *mod, PyObject *args) {
     int on = -1;
-    if (!PyArg_ParseTuple(args, "|p", &on)) return NULL;
+    if (!PyArg_ParseTuple(args, "|i", &on)) return NULL;
     PyObject *d = Py_BuildValue("{sLsLsLsLsLsLsL}", "polls", g_polls, "unready", g_unready, "folded", g_folded,
                                 "waits", g_waits, "records", g_records, "record_ns", g_record_ns,
                                 "poll_ns", g_poll_ns);
+    PyObject *parts = d ? PyDict_New() : NULL;
+    for (int i = 0; parts != NULL && i < N_PARTS; i++) {
+        PyObject *v = PyLong_FromLongLong(g_part_ns[i]);
+        if (v == NULL || PyDict_SetItemString(parts, g_part_names[i], v) < 0) Py_CLEAR(parts);
+        Py_XDECREF(v);
+        g_part_ns[i] = 0;
+    }
+    if (parts == NULL || PyDict_SetItemString(d, "poll_parts_ns", parts) < 0) { Py_XDECREF(parts); Py_XDECREF(d); return NULL; }
+    Py_DECREF(parts);
     g_polls = g_unready = g_folded = g_waits = g_records = g_record_ns = g_poll_ns = 0;
-    if (on >= 0) g_tally = on;
+    if (on >= 0) g_tally = on < 0 ? 0 : on > 2 ? 2 : on;
     return d;
 }
 
@@ -774,8 +831,8 @@ PyMethodDef cuda_methods[] = {
     {"cuda_available", py_available, METH_O, "How many unused events device dev's pool holds."},
     {"cuda_query", py_query, METH_O, "Whether an event has completed."},
     {"cuda_elapsed", py_elapsed, METH_VARARGS, "Milliseconds from event a to event b."},
-    {"cuda_lag_floor", py_lag_floor, METH_VARARGS, "Set the lag's floor and the zero's bucket, in ns."},
-    {"cuda_tally", py_tally, METH_VARARGS, "What the queue did since the last call ([on]: time records, polls)."},
+    {"cuda_lag_floor", py_lag_floor, METH_VARARGS, "Set the lag's floor and the zero's bucket, in ns; [the lags read in full, then one in N]."},
+    {"cuda_tally", py_tally, METH_VARARGS, "What the queue did since the last call ([on]: 1 times records and polls, 2 their parts too)."},
     {"cuda_bench_reads", py_bench_reads, METH_VARARGS, "ns a pair read (its time, its lag) in three settings."},
     {"cuda_bench_records", py_bench_records, METH_VARARGS, "ns per raw event record on dev's current stream."},
     {NULL},

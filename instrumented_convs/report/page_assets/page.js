@@ -33,6 +33,11 @@
     }
     return Math.round(n) + " B";
   }
+  // a row's host time over all its calls: where only some calls' was read, their mean times
+  // the calls (report/row.py's host_estimate)
+  function hostEstimate(n) {
+    return n.device_calls > 0 && n.device_calls < n.count ? n.host * n.count / n.device_calls : n.host;
+  }
   function pct(x) { return x === null || x === undefined ? "" : (100 * x).toFixed(1) + "%"; }
   function node(tag, attrs, text) {
     const n = document.createElement(tag);
@@ -90,7 +95,7 @@
         (n.scope ? "  (" + n.scope + ")" : "") + "\n" + n.count + " calls" +
         (n.estimated ? " (" + n.estimated + " estimated)" : "") + ", total " + fmt(n.total, unit) +
         " " + unit + ", mean " + fmt(n.mean, unit) + " " + unit + ", self " +
-        fmt(n.self_time, unit) + " " + unit + (n.device_calls ? ", host " + fmt(n.host, unit) +
+        fmt(n.self_time, unit) + " " + unit + (n.device_calls ? ", host " + fmt(hostEstimate(n), unit) +
         " " + unit + " (total is the device's)" : "") + "\n" + pct(n.total / grand) + " of all steps");
     }
     tip.style.whiteSpace = "pre";
