@@ -49,9 +49,9 @@ def _train(model, x, ei, steps=3):
     return opt
 
 
-def _trial(layer):
+def _trial(layer, rule="fused-sparse"):
     (rec,) = [x for x in signals.describe()["layers"] if x["class"] == type(layer).__name__]
-    return rec.get("trials", {}).get("fused-sparse")
+    return rec.get("trials", {}).get(rule)
 
 
 @needs_pyg
@@ -127,13 +127,13 @@ def _summary(rows, total):
     return SimpleNamespace(total=total, rows=rows, by="layer")
 
 
-def _record(trial, same_graph=True, calls=10):
+def _record(trial, same_graph=True, calls=10, rule="fused-sparse"):
     rows = [
         dict(depth=0, scope="conv", step="SAGEConv", phase="forward", total=0.06),
         dict(depth=0, scope="conv", step="SAGEConv", phase="backward", total=0.04),
     ]
     layer = {"path": "conv", "class": "SAGEConv", "framework": "pyg", "calls": calls}
-    layer.update(same_graph=same_graph, options={}, trials={"fused-sparse": trial})
+    layer.update(same_graph=same_graph, options={}, trials={rule: trial})
     return Record(_summary(rows, 0.5), {"layers": [layer]})
 
 
@@ -192,3 +192,103 @@ def test_dgl_weights_normalised_once_are_timed_against_graph_convs_own_norm(advi
     t = rec["trials"]["cache-normalization"]
     assert t["equal"] and t["rounds"] >= 3 and "EdgeWeightNorm(norm='both')" in t["change"]
     assert model._norm == "both"  # the user's layer as it was
+
+
+class _Three(torch.nn.Module):
+    """A SAGEConv, a GraphConv given edge weights and a GINConv, each 64 wide in, 8 out."""
+
+    def __init__(self, **sage):
+        from instrumented_convs.pyg import GINConv, GraphConv, SAGEConv
+
+        super().__init__()
+        self.sage, self.graph = SAGEConv(64, 8, **sage), GraphConv(64, 8, aggr="mean")
+        self.gin = GINConv(torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU()))
+
+    def forward(self, x, ei):
+        w = torch.linspace(0.5, 1.5, ei.size(1))
+        return self.sage(x, ei) + self.graph(x, ei, w) + self.gin(x, ei)
+
+
+@needs_pyg
+def test_projecting_first_is_timed_as_the_same_model_where_the_input_is_wider(advising):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(400, 64, generator=g)
+    _, ei = _graph()
+    model = _Three(normalize=True)
+    _train(model, x, ei)
+    assert trials.measure(3.0) == []
+    for layer in (model.sage, model.graph, model.gin):
+        t = _trial(layer, "project-first")
+        assert t["equal"] and t["difference"] <= 1e-5 and t["rounds"] >= 3, type(layer)
+        assert "8 wide, not 64" in t["change"]
+    signals.clear()
+    from instrumented_convs.pyg import SAGEConv
+
+    narrow, maximum = SAGEConv(16, 16), SAGEConv(64, 8, aggr="max")  # not wider; not a sum
+    for layer in (narrow, maximum):
+        _train(layer, x[:, : layer.lin_l.in_channels], ei)
+        assert trials.measure(1.0) == [] and _trial(layer, "project-first") is None
+        signals.clear()
+
+
+@needs_pyg
+def test_the_project_first_subclass_in_docs_advice_is_sageconv_projected_first():
+    """The class docs/advice.md gives, run against PyG's own SAGEConv with its state_dict."""
+    import re
+
+    from torch_geometric.nn import SAGEConv
+
+    from .helpers import ROOT
+
+    text = (ROOT / "docs" / "advice.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "SAGEConvFirst" in b)
+    space = {}
+    exec(compile(code, "docs/advice.md", "exec"), space)
+    _, ei = _graph()
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(2))
+    for options in ({}, {"normalize": True, "aggr": "sum"}, {"root_weight": False}):
+        stock = SAGEConv(64, 8, **options)
+        first = space["SAGEConvFirst"](64, 8, **options)
+        first.load_state_dict(stock.state_dict())
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out_a, out_b = stock(a, ei), first(b, ei)
+        out_a.square().sum().backward()
+        out_b.square().sum().backward()
+        assert torch.allclose(out_a, out_b, atol=1e-5), options
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+        assert all(
+            torch.allclose(p.grad, q.grad, atol=1e-4)
+            for p, q in zip(stock.parameters(), first.parameters())
+        )
+
+
+@needs_pyg
+def test_bfloat16_is_timed_against_its_tolerance(advising):
+    from instrumented_convs.layers.precision import TOLERANCE
+
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(3))
+    _, ei = _graph()
+    model = _Three()
+    _train(model, x, ei)
+    assert trials.measure(3.0) == []
+    t = _trial(model.sage, "lower-precision")
+    assert t["tolerance"] == TOLERANCE and 0 < t["difference"] <= TOLERANCE and t["equal"]
+    assert "torch.autocast('cpu', dtype=torch.bfloat16)" in t["change"]
+    assert model.sage.lin_l.weight.dtype == torch.float32
+
+
+def test_the_rules_of_a_projection_first_and_of_bfloat16_read_what_was_timed():
+    trial = dict(change="project before the sum", stock_s=0.010, changed_s=0.007, aa_s=0.001)
+    trial.update(convert_s=0.0, rounds=9, difference=3e-7, tolerance=1e-4, equal=True)
+    (item,) = decide(_record(trial, rule="project-first"), min_share=0.0)
+    assert item["rule"] == "project-first"
+    assert item["measured_saving_share"] == pytest.approx(0.1 * 0.3 / 0.5)
+    assert item["outputs"].startswith("equal: the largest difference 3.0e-07")
+    low = dict(trial, change="autocast", difference=0.012, tolerance=0.03)
+    (item,) = decide(_record(low, rule="lower-precision"), min_share=0.0)
+    assert item["rule"] == "lower-precision"
+    assert item["outputs"].startswith("different: the largest difference 1.2e-02 of the largest")
+    assert "within the 3e-02 taken as the same model" in item["outputs"]
+    assert decide(_record(dict(low, equal=False), rule="lower-precision"), min_share=0.0) == []
+    slower = dict(low, changed_s=0.012)  # bfloat16 without the instructions for it
+    assert decide(_record(slower, rule="lower-precision"), min_share=0.0) == []

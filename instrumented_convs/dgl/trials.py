@@ -46,4 +46,4 @@ def cached_norm(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     )
 
 
-register("dgl", cached_norm)
+register("dgl", "cache-normalization", cached_norm)

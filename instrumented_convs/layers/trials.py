@@ -17,6 +17,7 @@ import random
 import statistics
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -46,30 +47,35 @@ class Change:
     inputs: Tuple[tuple, dict]
     layer: Any = None
     convert_s: float = 0.0
+    #: the largest difference of outputs and gradients, relative to the largest value, under
+    #: which the change is the same model (more for lower precision: said in the advice)
+    tolerance: float = RTOL
 
 
-#: ``candidate(layer, facts)`` -> a :class:`Change` or None, per framework.
+#: ``candidate(layer, facts)`` -> a :class:`Change` or None; by framework and rule.
 Candidate = Callable[[Any, Dict[str, Any]], Optional[Change]]
-CANDIDATES: List[Tuple[str, Candidate]] = []
+CANDIDATES: List[Tuple[str, str, Candidate]] = []
 
 
-def register(framework: str, candidate: Candidate) -> None:
-    """Time ``candidate``'s changes on the noted layers of ``framework`` (``pyg``, ``dgl``)."""
-    if (framework, candidate) not in CANDIDATES:
-        CANDIDATES.append((framework, candidate))
+def register(framework: str, rule: str, candidate: Candidate) -> None:
+    """Time ``candidate``'s changes (of ``rule``) on the noted layers of ``framework``
+    (``pyg``, ``dgl``)."""
+    if (framework, rule, candidate) not in CANDIDATES:
+        CANDIDATES.append((framework, rule, candidate))
 
 
 @contextlib.contextmanager
 def untouched() -> Iterator[None]:
-    """Nothing recorded (``configure(enabled=False)``), and the random states of Python,
-    NumPy (where imported) and torch (CPU and every CUDA device) as they were after."""
+    """Nothing recorded (``configure(enabled=False)``), no warning shown, and the random states
+    of Python, NumPy (where imported) and torch (CPU and every CUDA device) as they were after."""
     py = random.getstate()
     np = sys.modules.get("numpy")
     np_state = np.random.get_state() if np is not None else None
     cpu = torch.random.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    try:
-        with configure(enabled=False), torch.enable_grad():
+    try:  # (torch's notes on a change, beta sparse layouts say: the user's run is not theirs)
+        with configure(enabled=False), torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             yield
     finally:
         random.setstate(py)
@@ -167,36 +173,42 @@ def time_change(
         "convert_s": change.convert_s,
         "rounds": rounds,
         "difference": diff,
-        "equal": diff is not None and diff <= RTOL,
+        "tolerance": change.tolerance,
+        "equal": diff is not None and diff <= change.tolerance,
     }
 
 
 def measure(seconds: float) -> List[str]:
     """Time every candidate change of every noted layer still alive, in ``seconds`` at most
     in all (each change gets an equal share of what is left); the results are saved with the
-    signals (:func:`~..core.meters.signals.set_trial`). Returns what was skipped, in words."""
+    signals (:func:`~..core.meters.signals.set_trial`). Returns what was not timed, a line a
+    layer, in words."""
     todo = []
     for layer, facts in signals.alive():
-        for framework, candidate in CANDIDATES:
-            if framework == facts["framework"]:
-                todo.append((layer, facts, candidate))
-    skipped: List[str] = []
+        for framework, rule, candidate in CANDIDATES:
+            if framework == facts["framework"] and rule not in facts["timed"]:
+                todo.append((layer, facts, rule, candidate))
+    late: Dict[str, List[str]] = {}
+    failed: List[str] = []
     end = time.perf_counter() + seconds
     with untouched():
-        for i, (layer, facts, candidate) in enumerate(todo):
+        for i, (layer, facts, rule, candidate) in enumerate(todo):
             left = end - time.perf_counter()
             name = f"{type(layer).__name__} ({getattr(layer, 'scope', None) or 'a layer'})"
             if left <= 0:
-                skipped.append(f"{name}: no time left of the {seconds:g} s")
+                late.setdefault(name, []).append(rule)
                 continue
             try:
                 change = candidate(layer, facts)
-                if change is None or change.rule in facts["timed"]:
+                if change is None:
                     continue
                 result = time_change(layer, facts["inputs"], change, left / (len(todo) - i))
             except Exception as exc:  # a change that cannot be made here: said, not raised
-                logger.info("advice: timing a change of %s failed: %s", name, exc)
-                skipped.append(f"{name}: {type(exc).__name__}: {exc}")
+                logger.info("advice: timing %s of %s failed: %s", rule, name, exc)
+                failed.append(f"{name}: {rule} could not be timed: {type(exc).__name__}: {exc}")
                 continue
-            signals.set_trial(layer, change.rule, result)
-    return skipped
+            signals.set_trial(layer, rule, result)
+    return failed + [
+        f"{name}: not timed, no time left of the {seconds:g} s: {', '.join(rules)}"
+        for name, rules in late.items()
+    ]

@@ -274,13 +274,26 @@ def _timed(
             f"{given} (A/A {_duration(t['aa_s'])}, {t['rounds']} rounds)",
             valid_when,
             seconds,
-            f"equal: the largest difference {t['difference']:.1e} of the largest value (within "
-            "1e-4: sums in another order)",
+            _outputs(t),
             record,
         )
         item["measured_saving_share"] = _share(record, saving)
         out.append(item)
     return out
+
+
+def _outputs(t: Dict[str, Any]) -> str:
+    """How a timed change's outputs and gradients compared with the layer's."""
+    tolerance = t.get("tolerance", 1e-4)
+    if tolerance <= 1e-4:
+        return (
+            f"equal: the largest difference {t['difference']:.1e} of the largest value (within "
+            "1e-4: sums in another order)"
+        )
+    return (
+        f"different: the largest difference {t['difference']:.1e} of the largest value, "
+        f"within the {tolerance:.0e} taken as the same model; check the accuracy you train to"
+    )
 
 
 def fused_sparse(record: Record) -> List[Dict[str, Any]]:
@@ -308,9 +321,39 @@ def cached_norm_dgl(record: Record) -> List[Dict[str, Any]]:
     )
 
 
+def project_first(record: Record) -> List[Dict[str, Any]]:
+    """A PyG SAGEConv, GraphConv or GINConv summing at a width much larger than its output's:
+    the projection moved before the sum, where timed faster on its own inputs."""
+    return _timed(
+        record,
+        "project-first",
+        "pyg",
+        "projected first",
+        "the layer's sum is linear (add, sum, mean) and its input a feature matrix",
+    )
+
+
+def lower_precision(record: Record) -> List[Dict[str, Any]]:
+    """A layer timed faster under bfloat16 autocast on its own inputs, its outputs within the
+    tolerance (``layers.precision``); PyG and DGL alike."""
+    return [
+        item
+        for framework in ("pyg", "dgl")
+        for item in _timed(
+            record,
+            "lower-precision",
+            framework,
+            "under bfloat16 autocast",
+            "the accuracy the model trains to holds in bfloat16 (check it on a validation set)",
+        )
+    ]
+
+
 #: The rules, in the order their items are listed when their shares tie.
 RULES = (
     Rule("fused-sparse", fused_sparse),
+    Rule("project-first", project_first),
+    Rule("lower-precision", lower_precision),
     Rule("cache-normalization", cache_normalization),
     Rule("cache-normalization", cached_norm_dgl),
     Rule("self-loops-present", self_loops_present),
