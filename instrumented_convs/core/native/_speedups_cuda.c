@@ -262,7 +262,7 @@ static long long lag_of(Pair *p, int *keep_end) {
 /* Whether a pair of entry has its lag read, a second driver read (as dear as the pair's own
  * in situ): for the entry's first lag_all lags, then where its buffer's length is a multiple
  * of lag_every (one call in lag_every); always where entry is not a plain Entry. The twin,
- * clocks/pending.py's lag_wanted, decides the same. */
+ * core/clocks/pending.py's lag_wanted, decides the same. */
 static int lag_wanted(PyObject *entry) {
     if ((PyObject *)Py_TYPE(entry) != g_entry_type) return 1;
     PyObject *buf = SLOT(entry, o_buf), *dc = SLOT(entry, o_dcalls);
