@@ -117,17 +117,27 @@ class _Registry:
 registry = _Registry()
 
 
-def advise(min_share: float = 0.05) -> _t.List[_t.Dict[str, _t.Any]]:
+def advise(
+    min_share: float = 0.05, seconds: _t.Optional[float] = None
+) -> _t.List[_t.Dict[str, _t.Any]]:
     """What to change, the largest time at stake first (docs/advice.md): the rules read what
     was recorded (by layer), the layers' signals (``configure(advise=True)`` before training)
-    and the loaders given to ``instrument_loader``. Each item says its ``rule``, ``layers``,
-    ``change``, ``why``, ``valid_when``, ``at_stake_share`` (an upper bound) and ``outputs``;
-    items under ``min_share`` of the recorded time are left out."""
+    and the loaders given to ``instrument_loader``; where advising, the changes that replace
+    work are first timed on the layers' own last inputs, in ``seconds`` at most (default: a
+    tenth of the recorded time, 60 s at most; 0: none). Each item says its ``rule``,
+    ``layers``, ``change``, ``why``, ``valid_when``, ``at_stake_share`` (an upper bound),
+    ``measured_saving_share`` (where timed) and ``outputs``; items under ``min_share`` of the
+    recorded time are left out."""
     from .core.meters import signals
     from .report.rules import Record, decide
     from .workers import loaders_result
 
-    record = Record(registry.summary(by="layer"), signals.describe(), loaders_result())
+    summary = registry.summary(by="layer")
+    if configure().advise and seconds != 0:
+        from .layers.trials import measure
+
+        measure(seconds if seconds is not None else min(60.0, 0.1 * summary.total))
+    record = Record(summary, signals.describe(), loaders_result())
     return decide(record, min_share)
 
 

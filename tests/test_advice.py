@@ -232,21 +232,33 @@ def test_a_call_on_the_last_calls_very_objects_takes_the_fast_path_and_a_change_
     slow path, where the key tells a new graph."""
     signals.clear()
     layer, ei = torch.nn.Linear(1, 1), torch.arange(6).view(2, 3)
-    assert not signals.again(layer, ei, None)  # never called: noted
+    inputs = ((ei,), {})  # what the layer was called with: held for the changes timed later
+    assert not signals.again(layer, inputs, ei, None)  # never called: noted
     note = lambda: signals.note(  # noqa: E731
-        layer, "pyg", signals.graph_key(ei, None), ei, lambda x: {}, lambda x: {}, (ei, None)
+        layer,
+        "pyg",
+        signals.graph_key(ei, None),
+        ei,
+        lambda x: {},
+        lambda x: {},
+        (ei, None),
+        inputs,
     )
     note()
-    assert signals.again(layer, ei, None) and signals.again(layer, ei, None)
-    assert not signals.again(layer, ei.clone(), None) and not signals.again(layer, ei, ei)
+    assert signals.again(layer, inputs, ei, None) and signals.again(layer, inputs, ei, None)
+    assert not signals.again(layer, inputs, ei.clone(), None) and not signals.again(
+        layer, inputs, ei, ei
+    )
     ei.add_(0)  # in place: another version
-    assert not signals.again(layer, ei, None)
+    assert not signals.again(layer, inputs, ei, None)
     note()  # noted again, the key changed
     ei.data = torch.arange(6).view(2, 3)  # the same object and version, another tensor's data
-    assert not signals.again(layer, ei, None)
+    assert not signals.again(layer, inputs, ei, None)
     note()
     (x,) = signals.describe()["layers"]
     assert x["calls"] == 5 and not x["same_graph"]
+    ((held, facts),) = signals.alive()
+    assert held is layer and facts["inputs"] is inputs and facts["calls"] == 5
     signals.clear()
 
 

@@ -555,3 +555,17 @@ def test_advise_cost_reports_each_layer_against_the_defaults_and_the_aa(tmp_path
         lo, hi = r["advise_vs_defaults_quartiles"]
         assert lo <= r["advise_vs_defaults"] <= hi and r["aa_quartiles"][0] <= r["aa_quartiles"][1]
     assert "advise/defaults" in proc.stdout
+
+
+def test_advice_truth_states_and_measures_a_change_applied_to_the_stock_script(tmp_path):
+    """benchmarks/advice_truth.py (issue 66), one case at its smallest: the advised run, then
+    the stock script with the change and without; the stated and real savings written."""
+    pytest.importorskip("torch_geometric")
+    out = tmp_path / "truth.json"
+    case = "GINConv, project-first"
+    proc = run_script("benchmarks/advice_truth.py", "--quick", "--cases", case, "--json", str(out))
+    r = json.loads(out.read_text())[case]
+    assert r["rule"] == "project-first" and "project-first" in r["advised"]
+    assert 0 < r["stated"] < 1 and set(r["medians_s"]) == {"stock", "changed", "stock again"}
+    assert r["holds"] == (abs(r["stated"] - r["real"]) <= max(0.05, 0.5 * abs(r["real"])))
+    assert case in proc.stdout

@@ -246,9 +246,12 @@ class GraphConv(generic.Detailed, _StockGraphConv):
         """The stock forward, with its steps recorded (docs/dgl.rst lists them)."""
         if runs_stock(self):
             return super().forward(graph, feat, weight=weight, edge_weight=edge_weight)
-        if switches.advise and not signals.again(self, graph, graph._graph, edge_weight):
-            signals.note(self, "dgl", signals.graph_key(graph, graph._graph, edge_weight), graph,
-                         _options, _checks, (graph, graph._graph, edge_weight))
+        if switches.advise:
+            inputs = ((graph, feat), {"weight": weight, "edge_weight": edge_weight})
+            if not signals.again(self, inputs, graph, graph._graph, edge_weight):
+                key = signals.graph_key(graph, graph._graph, edge_weight)
+                signals.note(self, "dgl", key, graph, _options, _checks,
+                             (graph, graph._graph, edge_weight), inputs)
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
         return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)

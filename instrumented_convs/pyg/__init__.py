@@ -5,7 +5,7 @@ GCNConv``. Each is a subclass of the stock layer (same constructor, parameters,
 (:mod:`.gcn`), every other class generic (:mod:`.generic`).
 """
 
-from . import generic, hetero
+from . import generic, hetero, trials  # noqa: F401  (trials: the advice's changes timed)
 from .gcn import DETAILED, KNOWN, GCNConv, gcn_norm  # noqa: F401  (KNOWN: for tests, check)
 
 __all__ = ["GCNConv", "gcn_norm", "DETAILED"]

@@ -206,7 +206,8 @@ class GCNConv(DetailedPyG, _StockGCNConv):
         if runs_stock(self) or not isinstance(x, Tensor):
             return super().forward(x, edge_index, edge_weight)
         if switches.advise:
-            signals.note_call(self, edge_index, edge_weight, x.size(self.node_dim))
+            inputs = ((x, edge_index, edge_weight), {})
+            signals.note_call(self, edge_index, edge_weight, x.size(self.node_dim), inputs)
         if not _FORWARD_OK:
             return self._upstream_forward(x, edge_index, edge_weight)
         undo = install(self, children=False)  # PyG's collect, message, aggregate... as steps

@@ -1,8 +1,10 @@
 """The advice's signals of PyG layers (``configure(advise=True)``): each call's graph noted
 (:mod:`..core.meters.signals`), and at the end what the layer's options and last graph say:
 the options the rules read, and where the layer adds self-loops, how many nodes had one
-already. Only the layers whose cache keeps the normalised graph alone are noted:
-``SGConv``'s and ``SSGConv``'s keep the propagated features too (another condition)."""
+already. Noted: the layers whose cache keeps the normalised graph alone (:data:`NOTED`:
+``SGConv``'s and ``SSGConv``'s keep the propagated features too, another condition), and
+those with a fused ``message_and_aggregate`` (:func:`fused`), whose last call's inputs are
+held for the change to a sparse ``adj_t`` timed at the end (:mod:`.trials`)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 
 from ..core.meters import signals
 
-__all__ = ["NOTED", "note_call", "advise_hook"]
+__all__ = ["NOTED", "fused", "note_call", "advise_hook"]
 
 #: The classes noted: ``cached=True`` keeps their normalised graph (``gcn_norm``'s output).
 NOTED = frozenset({"GCNConv", "APPNP", "GCN2Conv"})
@@ -41,24 +43,28 @@ def _parts(edge_index: Any) -> Tuple[Any, ...]:
     return (edge_index,)
 
 
-def note_call(layer: Any, edge_index: Any, edge_weight: Any, num_nodes: int) -> None:
-    """One call of ``layer`` on this graph (``num_nodes``: its nodes, from the features)."""
+def note_call(
+    layer: Any, edge_index: Any, edge_weight: Any, num_nodes: int, inputs: Any = None
+) -> None:
+    """One call of ``layer`` on this graph (``num_nodes``: its nodes, from the features;
+    ``inputs``: the call's ``(args, kwargs)``, held for the changes timed at the end)."""
     parts = _parts(edge_index)
-    if signals.again(layer, *parts, edge_weight):
+    if signals.again(layer, inputs, *parts, edge_weight):
         return
     key = signals.graph_key(*parts, edge_weight)
-    signals.note(
-        layer, "pyg", key, (edge_index, num_nodes), _options, _checks, (*parts, edge_weight)
-    )
+    held = (*parts, edge_weight)
+    signals.note(layer, "pyg", key, (edge_index, num_nodes), _options, _checks, held, inputs)
 
 
 def _options(layer: Any) -> Dict[str, Any]:
-    """The options the rules read, at the layer's first call."""
+    """The options the rules read, at the layer's first call, and whether its cache keeps
+    the normalised graph alone (:data:`NOTED`)."""
     kept = (bool, int, float)
     return {
         "options": {
             k: getattr(layer, k) for k in OPTIONS if isinstance(getattr(layer, k, None), kept)
-        }
+        },
+        "caches_graph": type(layer).__name__ in NOTED,
     }
 
 
@@ -77,10 +83,19 @@ def _checks(last: Any) -> Dict[str, Any]:
     return facts
 
 
+def fused(stock: type) -> bool:
+    """Whether a PyG class has its own ``message_and_aggregate`` (one sparse product where
+    it is given an ``adj_t``, not a message per edge)."""
+    from torch_geometric.nn.conv import MessagePassing
+
+    own = getattr(stock, "message_and_aggregate", None)
+    return own is not None and own is not MessagePassing.message_and_aggregate
+
+
 def advise_hook(stock: type) -> Optional[Callable[[Any, tuple, dict], None]]:
-    """For a generic class of :data:`NOTED`: what its forward calls with its arguments to note
-    the call (found by the stock forward's parameter names), else None."""
-    if stock.__name__ not in NOTED:
+    """For a generic class of :data:`NOTED` or :func:`fused`: what its forward calls with its
+    arguments to note the call (found by the stock forward's parameter names), else None."""
+    if stock.__name__ not in NOTED and not fused(stock):
         return None
     names = list(inspect.signature(stock.forward).parameters)[1:]
     at = {k: i for i, k in enumerate(names)}
@@ -96,6 +111,7 @@ def advise_hook(stock: type) -> Optional[Callable[[Any, tuple, dict], None]]:
 
         x = arg(i_x, "x")
         if isinstance(x, torch.Tensor):
-            note_call(layer, arg(i_edge, "edge_index"), arg(i_weight, "edge_weight"), x.size(-2))
+            edge_index, edge_weight = arg(i_edge, "edge_index"), arg(i_weight, "edge_weight")
+            note_call(layer, edge_index, edge_weight, x.size(-2), (args, kwargs))
 
     return hook

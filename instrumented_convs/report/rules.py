@@ -1,7 +1,8 @@
-"""The advice's rules (part 1): what to change, decided from the record alone: the rows (by
-layer), the layers' signals (``configure(advise=True)``), the loaders' waits and the host and
-device verdict. A rule is one entry of :data:`RULES`: its id and the function that reads the
-record into items; docs/advice.md gives each rule's evidence, condition and number.
+"""The advice's rules: what to change, decided from the record: the rows (by layer), the
+layers' signals (``configure(advise=True)``) with the changes timed on them at the end
+(``fused-sparse``), the loaders' waits and the host and device verdict. A rule is one entry
+of :data:`RULES`: its id and the function that reads the record into items; docs/advice.md
+gives each rule's evidence, condition and number.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def cache_normalization(record: Record) -> List[Dict[str, Any]]:
     out = []
     for x in _layers(record, "pyg"):
         opts = x.get("options", {})
+        if not x.get("caches_graph", True):  # (a run from before noted only those)
+            continue
         if opts.get("cached") is not False or not opts.get("normalize", True):
             continue
         if x["calls"] < 2 or not x["same_graph"]:
@@ -242,9 +245,117 @@ def host_bound(record: Record) -> List[Dict[str, Any]]:
     return out
 
 
-#: The rules of part 1, in the order their items are listed when their shares tie.
+def _timed(
+    record: Record, rule: str, framework: str, given: str, valid_when: str
+) -> List[Dict[str, Any]]:
+    """The items of a change timed on the layers' own inputs (``layers.trials``), each where
+    its outputs were equal and it saved more a call than the A/A's difference: that saving,
+    scaled to the layer's recorded time, less the conversion (once where the graph stayed,
+    else at every call), its ``measured_saving_share``; ``given``: what the change gives the
+    layer, in words."""
+    out = []
+    for x in _layers(record, framework):
+        t = (x.get("trials") or {}).get(rule)
+        if not t or not t["equal"] or t["stock_s"] - t["changed_s"] <= t["aa_s"]:
+            continue
+        seconds = _time_in(record.summary, x["path"], (x["class"],))
+        if seconds <= 0:
+            continue
+        convert = t["convert_s"] * (1 if x["same_graph"] else x["calls"])
+        saving = seconds * (t["stock_s"] - t["changed_s"]) / t["stock_s"] - convert
+        if saving <= 0:  # the conversion costs the run what the change saves it
+            continue
+        item = _item(
+            rule,
+            [x],
+            t["change"],
+            f"timed on its own last inputs, forward and backward: "
+            f"{_duration(t['stock_s'])} a call as it is, {_duration(t['changed_s'])} "
+            f"{given} (A/A {_duration(t['aa_s'])}, {t['rounds']} rounds)",
+            valid_when,
+            seconds,
+            _outputs(t),
+            record,
+        )
+        item["measured_saving_share"] = _share(record, saving)
+        out.append(item)
+    return out
+
+
+def _outputs(t: Dict[str, Any]) -> str:
+    """How a timed change's outputs and gradients compared with the layer's."""
+    tolerance = t.get("tolerance", 1e-4)
+    if tolerance <= 1e-4:
+        return (
+            f"equal: the largest difference {t['difference']:.1e} of the largest value (within "
+            "1e-4: sums in another order)"
+        )
+    return (
+        f"different: the largest difference {t['difference']:.1e} of the largest value, "
+        f"within the {tolerance:.0e} taken as the same model; check the accuracy you train to"
+    )
+
+
+def fused_sparse(record: Record) -> List[Dict[str, Any]]:
+    """A PyG layer with a fused ``message_and_aggregate`` given ``edge_index``: ``adj_t``,
+    where timed faster on its own inputs."""
+    return _timed(
+        record,
+        "fused-sparse",
+        "pyg",
+        "given adj_t",
+        "the layer's graph can be given as a sparse matrix (adj_t); made once where it never "
+        "changes",
+    )
+
+
+def cached_norm_dgl(record: Record) -> List[Dict[str, Any]]:
+    """A DGL ``GraphConv`` normalising by the degrees at every call: the weights normalised
+    once (``EdgeWeightNorm``) and ``norm='none'``, where timed faster on its own inputs."""
+    return _timed(
+        record,
+        "cache-normalization",
+        "dgl",
+        "with the weights normalised once",
+        "the weights are made once per graph (a new graph needs its own: EdgeWeightNorm again)",
+    )
+
+
+def project_first(record: Record) -> List[Dict[str, Any]]:
+    """A PyG SAGEConv, GraphConv or GINConv summing at a width much larger than its output's:
+    the projection moved before the sum, where timed faster on its own inputs."""
+    return _timed(
+        record,
+        "project-first",
+        "pyg",
+        "projected first",
+        "the layer's sum is linear (add, sum, mean) and its input a feature matrix",
+    )
+
+
+def lower_precision(record: Record) -> List[Dict[str, Any]]:
+    """A layer timed faster under bfloat16 autocast on its own inputs, its outputs within the
+    tolerance (``layers.precision``); PyG and DGL alike."""
+    return [
+        item
+        for framework in ("pyg", "dgl")
+        for item in _timed(
+            record,
+            "lower-precision",
+            framework,
+            "under bfloat16 autocast",
+            "the accuracy the model trains to holds in bfloat16 (check it on a validation set)",
+        )
+    ]
+
+
+#: The rules, in the order their items are listed when their shares tie.
 RULES = (
+    Rule("fused-sparse", fused_sparse),
+    Rule("project-first", project_first),
+    Rule("lower-precision", lower_precision),
     Rule("cache-normalization", cache_normalization),
+    Rule("cache-normalization", cached_norm_dgl),
     Rule("self-loops-present", self_loops_present),
     Rule("loader-workers", loader_workers),
     Rule("host-bound", host_bound),
@@ -272,6 +383,10 @@ def lines(items: Sequence[Dict[str, Any]], min_share: float = MIN_SHARE) -> List
         where = ", ".join(f"{x['path']} ({x['class']})" for x in i["layers"])
         if i.get("ranks") is not None:
             where += f" on ranks {', '.join(map(str, i['ranks']))}"
-        out.append(f"  {i['at_stake_share']:.0%} at stake (at most) in {where}: {i['change']}")
+        saved = i.get("measured_saving_share")
+        timed = f", {saved:.0%} saved as timed" if saved is not None else ""
+        out.append(
+            f"  {i['at_stake_share']:.0%} at stake (at most){timed} in {where}: {i['change']}"
+        )
         out.append(f"    why: {i['why']}; valid when {i['valid_when']}; outputs {i['outputs']}")
     return out

@@ -338,6 +338,8 @@ def _run_record(
 ) -> Dict[str, Any]:
     """What the run folder says of the run besides its numbers: how it was called and
     ended, its data loaders, the machine's peak (``--counters``); the debugging modes off."""
+    if args.advise and args.record != "on-demand":
+        _time_changes(args, started)
     meta = run_meta(
         typed_command(args.target, args.args),
         args.target,
@@ -361,6 +363,20 @@ def _run_record(
         configure(counters=False)
         meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)
     return meta
+
+
+def _time_changes(args: argparse.Namespace, started: float) -> None:
+    """``--advise``: the changes that replace work timed on the layers' own last inputs, in
+    ``--advise-seconds`` (default a tenth of the run, 60 s at most), on rank 0 of a job."""
+    seconds = args.advise_seconds
+    if seconds is None:
+        seconds = min(60.0, 0.1 * (time.time() - started))
+    if seconds <= 0 or job_rank()[0] not in (None, 0):  # (rank 0 measures for the job)
+        return
+    from ...layers import time_changes
+
+    for line in time_changes(seconds):
+        logger.warning("run --advise: not timed: %s", line)
 
 
 def _save_run(args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writer: Any) -> None:

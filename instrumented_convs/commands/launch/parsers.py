@@ -199,6 +199,15 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         "change after the table, and write advice.json (docs/advice.md; --format advice)",
     )
     run.add_argument(
+        "--advise-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --advise: time the changes that replace work on the layers' own last "
+        "inputs at the end, in S seconds at most (default: a tenth of the run, 60 at most; "
+        "0: none)",
+    )
+    run.add_argument(
         "--format",
         action="extend",
         type=_formats,

@@ -13,7 +13,17 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-__all__ = ["on", "set_on", "again", "graph_key", "note", "describe", "clear"]
+__all__ = [
+    "on",
+    "set_on",
+    "again",
+    "graph_key",
+    "note",
+    "describe",
+    "alive",
+    "set_trial",
+    "clear",
+]
 
 #: ``static(layer)``: what a layer's kind knows of it (its options), read at its first call;
 #: ``checks(last)``: what it knows of its last graph, read when the signals are.
@@ -34,6 +44,8 @@ class _Layer:
         "last",
         "checks",
         "held",
+        "inputs",
+        "trials",
     )
 
     def __init__(
@@ -50,6 +62,8 @@ class _Layer:
         self.last: Any = None
         self.checks = checks
         self.held: Tuple[Any, ...] = ()  #: the last call's graph objects and their versions
+        self.inputs: Any = None  #: the last call's ``(args, kwargs)``, held (no copy)
+        self.trials: Dict[str, Any] = {}  #: changes timed on the layer (layers.trials)
 
 
 _layers: Dict[int, _Layer] = {}
@@ -73,10 +87,11 @@ def _fingerprint(p: Any) -> Any:
     return (p._version, p.data_ptr()) if isinstance(p, torch.Tensor) else None
 
 
-def again(layer: Any, *objs: Any) -> bool:
+def again(layer: Any, inputs: Any, *objs: Any) -> bool:
     """The fast path of a call: where ``layer``'s last call was given these very objects (a
-    tensor at the same version and data pointer: unchanged), count this call on the same graph
-    and return True (a few identity checks, no key made); else False (then :func:`note` it)."""
+    tensor at the same version and data pointer: unchanged), count this call on the same graph,
+    hold its ``inputs`` (``(args, kwargs)``) and return True (a few identity checks, no key
+    made); else False (then :func:`note` it)."""
     rec = _layers.get(id(layer))
     if rec is None or len(rec.held) != len(objs):
         return False
@@ -86,6 +101,7 @@ def again(layer: Any, *objs: Any) -> bool:
     if rec.ref() is not layer:
         return False
     rec.calls += 1
+    rec.inputs = inputs
     return True
 
 
@@ -138,12 +154,14 @@ def note(
     static: Static,
     checks: Checks,
     held: Tuple[Any, ...] = (),
+    inputs: Any = None,
 ) -> None:
     """One call of ``layer`` (``framework``: ``pyg`` or ``dgl``) on the graph ``key`` names
     (:func:`graph_key`); ``last``: that call's graph inputs, kept (the last call's only) for
     ``checks(last)`` when the signals are read; ``static(layer)`` read at the first call (a
     layer freed before the end keeps it); ``held``: the objects :func:`again` compares the
-    next call's with."""
+    next call's with; ``inputs``: the call's ``(args, kwargs)``, held (no copy) for the
+    changes timed on the layer at the end (:mod:`instrumented_convs.layers.trials`)."""
     rec = _layers.get(id(layer))
     if rec is None or rec.ref() is not layer:
         with _lock:
@@ -154,6 +172,7 @@ def note(
     rec.calls += 1
     rec.last = last
     rec.held = tuple((p, _fingerprint(p)) for p in held)
+    rec.inputs = inputs
 
 
 def describe() -> Dict[str, Any]:
@@ -172,12 +191,35 @@ def describe() -> Dict[str, Any]:
             "same_graph": rec.changed == 0,
             **rec.static,
         }
+        if rec.trials:
+            item["trials"] = dict(rec.trials)
         try:
             item.update(rec.checks(rec.last))
         except Exception as exc:  # a check that cannot be made: said, not raised
             item["checks_error"] = f"{type(exc).__name__}: {exc}"
         out.append(item)
     return {"layers": out}
+
+
+def alive() -> List[Tuple[Any, Dict[str, Any]]]:
+    """The noted layers still alive with their last call's inputs: ``(layer, facts)``, the
+    facts ``framework``, ``calls``, ``same_graph``, ``inputs`` (``(args, kwargs)``) and
+    ``timed`` (the rules whose change was timed on it already)."""
+    out = []
+    for rec in list(_layers.values()):
+        layer = rec.ref()
+        if layer is not None and rec.inputs is not None:
+            facts = {"framework": rec.framework, "calls": rec.calls, "inputs": rec.inputs}
+            out.append((layer, {**facts, "same_graph": rec.changed == 0, "timed": set(rec.trials)}))
+    return out
+
+
+def set_trial(layer: Any, rule: str, result: Dict[str, Any]) -> None:
+    """What timing the change of ``rule`` on ``layer`` found (plain data, saved with the
+    signals)."""
+    rec = _layers.get(id(layer))
+    if rec is not None and rec.ref() is layer:
+        rec.trials[rule] = result
 
 
 def clear() -> None:

@@ -283,7 +283,8 @@
       DATA.advice.forEach(function (a) {
         const where = a.layers.map(function (l) { return l.path + " (" + l["class"] + ")"; }).join(", ") + (a.ranks ? " on ranks " + a.ranks.join(", ") : "");
         const item = box.appendChild(node("div", { class: "item", "data-rule": a.rule }));
-        item.appendChild(node("p", {}, (100 * a.at_stake_share).toFixed(0) + "% at stake (at most) in " + where + ": "));
+        var timed = a.measured_saving_share == null ? "" : ", " + (100 * a.measured_saving_share).toFixed(0) + "% saved as timed";
+        item.appendChild(node("p", {}, (100 * a.at_stake_share).toFixed(0) + "% at stake (at most)" + timed + " in " + where + ": "));
         item.appendChild(node("code", {}, a.change));
         item.appendChild(node("p", { class: "note" }, "Why: " + a.why + ". Valid when " + a.valid_when + ". Outputs: " + a.outputs + "."));
       });

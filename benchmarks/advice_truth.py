@@ -1,0 +1,190 @@
+"""Does the advice say what applying it saves? For each case, a plain PyG training script
+runs under ``run --advise --advise-seconds 30`` (every layer timed: the default budget, a
+tenth of a short run, times the first); then the same script, stock (no instrumented_convs),
+with the case's change applied to every layer it fits and without, interleaved (the order
+reversed every other round): the stated ``measured_saving_share`` of the case's rule against
+the real saving of the training time (medians of rounds, and an A/A of the unchanged script
+against itself). A case holds when the two are within 5 points, or within half the real
+saving, whichever is larger; where nothing was advised, when applying the change would not
+have saved more than 5 points.
+
+    python benchmarks/advice_truth.py                 # every case, 5 rounds
+    python benchmarks/advice_truth.py --quick         # a smoke run: small graphs, 2 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The training script: a 2-layer model of ``--layer`` on a generated graph (no self-loops,
+#: no repeated edge), full batch, ``--width`` features in; the changes: ``--adj-t`` gives the
+#: layers adj_t (torch.sparse CSR, made once, its time counted), ``--project-first`` the
+#: layers at least twice as wide in as out their projection first (docs/advice.md's
+#: subclass), ``--bf16`` the forward and loss under bfloat16 autocast; prints the training's
+#: seconds.
+SCRIPT = """
+import argparse, time, torch
+import torch.nn.functional as F
+from torch_geometric.nn import GINConv, SAGEConv
+from torch_geometric.utils import coalesce, remove_self_loops
+
+p = argparse.ArgumentParser()
+p.add_argument("--layer", default="sage")
+p.add_argument("--nodes", type=int, default=20000)
+p.add_argument("--edges", type=int, default=200000)
+p.add_argument("--epochs", type=int, default=10)
+p.add_argument("--width", type=int, default=64)
+p.add_argument("--adj-t", action="store_true")
+p.add_argument("--project-first", action="store_true")
+p.add_argument("--bf16", action="store_true")
+a = p.parse_args()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+n = a.nodes
+ei = remove_self_loops(coalesce(torch.randint(0, n, (2, a.edges)), num_nodes=n))[0]
+x, y = torch.randn(n, a.width), torch.randint(0, 7, (n,))
+
+
+class SAGEFirst(SAGEConv):
+    def forward(self, x, edge_index, size=None):
+        h = F.linear(x, self.lin_l.weight)
+        out = self.propagate(edge_index, x=(h, h), size=size) + self.lin_l.bias
+        return out + self.lin_r(x) if self.root_weight else out
+
+
+class GINFirst(GINConv):
+    def forward(self, x, edge_index, size=None):
+        h = F.linear(x, self.nn.weight)
+        return self.propagate(edge_index, x=(h, h), size=size) + (1 + self.eps) * h + self.nn.bias
+
+
+def conv(i, o):
+    first = a.project_first and i >= 2 * o
+    if a.layer == "sage":
+        return (SAGEFirst if first else SAGEConv)(i, o)
+    return (GINFirst if first else GINConv)(torch.nn.Linear(i, o))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = conv(a.width, 64), conv(64, 7)
+
+    def forward(self, x, g):
+        return self.conv2(F.relu(self.conv1(x, g)), g)
+
+
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+t0 = time.perf_counter()
+g = ei
+if a.adj_t:
+    values = torch.ones(ei.size(1))
+    g = torch.sparse_coo_tensor(ei.flip(0), values, (n, n)).coalesce().to_sparse_csr()
+for _ in range(a.epochs):
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = F.cross_entropy(model(x, g), y)
+    loss.backward()
+    opt.step()
+print("train_s", time.perf_counter() - t0)
+"""
+
+#: Each case: the script's arguments, the rule it checks, the flag that applies the change.
+CASES = {
+    "SAGEConv, fused-sparse": (["--layer", "sage"], "fused-sparse", "--adj-t"),
+    "GINConv, fused-sparse": (["--layer", "gin"], "fused-sparse", "--adj-t"),
+    "SAGEConv, project-first": (["--layer", "sage", "--width", "256"], "project-first",
+                                "--project-first"),
+    "GINConv, project-first": (["--layer", "gin", "--width", "256"], "project-first",
+                               "--project-first"),
+    "SAGEConv, lower-precision": (["--layer", "sage"], "lower-precision", "--bf16"),
+}  # fmt: skip
+
+
+def _python(*args: str, cwd: Path) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", *args], cwd=cwd, env=env, capture_output=True,
+        text=True, timeout=1800,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stdout[-2000:] + proc.stderr[-2000:])
+    return proc.stdout
+
+
+def _train_s(out: str) -> float:
+    return float(next(line for line in out.splitlines() if line.startswith("train_s")).split()[1])
+
+
+def holds(stated: float, real: float) -> bool:
+    """A stated saving against the real one: within 5 points or half the real saving; nothing
+    stated (not advised) holds where the change would not have saved more than 5 points."""
+    if stated == 0:
+        return real <= 0.05
+    return abs(stated - real) <= max(0.05, 0.5 * abs(real))
+
+
+def case(name: str, rounds: int, size: List[str], tmp: Path) -> Dict[str, Any]:
+    """One case: the stated saving (run --advise) against the real one."""
+    args, rule, flag = CASES[name]
+    script = tmp / "train.py"
+    script.write_text(SCRIPT)
+    folder = tmp / name.replace(" ", "-").replace(",", "")
+    _python("-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "30", "--quiet",
+            "-o", str(folder), str(script), *args, *size, cwd=tmp)  # fmt: skip
+    items = json.loads((folder / "advice.json").read_text())["advice"]
+    stated = sum(i["measured_saving_share"] or 0 for i in items if i["rule"] == rule)
+    times: Dict[str, List[float]] = {"stock": [], "changed": [], "stock again": []}
+    for r in range(rounds):
+        order = list(times) if r % 2 == 0 else list(reversed(times))
+        for v in order:
+            extra = [flag] if v == "changed" else []
+            times[v].append(_train_s(_python(str(script), *args, *size, *extra, cwd=tmp)))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    real = 1 - med["changed"] / med["stock"]
+    aa = abs(1 - med["stock again"] / med["stock"])
+    return {"rule": rule, "stated": stated, "real": real, "aa": aa, "medians_s": med,
+            "holds": holds(stated, real), "advised": [i["rule"] for i in items]}  # fmt: skip
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Print a line per case; exit 1 where one does not hold."""
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="small graphs, 2 rounds: a smoke run")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    size = ["--nodes", "2000", "--edges", "20000", "--epochs", "5"] if args.quick else []
+    rounds = 2 if args.quick else args.rounds
+    print(f"The advice against the change applied: medians of {rounds} interleaved rounds")
+    print(f"  {'case':26s} {'stated':>7s} {'real':>7s} {'A/A':>6s}  holds  advised")
+    out: Dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.cases:
+            r = out[name] = case(name, rounds, size, Path(tmp))
+            print(
+                f"  {name:26s} {r['stated']:7.1%} {r['real']:7.1%} {r['aa']:6.1%}  "
+                f"{'yes' if r['holds'] else 'NO':5s}  {', '.join(r['advised']) or '-'}",
+                flush=True,
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0 if all(r["holds"] for r in out.values()) or args.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

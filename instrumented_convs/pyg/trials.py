@@ -1,0 +1,168 @@
+"""The changes of PyG layers timed at the end of an advised run (:mod:`..layers.trials`).
+
+``fused-sparse``: a layer with its own ``message_and_aggregate`` given an ``edge_index``
+runs a message per edge, then a scatter; given ``adj_t``, a sparse matrix of the same graph,
+it runs one sparse product instead. The candidate is ``torch.sparse`` CSR (no extra
+package): the edges, their weights (or ones: a repeated edge counts twice, as its messages
+do) summed per pair, transposed as PyG's ``adj_t`` is (row = target).
+
+``project-first``: SAGEConv, GraphConv and GINConv sum their neighbours' features at the
+input's width, then project; a linear sum commutes with the projection, so projecting first
+(the bias after the sum) is the same model with the sum at the output's width
+(:class:`ProjectFirst`). Where the input is much wider, the edges carry less.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..layers.trials import Change, register
+from .signals import fused
+
+__all__ = ["fused_sparse", "to_adj_t", "ProjectFirst", "project_first"]
+
+#: How much wider the input must be than the output for ``project-first`` to be timed.
+WIDER = 2
+
+
+def to_adj_t(edge_index: torch.Tensor, edge_weight: Optional[torch.Tensor], n: int) -> Any:
+    """``edge_index`` (and its weights) as PyG's ``adj_t``, a ``torch.sparse`` CSR matrix of
+    ``n`` by ``n``: row = target, column = source, repeated edges summed."""
+    values = edge_weight
+    if values is None:
+        values = torch.ones(edge_index.size(1), device=edge_index.device)
+    coo = torch.sparse_coo_tensor(edge_index.flip(0), values, (n, n)).coalesce()
+    return coo.to_sparse_csr()
+
+
+def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
+    """The change to ``adj_t`` for a layer with its own ``message_and_aggregate`` whose last
+    call was given a plain ``edge_index`` (not bipartite), or None."""
+    stock = getattr(layer, "_ic_stock", type(layer))
+    if not fused(stock):
+        return None
+    params = list(inspect.signature(stock.forward).parameters)[1:]
+    args, kwargs = facts["inputs"]
+    bound = dict(zip(params, args), **kwargs)
+    x, edge_index = bound.get("x"), bound.get("edge_index")
+    if not isinstance(x, torch.Tensor) or type(edge_index) is not torch.Tensor:
+        return None  # bipartite features, or already sparse (an EdgeIndex, a SparseTensor)
+    if edge_index.layout != torch.strided or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        return None
+    weight = bound.get("edge_weight")
+    t0 = time.perf_counter()
+    adj_t = to_adj_t(edge_index, weight, x.size(-2))
+    convert_s = time.perf_counter() - t0
+    changed = dict(bound, edge_index=adj_t)
+    if "edge_weight" in changed:
+        changed["edge_weight"] = None
+    weights = ", its edge weights as the values" if weight is not None else ""
+    return Change(
+        "fused-sparse",
+        "pass adj_t, the graph as a sparse matrix, where the layer takes edge_index: "
+        "adj_t = torch.sparse_coo_tensor(edge_index.flip(0), "
+        + ("edge_weight" if weight is not None else "torch.ones(num_edges)")
+        + f", (N, N)).coalesce().to_sparse_csr(){weights}, made once where the graph stays",
+        ((), changed),
+        convert_s=convert_s,
+    )
+
+
+register("pyg", "fused-sparse", fused_sparse)
+
+
+def _first_linear(layer: Any) -> Any:
+    """The projection a layer applies after its sum: ``lin_l`` (SAGEConv), ``lin_rel``
+    (GraphConv), its ``nn``'s first Linear (GINConv), or None where the sum is not linear."""
+    from torch_geometric.nn import GINConv, GraphConv, SAGEConv
+
+    if not isinstance(getattr(layer, "aggr", None), str) or layer.aggr not in LINEAR_SUMS:
+        return None
+    if isinstance(layer, SAGEConv) and not layer.project:
+        return layer.lin_l
+    if isinstance(layer, GraphConv):
+        return layer.lin_rel
+    if isinstance(layer, GINConv):
+        nn = layer.nn
+        first = nn[0] if isinstance(nn, torch.nn.Sequential) and len(nn) else nn
+        return first if isinstance(first, torch.nn.Linear) else None
+    return None  # (PyG's Linear, lin_l and lin_rel, has a weight and a bias as torch's does)
+
+
+#: Aggregations that are linear sums (a projection commutes with them).
+LINEAR_SUMS = ("add", "sum", "mean")
+
+
+class ProjectFirst(torch.nn.Module):
+    """A SAGEConv, GraphConv or GINConv (``conv``, its parameters this module's) computed with
+    its projection before the sum: ``h = x @ W.T``, the sum of ``h`` over the edges, then the
+    bias and the rest as the layer has them. The same outputs up to rounding."""
+
+    def __init__(self, conv: Any) -> None:
+        """Compute ``conv`` (a plain feature matrix ``x``: not a bipartite pair)."""
+        super().__init__()
+        self.conv = conv
+        stock = getattr(conv, "_ic_stock", type(conv))
+        self._signature = inspect.signature(stock.forward)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The layer's forward, projected first."""
+        from torch_geometric.nn import GINConv, GraphConv
+
+        bound = self._signature.bind(None, *args, **kwargs).arguments
+        c, x, edge_index = self.conv, bound["x"], bound["edge_index"]
+        lin = _first_linear(c)
+        h = F.linear(x, lin.weight)
+        more = {"edge_weight": bound.get("edge_weight")} if isinstance(c, GraphConv) else {}
+        out = c.propagate(edge_index, x=(h, h), size=bound.get("size"), **more)
+        if isinstance(c, GINConv):
+            out = out + (1 + c.eps) * h
+        if lin.bias is not None:
+            out = out + lin.bias
+        if isinstance(c, GINConv):
+            return c.nn[1:](out) if isinstance(c.nn, torch.nn.Sequential) else out
+        if isinstance(c, GraphConv):
+            return out + c.lin_root(x)
+        if c.root_weight:
+            out = out + c.lin_r(x)
+        return F.normalize(out, p=2.0, dim=-1) if c.normalize else out
+
+
+def _widths(lin: Any) -> Tuple[int, int]:
+    """A projection's input and output widths (torch's Linear or PyG's, its weight made)."""
+    out, wide = lin.weight.shape
+    return wide, out
+
+
+def project_first(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
+    """The change to projecting before the sum, for a SAGEConv, GraphConv or GINConv whose
+    sum is linear and whose input is at least :data:`WIDER` times its output, or None."""
+    lin = _first_linear(layer)
+    if lin is None:
+        return None
+    wide, narrow = _widths(lin)
+    stock = getattr(layer, "_ic_stock", type(layer))
+    params = list(inspect.signature(stock.forward).parameters)[1:]
+    args, kwargs = facts["inputs"]
+    x = dict(zip(params, args), **kwargs).get("x")
+    if not isinstance(x, torch.Tensor) or wide < WIDER * narrow:
+        return None
+    name = type(layer).__name__
+    return Change(
+        "project-first",
+        f"project before the sum: a {name} whose forward computes h = x @ W.T first (W: its "
+        f"first projection's weight), sums h over the edges ({narrow} wide, not {wide}), then "
+        "adds the bias and the rest; the same parameters and outputs (docs/advice.md has the "
+        "subclass)",
+        facts["inputs"],
+        layer=ProjectFirst(copy.deepcopy(layer)),
+    )
+
+
+register("pyg", "project-first", project_first)

@@ -1,0 +1,294 @@
+"""The advice, part 2 (issue 66): a change timed on the user's own layer at the end, nothing of
+the user's moved (parameters, gradients, random states, the table), outputs compared, the
+budget kept; the ``fused-sparse`` rule from what was timed."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import instrumented_convs as ic
+from instrumented_convs.core.meters import signals
+from instrumented_convs.layers import trials
+from instrumented_convs.report.rules import Record, decide, lines
+
+needs_pyg = pytest.mark.skipif(
+    importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
+)
+
+
+def _graph(n=400, e=3000, loops=False, seed=0):
+    from torch_geometric.utils import coalesce, remove_self_loops
+
+    g = torch.Generator().manual_seed(seed)
+    ei = coalesce(torch.randint(0, n, (2, e), generator=g), num_nodes=n)
+    if not loops:
+        ei = remove_self_loops(ei)[0]
+    return torch.randn(n, 16, generator=g), ei
+
+
+@pytest.fixture
+def advising():
+    signals.clear()
+    saved = ic.configure(advise=True)
+    yield
+    saved.restore()
+    signals.clear()
+
+
+def _train(model, x, ei, steps=3):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(x, ei).relu().sum().backward()
+        opt.step()
+    return opt
+
+
+def _trial(layer, rule="fused-sparse"):
+    (rec,) = [x for x in signals.describe()["layers"] if x["class"] == type(layer).__name__]
+    return rec.get("trials", {}).get(rule)
+
+
+@needs_pyg
+def test_a_change_is_timed_on_the_layers_own_inputs_and_nothing_of_the_users_moves(advising):
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph()
+    model = SAGEConv(16, 8)
+    opt = _train(model, x, ei)
+    before = {
+        "params": [p.detach().clone() for p in model.parameters()],
+        "grads": [p.grad.clone() for p in model.parameters()],
+        "opt": repr(opt.state_dict()),
+        "torch": torch.random.get_rng_state(),
+        "python": random.getstate(),
+        "rows": [(r.name, r.phase, r.count) for r in ic.registry.summary()],
+    }
+    assert trials.measure(1.0) == []
+    assert all(torch.equal(a, b) for a, b in zip(before["params"], model.parameters()))
+    assert all(torch.equal(a, p.grad) for a, p in zip(before["grads"], model.parameters()))
+    assert repr(opt.state_dict()) == before["opt"]
+    assert torch.equal(before["torch"], torch.random.get_rng_state())
+    assert before["python"] == random.getstate()
+    assert [(r.name, r.phase, r.count) for r in ic.registry.summary()] == before["rows"]
+    t = _trial(model)
+    assert t["equal"] and t["difference"] <= trials.RTOL and t["rounds"] >= 3
+    assert t["stock_s"] > 0 and t["changed_s"] > 0 and t["convert_s"] > 0
+    assert "adj_t" in t["change"]
+    assert trials.measure(1.0) == [] and _trial(model)["rounds"] == t["rounds"]  # timed once
+
+
+@needs_pyg
+def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising):
+    """GCNConv given a graph with self-loops: its edge_index path replaces them
+    (add_remaining_self_loops), the sparse one adds one more: not the same model."""
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph(loops=True)
+    model = GCNConv(16, 8)
+    _train(model, x, ei)
+    trials.measure(1.0)
+    t = _trial(model)
+    assert t is not None and not t["equal"] and t["difference"] > 1e-3
+    items = decide(Record(ic.registry.summary(by="layer"), signals.describe()), min_share=0.0)
+    assert "fused-sparse" not in {i["rule"] for i in items}
+
+
+@needs_pyg
+def test_the_budget_is_kept_and_what_was_not_timed_is_said(advising):
+    from instrumented_convs.pyg import GINConv, SAGEConv
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = SAGEConv(16, 16), GINConv(torch.nn.Linear(16, 8))
+
+        def forward(self, x, ei):
+            return self.b(self.a(x, ei).relu(), ei)
+
+    x, ei = _graph()
+    model = Two()
+    a, b = model.a, model.b
+    _train(model, x, ei)
+    skipped = trials.measure(1e-6)  # gone before the first change could start
+    assert len(skipped) == 2 and all("no time left of the 1e-06 s" in s for s in skipped)
+    assert _trial(a) is None and _trial(b) is None
+    assert trials.measure(2.0) == []  # each its share of what is left, 3 rounds at least
+    assert _trial(a)["rounds"] >= 3 and _trial(b)["rounds"] >= 3
+
+
+def _summary(rows, total):
+    rows = [SimpleNamespace(**r, device_calls=0, kind="step") for r in rows]
+    return SimpleNamespace(total=total, rows=rows, by="layer")
+
+
+def _record(trial, same_graph=True, calls=10, rule="fused-sparse"):
+    rows = [
+        dict(depth=0, scope="conv", step="SAGEConv", phase="forward", total=0.06),
+        dict(depth=0, scope="conv", step="SAGEConv", phase="backward", total=0.04),
+    ]
+    layer = {"path": "conv", "class": "SAGEConv", "framework": "pyg", "calls": calls}
+    layer.update(same_graph=same_graph, options={}, trials={rule: trial})
+    return Record(_summary(rows, 0.5), {"layers": [layer]})
+
+
+def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_converting():
+    trial = dict(change="pass adj_t", stock_s=0.010, changed_s=0.006, aa_s=0.001)
+    trial.update(convert_s=0.002, rounds=9, difference=1e-7, equal=True)
+    (item,) = decide(_record(trial), min_share=0.0)
+    assert item["rule"] == "fused-sparse" and item["at_stake_share"] == pytest.approx(0.2)
+    # 40% of the layer's 0.1 s, less one conversion (the graph stayed), of 0.5 s recorded
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.002) / 0.5)
+    assert lines([item])[1].startswith("  20% at stake (at most), 8% saved as timed in conv (")
+    (item,) = decide(_record(trial, same_graph=False), min_share=0.0)  # converted each call
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.02) / 0.5)
+    assert decide(_record(dict(trial, changed_s=0.0095)), min_share=0.0) == []  # in the A/A
+    assert decide(_record(dict(trial, equal=False)), min_share=0.0) == []
+    assert decide(_record(dict(trial, convert_s=0.05)), min_share=0.0) == []  # costs more
+
+
+@needs_pyg
+def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
+    import json
+
+    from .helpers import ROOT, run_script
+
+    folder = tmp_path / "run"
+    run_script(
+        "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "2", "-o",
+        str(folder), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+    )  # fmt: skip
+    saved = json.loads((folder / "run.json").read_text())
+    timed = {x["path"]: x["trials"]["fused-sparse"] for x in saved["signals"]["layers"]}
+    assert set(timed) == {"conv1", "conv2"}
+    # its graph has self-loops and repeated edges: GCNConv's sparse path is another model
+    assert all(not t["equal"] and t["rounds"] >= 3 for t in timed.values())
+    folder0 = tmp_path / "none"
+    run_script(
+        "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "0", "-o",
+        str(folder0), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+    )  # fmt: skip
+    saved = json.loads((folder0 / "run.json").read_text())
+    assert not [x for x in saved["signals"]["layers"] if "trials" in x]
+
+
+def test_dgl_weights_normalised_once_are_timed_against_graph_convs_own_norm(advising):
+    dgl = pytest.importorskip("dgl")
+    from instrumented_convs.dgl import GraphConv
+
+    g = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, 300, (2, 3000), generator=g)
+    graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=300))
+    x = torch.randn(300, 16, generator=g)
+    model = GraphConv(16, 8)
+    _train(model, graph, x)
+    assert trials.measure(2.0) == []
+    (rec,) = signals.describe()["layers"]
+    t = rec["trials"]["cache-normalization"]
+    assert t["equal"] and t["rounds"] >= 3 and "EdgeWeightNorm(norm='both')" in t["change"]
+    assert model._norm == "both"  # the user's layer as it was
+
+
+class _Three(torch.nn.Module):
+    """A SAGEConv, a GraphConv given edge weights and a GINConv, each 64 wide in, 8 out."""
+
+    def __init__(self, **sage):
+        from instrumented_convs.pyg import GINConv, GraphConv, SAGEConv
+
+        super().__init__()
+        self.sage, self.graph = SAGEConv(64, 8, **sage), GraphConv(64, 8, aggr="mean")
+        self.gin = GINConv(torch.nn.Sequential(torch.nn.Linear(64, 8), torch.nn.ReLU()))
+
+    def forward(self, x, ei):
+        w = torch.linspace(0.5, 1.5, ei.size(1))
+        return self.sage(x, ei) + self.graph(x, ei, w) + self.gin(x, ei)
+
+
+@needs_pyg
+def test_projecting_first_is_timed_as_the_same_model_where_the_input_is_wider(advising):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(400, 64, generator=g)
+    _, ei = _graph()
+    model = _Three(normalize=True)
+    _train(model, x, ei)
+    assert trials.measure(3.0) == []
+    for layer in (model.sage, model.graph, model.gin):
+        t = _trial(layer, "project-first")
+        assert t["equal"] and t["difference"] <= 1e-5 and t["rounds"] >= 3, type(layer)
+        assert "8 wide, not 64" in t["change"]
+    signals.clear()
+    from instrumented_convs.pyg import SAGEConv
+
+    narrow, maximum = SAGEConv(16, 16), SAGEConv(64, 8, aggr="max")  # not wider; not a sum
+    for layer in (narrow, maximum):
+        _train(layer, x[:, : layer.lin_l.in_channels], ei)
+        assert trials.measure(1.0) == [] and _trial(layer, "project-first") is None
+        signals.clear()
+
+
+@needs_pyg
+def test_the_project_first_subclass_in_docs_advice_is_sageconv_projected_first():
+    """The class docs/advice.md gives, run against PyG's own SAGEConv with its state_dict."""
+    import re
+
+    from torch_geometric.nn import SAGEConv
+
+    from .helpers import ROOT
+
+    text = (ROOT / "docs" / "advice.md").read_text()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "SAGEConvFirst" in b)
+    space = {}
+    exec(compile(code, "docs/advice.md", "exec"), space)
+    _, ei = _graph()
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(2))
+    for options in ({}, {"normalize": True, "aggr": "sum"}, {"root_weight": False}):
+        stock = SAGEConv(64, 8, **options)
+        first = space["SAGEConvFirst"](64, 8, **options)
+        first.load_state_dict(stock.state_dict())
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        out_a, out_b = stock(a, ei), first(b, ei)
+        out_a.square().sum().backward()
+        out_b.square().sum().backward()
+        assert torch.allclose(out_a, out_b, atol=1e-5), options
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+        assert all(
+            torch.allclose(p.grad, q.grad, atol=1e-4)
+            for p, q in zip(stock.parameters(), first.parameters())
+        )
+
+
+@needs_pyg
+def test_bfloat16_is_timed_against_its_tolerance(advising):
+    from instrumented_convs.layers.precision import TOLERANCE
+
+    x = torch.randn(400, 64, generator=torch.Generator().manual_seed(3))
+    _, ei = _graph()
+    model = _Three()
+    _train(model, x, ei)
+    assert trials.measure(3.0) == []
+    t = _trial(model.sage, "lower-precision")
+    assert t["tolerance"] == TOLERANCE and 0 < t["difference"] <= TOLERANCE and t["equal"]
+    assert "torch.autocast('cpu', dtype=torch.bfloat16)" in t["change"]
+    assert model.sage.lin_l.weight.dtype == torch.float32
+
+
+def test_the_rules_of_a_projection_first_and_of_bfloat16_read_what_was_timed():
+    trial = dict(change="project before the sum", stock_s=0.010, changed_s=0.007, aa_s=0.001)
+    trial.update(convert_s=0.0, rounds=9, difference=3e-7, tolerance=1e-4, equal=True)
+    (item,) = decide(_record(trial, rule="project-first"), min_share=0.0)
+    assert item["rule"] == "project-first"
+    assert item["measured_saving_share"] == pytest.approx(0.1 * 0.3 / 0.5)
+    assert item["outputs"].startswith("equal: the largest difference 3.0e-07")
+    low = dict(trial, change="autocast", difference=0.012, tolerance=0.03)
+    (item,) = decide(_record(low, rule="lower-precision"), min_share=0.0)
+    assert item["rule"] == "lower-precision"
+    assert item["outputs"].startswith("different: the largest difference 1.2e-02 of the largest")
+    assert "within the 3e-02 taken as the same model" in item["outputs"]
+    assert decide(_record(dict(low, equal=False), rule="lower-precision"), min_share=0.0) == []
+    slower = dict(low, changed_s=0.012)  # bfloat16 without the instructions for it
+    assert decide(_record(slower, rule="lower-precision"), min_share=0.0) == []
