@@ -292,3 +292,36 @@ def test_the_rules_of_a_projection_first_and_of_bfloat16_read_what_was_timed():
     assert decide(_record(dict(low, equal=False), rule="lower-precision"), min_share=0.0) == []
     slower = dict(low, changed_s=0.012)  # bfloat16 without the instructions for it
     assert decide(_record(slower, rule="lower-precision"), min_share=0.0) == []
+
+
+@needs_pyg
+def test_the_compiled_layer_is_timed_only_when_asked_for_its_compilation_said(
+    advising, monkeypatch
+):
+    """``compile`` (run --advise-compile): a copy given to torch.compile, compiled first (its
+    time kept as the change's once-paid cost), then timed as every change."""
+    from instrumented_convs.commands.launch import cli
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph(n=200, e=1000)
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    assert trials.measure(1.0) == [] and _trial(model, "compiled-layer") is None
+    assert trials.measure(60.0, compile=True) == []
+    t = _trial(model, "compiled-layer")
+    assert t["equal"] and t["convert_once"] and t["convert_s"] > 0 and t["rounds"] >= 3
+    assert "torch.compile" in t["change"]
+    asked = []  # run passes --advise-compile on
+    monkeypatch.setattr(
+        "instrumented_convs.layers.time_changes", lambda s, compile: asked.append(compile) or []
+    )
+    cli._time_changes(SimpleNamespace(advise_seconds=1.0, advise_compile=True), 0.0)
+    assert asked == [True]
+
+
+def test_a_compilation_is_counted_once_whatever_the_graph():
+    trial = dict(change="torch.compile", stock_s=0.010, changed_s=0.006, aa_s=0.001)
+    trial.update(convert_s=0.004, convert_once=True, rounds=9, difference=0.0, equal=True)
+    (item,) = decide(_record(trial, same_graph=False, rule="compiled-layer"), min_share=0.0)
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.004) / 0.5)
+    assert "; making it took 4 ms once" in item["why"]

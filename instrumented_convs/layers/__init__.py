@@ -8,7 +8,7 @@ instrumented layer, is here for tools (``run``) to tell ours from others, and
 from __future__ import annotations
 
 from ..core.steps.step import Step, current_path, mark_outputs, recording, step
-from . import precision  # noqa: F401,E402  (the lower-precision change, registered)
+from . import compiling, precision  # noqa: F401  (the changes they time, registered)
 from .contract import InstrumentedLayer  # noqa: F401  (for tools: see the docstring)
 from .trials import measure as time_changes  # noqa: F401  (for tools: see the docstring)
 

@@ -375,7 +375,7 @@ def _time_changes(args: argparse.Namespace, started: float) -> None:
         return
     from ...layers import time_changes
 
-    for line in time_changes(seconds):
+    for line in time_changes(seconds, compile=args.advise_compile):
         logger.warning("run --advise: not timed: %s", line)
 
 
