@@ -226,6 +226,30 @@ def test_signals_tell_graphs_apart_by_identity_storage_version_and_shape():
     assert not signals._same(k, signals.graph_key(a, None))
 
 
+@needs_pyg
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
+def test_a_torch_sparse_adj_t_is_one_graph_across_calls_and_training_runs(advising, layout):
+    """A layer given a ``torch.sparse`` adj_t (no storage, no data pointer of its own): its
+    parts' pointers tell it apart; training under advise runs as without it."""
+    from instrumented_convs.pyg import GCNConv, SAGEConv
+
+    ei = torch.randint(0, 50, (2, 300), generator=torch.Generator().manual_seed(0))
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(300), (50, 50)).coalesce()
+    adj = {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[layout]
+    x = torch.randn(50, 8)
+    sage, gcn = SAGEConv(8, 4), GCNConv(8, 4, normalize=False)
+    for _ in range(3):
+        (sage(x, adj).sum() + gcn(x, adj).sum()).backward()
+    layers = {x["class"]: x for x in signals.describe()["layers"]}
+    assert layers["SAGEConv"]["calls"] == 3 and layers["SAGEConv"]["same_graph"]
+    other = adj.clone()  # the same values, another graph
+    sage(x, other)
+    assert not {x["class"]: x for x in signals.describe()["layers"]}["SAGEConv"]["same_graph"]
+    k = signals.graph_key(adj, None)
+    assert signals._same(k, signals.graph_key(adj, None))
+    assert not signals._same(k, signals.graph_key(other, None))
+
+
 def test_a_call_on_the_last_calls_very_objects_takes_the_fast_path_and_a_change_does_not():
     """``again``: the same objects, unchanged (version and data pointer), count a call on the
     same graph without a key; an in-place change, a ``.data =`` swap or another object go the

@@ -81,10 +81,24 @@ def set_on(value: bool) -> None:
     _state["on"] = bool(value)
 
 
+def _pointer(p: torch.Tensor) -> Any:
+    """A tensor's data pointer; a ``torch.sparse`` tensor's (no storage of its own): its
+    index and value tensors' pointers."""
+    if p.layout is torch.strided:
+        return p.data_ptr()
+    if p.layout is torch.sparse_coo:
+        parts = (p._indices(), p._values())
+    elif p.layout in (torch.sparse_csr, torch.sparse_bsr):
+        parts = (p.crow_indices(), p.col_indices(), p.values())
+    else:
+        parts = (p.ccol_indices(), p.row_indices(), p.values())
+    return tuple(t.data_ptr() for t in parts)
+
+
 def _fingerprint(p: Any) -> Any:
     """A tensor's version and data pointer (``.data =`` changes the one, in-place ops the
     other); None for another object (its identity is all)."""
-    return (p._version, p.data_ptr()) if isinstance(p, torch.Tensor) else None
+    return (p._version, _pointer(p)) if isinstance(p, torch.Tensor) else None
 
 
 def again(layer: Any, inputs: Any, *objs: Any) -> bool:
@@ -96,7 +110,7 @@ def again(layer: Any, inputs: Any, *objs: Any) -> bool:
     if rec is None or len(rec.held) != len(objs):
         return False
     for (held, state), p in zip(rec.held, objs):
-        if held is not p or (state is not None and state != (p._version, p.data_ptr())):
+        if held is not p or (state is not None and state != (p._version, _pointer(p))):
             return False
     if rec.ref() is not layer:
         return False
@@ -119,7 +133,9 @@ def graph_key(*parts: Any) -> Tuple[Any, ...]:
         except TypeError:  # not weakly referable: its identity while it is held (``last``)
             ref = id(p)
         shape = getattr(p, "shape", None)
-        if shape is not None and hasattr(p, "untyped_storage"):
+        if isinstance(p, torch.Tensor) and p.layout is not torch.strided:
+            key.append((ref, _pointer(p), p._version, tuple(shape)))
+        elif shape is not None and hasattr(p, "untyped_storage"):
             key.append((ref, p.untyped_storage().data_ptr(), p._version, tuple(shape)))
         else:
             key.append((ref,))
