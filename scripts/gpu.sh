@@ -174,14 +174,14 @@ if [ "$advice" = 1 ]; then
       --epochs "$n" --no-progress "${small[@]}" || return 1
     "$py" scripts/gpu_checks.py advice "$res/advice-$name" --expect $expect
   }
-  host_bound=host-bound
-  [ "$device" = cpu ] && host_bound=""  # (no CUDA events, no verdict)
+  host_bound=host-bound cache=cache-normalization
+  [ "$device" = cpu ] && host_bound="" cache=""  # (no verdict; a CPU's shares are its own)
   step "run --advise, Cora's shape: host-bound at stake" 60 advised cora "$epochs_cora" \
     "$host_bound"
   step "run --advise --advise-compile, Cora's shape: the compiled layers timed" 150 advised \
     cora-compiled "$epochs_cora" "" --advise-compile --advise-seconds 120
   step "run --advise, arxiv's shape: cache-normalization" 90 advised arxiv "$epochs_arxiv" \
-    cache-normalization --advise-seconds 60
+    "$cache" --advise-seconds 60
   step "the stated savings against the changes applied (advice_truth.py)" 300 "$py" \
     -W ignore::UserWarning benchmarks/advice_truth.py --device "$device" "${truth_args[@]}" \
     --json "$res/advice_truth.json"

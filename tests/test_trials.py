@@ -158,10 +158,18 @@ def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
 
     from .helpers import ROOT, run_script
 
+    # the model lives in a function, as in most scripts: gone when the script ends, before
+    # the changes are timed (run holds the noted layers for them)
+    script = tmp_path / "train.py"
+    inner = ROOT / "tests" / "scripts" / "transductive_gcn.py"
+    script.write_text(
+        f"import gc, runpy\n\ndef main():\n    runpy.run_path({str(inner)!r})\n\n"
+        "main()\ngc.collect()\n"
+    )
     folder = tmp_path / "run"
     run_script(
         "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "2", "-o",
-        str(folder), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+        str(folder), str(script), cwd=tmp_path,
     )  # fmt: skip
     saved = json.loads((folder / "run.json").read_text())
     timed = {x["path"]: x["trials"]["fused-sparse"] for x in saved["signals"]["layers"]}

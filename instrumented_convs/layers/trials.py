@@ -34,6 +34,7 @@ __all__ = [
     "forward_backward",
     "time_change",
     "measure",
+    "keep_layers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,12 @@ def time_change(
         "tolerance": change.tolerance,
         "equal": diff is not None and diff <= change.tolerance,
     }
+
+
+def keep_layers() -> None:
+    """Hold the layers noted from now on, not only their inputs (``run --advise``: the changes
+    are timed after the script's end, when a model made in a function is gone)."""
+    signals.keep_layers(True)
 
 
 #: Rules timed only when asked for (``run --advise-compile``): compiling is costly.

@@ -288,6 +288,10 @@ def _configure_run(args: argparse.Namespace) -> Any:
         record=None if demand else args.record,
         advise=True if args.advise else None,
     )
+    if args.advise and args.record != "on-demand":  # the changes are timed after the script
+        from ...layers import keep_layers
+
+        keep_layers()
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 
 
