@@ -118,16 +118,16 @@ registry = _Registry()
 
 
 def advise(
-    min_share: float = 0.05, seconds: _t.Optional[float] = None
+    min_share: float = 0.05, seconds: _t.Optional[float] = None, compile: bool = False
 ) -> _t.List[_t.Dict[str, _t.Any]]:
     """What to change, the largest time at stake first (docs/advice.md): the rules read what
     was recorded (by layer), the layers' signals (``configure(advise=True)`` before training)
     and the loaders given to ``instrument_loader``; where advising, the changes that replace
     work are first timed on the layers' own last inputs, in ``seconds`` at most (default: a
-    tenth of the recorded time, 60 s at most; 0: none). Each item says its ``rule``,
-    ``layers``, ``change``, ``why``, ``valid_when``, ``at_stake_share`` (an upper bound),
-    ``measured_saving_share`` (where timed) and ``outputs``; items under ``min_share`` of the
-    recorded time are left out."""
+    tenth of the recorded time, 60 s at most; 0: none; ``compile``: each layer compiled too).
+    Each item says its ``rule``, ``layers``, ``change``, ``why``, ``valid_when``,
+    ``at_stake_share`` (an upper bound), ``measured_saving_share`` (where timed) and
+    ``outputs``; items under ``min_share`` of the recorded time are left out."""
     from .core.meters import signals
     from .report.rules import Record, decide
     from .workers import loaders_result
@@ -136,7 +136,7 @@ def advise(
     if configure().advise and seconds != 0:
         from .layers.trials import measure
 
-        measure(seconds if seconds is not None else min(60.0, 0.1 * summary.total))
+        measure(seconds if seconds is not None else min(60.0, 0.1 * summary.total), compile)
     record = Record(summary, signals.describe(), loaders_result())
     return decide(record, min_share)
 

@@ -33,6 +33,12 @@
 # With --cost, instead (issue 68's section 2, about 200 s): the fast path built, the facts,
 # then steps 4, 5, 9 and 10 (a step's cost and its polls' parts, check's cost, the proxy, where
 # the cost goes) and the summary.
+# With --advice, instead (issue 68's section 1, about 450 s): the fast path built, the facts,
+# then `run --advise` of the study's PyG GCN at Cora's shape (the advice must say host-bound),
+# the same with --advise-compile (the compiled layers timed on the GPU), at arxiv's shape
+# (cache-normalization), each folder's items and timed changes printed; then
+# benchmarks/advice_truth.py --device cuda (three cases, 2 rounds): the stated savings against
+# the changes applied.
 # The run goes on when a step fails; the exit status is the number of failed steps. Wheels of
 # missing packages (nvtx) travel in .whl/ (the device README says how) and are installed into
 # /tmp/site when present.
@@ -41,6 +47,7 @@
 #   bash scripts/gpu.sh --all                # and the older steps
 #   bash scripts/gpu.sh --fallbacks          # torch's private calls' fallbacks, forced
 #   bash scripts/gpu.sh --cost               # what the tool costs on the GPU, alone
+#   bash scripts/gpu.sh --advice             # the advice on the GPU, its savings checked
 #   bash scripts/gpu.sh --device cpu --quick # the same steps on a CPU: the plumbing (a test)
 set -uo pipefail
 device=cuda
@@ -48,6 +55,7 @@ quick=0
 all=0
 fallbacks=0
 cost=0
+advice=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) device=$2; shift 2 ;;
@@ -55,7 +63,8 @@ while [ $# -gt 0 ]; do
     --all) all=1; shift ;;
     --fallbacks) fallbacks=1; shift ;;
     --cost) cost=1; shift ;;
-    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all | --fallbacks | --cost]" >&2
+    --advice) advice=1; shift ;;
+    *) echo "usage: bash scripts/gpu.sh [--device cuda|cpu] [--quick] [--all | --fallbacks | --cost | --advice]" >&2
        exit 2 ;;
   esac
 done
@@ -78,7 +87,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under a limit, note its status 
   shift 2
   echo "== $name ($(( SECONDS - start )) s so far)"
   if declare -F "$1" >/dev/null; then  # a function of this script: timeout runs programs
-    timeout -k 10 "$limit" bash -c "$(declare -f "$1"); py=$py res=$res device=$device; $(printf '%q ' "$@")"
+    timeout -k 10 "$limit" bash -c "$(declare -f "$1"); py=$py res=$res device=$device quick=$quick; $(printf '%q ' "$@")"
   else
     timeout -k 10 "$limit" "$@"
   fi
@@ -148,6 +157,34 @@ if [ "$fallbacks" = 1 ]; then
       check --device "$device" "${check_args[@]}" --sections "${sections[@]}" --no-progress \
       --json "$res/check-fallback-${names:-none}.json"
   done
+  echo "failed steps: ${#failed[@]}${failed[*]:+ (${failed[*]})}"
+  tar -czf "$out/results.tar.gz" -C "$(dirname "$res")" "$(basename "$res")"
+  exit "${#failed[@]}"
+fi
+if [ "$advice" = 1 ]; then
+  truth_args=(--rounds 2 --cases "SAGEConv, fused-sparse" "GINConv, project-first"
+    "SAGEConv, lower-precision")
+  [ "$quick" = 1 ] && truth_args=(--quick --cases "GINConv, project-first")
+  advised() {  # advised NAME EPOCHS EXPECT ARGS...: run --advise, then what it said
+    local name=$1 n=$2 expect=$3 small=()
+    shift 3
+    [ "$quick" = 1 ] && small=(--quick)
+    "$py" -W ignore::UserWarning -m instrumented_convs run --advise "$@" --quiet \
+      -o "$res/advice-$name" "examples/${name%%-*}.py" --platform pyg --device "$device" \
+      --epochs "$n" --no-progress "${small[@]}" || return 1
+    "$py" scripts/gpu_checks.py advice "$res/advice-$name" --expect $expect
+  }
+  host_bound=host-bound cache=cache-normalization
+  [ "$device" = cpu ] && host_bound="" cache=""  # (no verdict; a CPU's shares are its own)
+  step "run --advise, Cora's shape: host-bound at stake" 60 advised cora "$epochs_cora" \
+    "$host_bound"
+  step "run --advise --advise-compile, Cora's shape: the compiled layers timed" 150 advised \
+    cora-compiled "$epochs_cora" "" --advise-compile --advise-seconds 120
+  step "run --advise, arxiv's shape: cache-normalization" 90 advised arxiv "$epochs_arxiv" \
+    "$cache" --advise-seconds 60
+  step "the stated savings against the changes applied (advice_truth.py)" 300 "$py" \
+    -W ignore::UserWarning benchmarks/advice_truth.py --device "$device" "${truth_args[@]}" \
+    --json "$res/advice_truth.json"
   echo "failed steps: ${#failed[@]}${failed[*]:+ (${failed[*]})}"
   tar -czf "$out/results.tar.gz" -C "$(dirname "$res")" "$(basename "$res")"
   exit "${#failed[@]}"

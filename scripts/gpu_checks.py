@@ -4,6 +4,7 @@ a ``run`` folder's page, timeline and host/device verdict, and the summary of ev
     python scripts/gpu_checks.py facts FILE.json            # device, driver, clocks, versions
     python scripts/gpu_checks.py run-folder DIR --device cuda  # page, trace, the GPU track
     python scripts/gpu_checks.py verdict DIR --expect launch-bound [--device cuda] [--json F]
+    python scripts/gpu_checks.py advice DIR [--expect RULE ...]  # what an advised run said
     python scripts/gpu_checks.py summary DIR                # the figures of DIR's results
     python scripts/gpu_checks.py first-sync warn|error      # what the first CUDA steps sync
 
@@ -12,7 +13,8 @@ cuda``) when the timeline has no GPU track (spans of category ``...,gpu``, timed
 steps' own CUDA events) or a GPU span is not inside the run; on the CPU it must have none.
 ``verdict`` prints the run's host/device section and exits 1 unless the training regions'
 verdicts (:func:`training_regions`) match ``--expect`` for most of their device time; on the
-CPU the run must have no such section.
+CPU the run must have no such section. ``advice`` prints an advised run's items and the
+changes timed on its layers, and exits 1 unless every ``--expect`` rule was advised.
 """
 
 from __future__ import annotations
@@ -426,6 +428,34 @@ def summary(folder: str) -> int:
     return 0
 
 
+def advice(folder: str, expect: List[str]) -> int:
+    """An advised run's items (rule, layers, at stake, saved as timed) and each layer's timed
+    changes; 1 unless every rule of ``expect`` was advised."""
+    d = Path(folder)
+    items = json.loads((d / "advice.json").read_text())["advice"]
+    for i in items:
+        saved = i.get("measured_saving_share")
+        print(
+            f"advice | {i['rule']} | {', '.join(x['path'] for x in i['layers'])} | "
+            f"{i['at_stake_share']:.1%} at stake"
+            + (f", {saved:.1%} saved as timed" if saved is not None else "")
+            + f" | {i['why']}"
+        )
+    run = json.loads((d / "run.json").read_text())
+    for layer in (run.get("signals") or {}).get("layers", []):
+        for rule, t in (layer.get("trials") or {}).items():
+            print(
+                f"timed | {layer['path']} ({layer['class']}) | {rule} | stock "
+                f"{t['stock_s'] * 1e3:.3f} ms, changed {t['changed_s'] * 1e3:.3f} ms, A/A "
+                f"{t['aa_s'] * 1e3:.3f} ms, made in {t['convert_s'] * 1e3:.1f} ms, difference "
+                f"{t['difference']}, {'the same model' if t['equal'] else 'another model'}"
+            )
+    missing = sorted(set(expect) - {i["rule"] for i in items})
+    for rule in missing:
+        print(f"FAILED: {rule} was not advised")
+    return 1 if missing else 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """The command line (see the module's docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -442,6 +472,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     v.add_argument("--expect", required=True, choices=("launch-bound", "device-bound"))
     v.add_argument("--device", default="cuda")
     v.add_argument("--json", metavar="FILE", help="write the verdict here")
+    ad = sub.add_parser("advice")
+    ad.add_argument("folder")
+    ad.add_argument("--expect", nargs="*", default=[], metavar="RULE")
     sub.add_parser("summary").add_argument("folder")
     sub.add_parser("first-sync").add_argument("mode", choices=("warn", "error"))
     a = p.parse_args(argv)
@@ -453,6 +486,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_folder(a.folder, a.device)
     if a.cmd == "verdict":
         return verdict(a.folder, a.expect, a.device, a.json)
+    if a.cmd == "advice":
+        return advice(a.folder, a.expect)
     if a.cmd == "loaders":
         return loaders(a.folder, a.device)
     return summary(a.folder)

@@ -569,3 +569,29 @@ def test_advice_truth_states_and_measures_a_change_applied_to_the_stock_script(t
     assert 0 < r["stated"] < 1 and set(r["medians_s"]) == {"stock", "changed", "stock again"}
     assert r["holds"] == (abs(r["stated"] - r["real"]) <= max(0.05, 0.5 * abs(r["real"])))
     assert case in proc.stdout
+
+
+def test_gpu_checks_advice_prints_the_items_and_the_timed_changes(tmp_path):
+    """scripts/gpu_checks.py advice (gpu.sh --advice): each item and each layer's timed change
+    printed; exit 1 naming a rule expected and not advised."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    item = {"rule": "host-bound", "layers": [{"path": "epoch", "class": "region"}]}
+    item.update(at_stake_share=0.99, measured_saving_share=None, why="caught up at 100%")
+    (folder / "advice.json").write_text(json.dumps({"advice": [item]}))
+    trial = dict(stock_s=0.002, changed_s=0.001, aa_s=1e-5, convert_s=3.0, difference=0.0)
+    layer = {
+        "path": "convs.0",
+        "class": "GCNConv",
+        "trials": {"compiled-layer": {**trial, "equal": True}},
+    }
+    (folder / "run.json").write_text(json.dumps({"signals": {"layers": [layer]}}))
+    checks = os.path.join(ROOT, "scripts", "gpu_checks.py")
+    proc = run_script(checks, "advice", str(folder), "--expect", "host-bound")
+    assert "advice | host-bound | epoch | 99.0% at stake | caught up at 100%" in proc.stdout
+    assert (
+        "timed | convs.0 (GCNConv) | compiled-layer | stock 2.000 ms, changed 1.000 ms, A/A "
+        "0.010 ms, made in 3000.0 ms, difference 0.0, the same model" in proc.stdout
+    )
+    proc = run_script(checks, "advice", str(folder), "--expect", "cache-normalization", expect=1)
+    assert "FAILED: cache-normalization was not advised" in proc.stdout

@@ -158,10 +158,18 @@ def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
 
     from .helpers import ROOT, run_script
 
+    # the model lives in a function, as in most scripts: gone when the script ends, before
+    # the changes are timed (run holds the noted layers for them)
+    script = tmp_path / "train.py"
+    inner = ROOT / "tests" / "scripts" / "transductive_gcn.py"
+    script.write_text(
+        f"import gc, runpy\n\ndef main():\n    runpy.run_path({str(inner)!r})\n\n"
+        "main()\ngc.collect()\n"
+    )
     folder = tmp_path / "run"
     run_script(
         "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "2", "-o",
-        str(folder), str(ROOT / "tests" / "scripts" / "transductive_gcn.py"), cwd=tmp_path,
+        str(folder), str(script), cwd=tmp_path,
     )  # fmt: skip
     saved = json.loads((folder / "run.json").read_text())
     timed = {x["path"]: x["trials"]["fused-sparse"] for x in saved["signals"]["layers"]}
@@ -292,3 +300,36 @@ def test_the_rules_of_a_projection_first_and_of_bfloat16_read_what_was_timed():
     assert decide(_record(dict(low, equal=False), rule="lower-precision"), min_share=0.0) == []
     slower = dict(low, changed_s=0.012)  # bfloat16 without the instructions for it
     assert decide(_record(slower, rule="lower-precision"), min_share=0.0) == []
+
+
+@needs_pyg
+def test_the_compiled_layer_is_timed_only_when_asked_for_its_compilation_said(
+    advising, monkeypatch
+):
+    """``compile`` (run --advise-compile): a copy given to torch.compile, compiled first (its
+    time kept as the change's once-paid cost), then timed as every change."""
+    from instrumented_convs.commands.launch import cli
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph(n=200, e=1000)
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    assert trials.measure(1.0) == [] and _trial(model, "compiled-layer") is None
+    assert trials.measure(60.0, compile=True) == []
+    t = _trial(model, "compiled-layer")
+    assert t["equal"] and t["convert_once"] and t["convert_s"] > 0 and t["rounds"] >= 3
+    assert "torch.compile" in t["change"]
+    asked = []  # run passes --advise-compile on
+    monkeypatch.setattr(
+        "instrumented_convs.layers.time_changes", lambda s, compile: asked.append(compile) or []
+    )
+    cli._time_changes(SimpleNamespace(advise_seconds=1.0, advise_compile=True), 0.0)
+    assert asked == [True]
+
+
+def test_a_compilation_is_counted_once_whatever_the_graph():
+    trial = dict(change="torch.compile", stock_s=0.010, changed_s=0.006, aa_s=0.001)
+    trial.update(convert_s=0.004, convert_once=True, rounds=9, difference=0.0, equal=True)
+    (item,) = decide(_record(trial, same_graph=False, rule="compiled-layer"), min_share=0.0)
+    assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.004) / 0.5)
+    assert "; making it took 4 ms once" in item["why"]

@@ -26,7 +26,16 @@ import torch
 from ..core.configure import configure
 from ..core.meters import signals
 
-__all__ = ["Change", "CANDIDATES", "register", "untouched", "time_change", "measure"]
+__all__ = [
+    "Change",
+    "CANDIDATES",
+    "register",
+    "untouched",
+    "forward_backward",
+    "time_change",
+    "measure",
+    "keep_layers",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +59,8 @@ class Change:
     #: the largest difference of outputs and gradients, relative to the largest value, under
     #: which the change is the same model (more for lower precision: said in the advice)
     tolerance: float = RTOL
+    #: whether ``convert_s`` is paid once whatever the graph (a compilation), not per graph
+    convert_once: bool = False
 
 
 #: ``candidate(layer, facts)`` -> a :class:`Change` or None; by framework and rule.
@@ -105,7 +116,7 @@ def _tensors(value: Any) -> List[torch.Tensor]:
     return []
 
 
-def _step(layer: Any, inputs: Tuple[tuple, dict]) -> Tuple[List[torch.Tensor], float]:
+def forward_backward(layer: Any, inputs: Tuple[tuple, dict]) -> Tuple[List[torch.Tensor], float]:
     """One forward and backward of ``layer`` on fresh leaves of ``inputs``: its outputs and
     gradients (the layer's parameters', then the inputs'), and its seconds."""
     args, kwargs = _leaf(inputs[0]), {k: _leaf(v) for k, v in inputs[1].items()}
@@ -151,16 +162,16 @@ def time_change(
     changed = change.layer if change.layer is not None else copy.deepcopy(layer)
     runs = {"stock": (stock, stock_inputs), "changed": (changed, change.inputs)}
     runs["stock again"] = (again, stock_inputs)
-    ref, _ = _step(stock, stock_inputs)  # warm, and the results compared
-    got, _ = _step(changed, change.inputs)
-    _step(again, stock_inputs)
+    ref, _ = forward_backward(stock, stock_inputs)  # warm, and the results compared
+    got, _ = forward_backward(changed, change.inputs)
+    forward_backward(again, stock_inputs)
     times: Dict[str, List[float]] = {k: [] for k in runs}
     end = time.perf_counter() + seconds
     rounds = 0
     while rounds < 3 or (time.perf_counter() < end and rounds < 50):
         order = list(runs) if rounds % 2 == 0 else list(reversed(runs))
         for name in order:
-            times[name].append(_step(*runs[name])[1])
+            times[name].append(forward_backward(*runs[name])[1])
         rounds += 1
     diff = _difference(ref, got)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -171,6 +182,7 @@ def time_change(
         "changed_s": med["changed"],
         "aa_s": statistics.median(aa),
         "convert_s": change.convert_s,
+        "convert_once": change.convert_once,
         "rounds": rounds,
         "difference": diff,
         "tolerance": change.tolerance,
@@ -178,14 +190,26 @@ def time_change(
     }
 
 
-def measure(seconds: float) -> List[str]:
+def keep_layers() -> None:
+    """Hold the layers noted from now on, not only their inputs (``run --advise``: the changes
+    are timed after the script's end, when a model made in a function is gone)."""
+    signals.keep_layers(True)
+
+
+#: Rules timed only when asked for (``run --advise-compile``): compiling is costly.
+ASKED_FOR = ("compiled-layer",)
+
+
+def measure(seconds: float, compile: bool = False) -> List[str]:
     """Time every candidate change of every noted layer still alive, in ``seconds`` at most
-    in all (each change gets an equal share of what is left); the results are saved with the
-    signals (:func:`~..core.meters.signals.set_trial`). Returns what was not timed, a line a
-    layer, in words."""
+    in all (each change gets an equal share of what is left; ``compile``: the compiled layer
+    too); the results are saved with the signals (:func:`~..core.meters.signals.set_trial`).
+    Returns what was not timed, a line a layer, in words."""
     todo = []
     for layer, facts in signals.alive():
         for framework, rule, candidate in CANDIDATES:
+            if rule in ASKED_FOR and not compile:
+                continue
             if framework == facts["framework"] and rule not in facts["timed"]:
                 todo.append((layer, facts, rule, candidate))
     late: Dict[str, List[str]] = {}

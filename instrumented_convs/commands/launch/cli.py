@@ -288,6 +288,10 @@ def _configure_run(args: argparse.Namespace) -> Any:
         record=None if demand else args.record,
         advise=True if args.advise else None,
     )
+    if args.advise and args.record != "on-demand":  # the changes are timed after the script
+        from ...layers import keep_layers
+
+        keep_layers()
     return _tensorboard(args.tensorboard) if args.tensorboard else None
 
 
@@ -375,7 +379,7 @@ def _time_changes(args: argparse.Namespace, started: float) -> None:
         return
     from ...layers import time_changes
 
-    for line in time_changes(seconds):
+    for line in time_changes(seconds, compile=args.advise_compile):
         logger.warning("run --advise: not timed: %s", line)
 
 

@@ -208,6 +208,12 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
         "0: none)",
     )
     run.add_argument(
+        "--advise-compile",
+        action="store_true",
+        help="with --advise: time each layer compiled by torch.compile too (compiling takes "
+        "seconds a layer: give --advise-seconds)",
+    )
+    run.add_argument(
         "--format",
         action="extend",
         type=_formats,

@@ -16,6 +16,7 @@ import torch
 __all__ = [
     "on",
     "set_on",
+    "keep_layers",
     "again",
     "graph_key",
     "note",
@@ -46,6 +47,7 @@ class _Layer:
         "held",
         "inputs",
         "trials",
+        "kept",
     )
 
     def __init__(
@@ -64,16 +66,25 @@ class _Layer:
         self.held: Tuple[Any, ...] = ()  #: the last call's graph objects and their versions
         self.inputs: Any = None  #: the last call's ``(args, kwargs)``, held (no copy)
         self.trials: Dict[str, Any] = {}  #: changes timed on the layer (layers.trials)
+        #: the layer itself, held where :func:`keep_layers` asked (``run``: timed after the
+        #: script's end, when a model made in a function is gone)
+        self.kept = layer if _state["keep"] else None
 
 
 _layers: Dict[int, _Layer] = {}
 _lock = threading.Lock()
-_state = {"on": False}
+_state = {"on": False, "keep": False}
 
 
 def on() -> bool:
     """Whether the layers note their calls (``configure(advise=True)``)."""
     return _state["on"]
+
+
+def keep_layers(value: bool) -> None:
+    """Hold each layer noted from now on (not only a weak reference), until :func:`clear`:
+    ``run --advise`` times the changes after the script's end, when its model may be gone."""
+    _state["keep"] = bool(value)
 
 
 def set_on(value: bool) -> None:
