@@ -1,6 +1,6 @@
 """The advice's rules: what to change, decided from the record: the rows (by layer), the
 layers' signals (``configure(advise=True)``) with the changes timed on them at the end
-(``fused-sparse``), the loaders' waits and the host and device verdict. A rule is one entry
+(``layers.trials``: part 2), the loaders' waits and the host and device verdict. A rule is one entry
 of :data:`RULES`: its id and the function that reads the record into items; docs/advice.md
 gives each rule's evidence, condition and number.
 """

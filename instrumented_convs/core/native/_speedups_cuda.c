@@ -60,8 +60,9 @@ static const char *const g_part_names[N_PARTS] = {
     "the registry's fold (Python)", "fold in Python (sampled, retired, unreadable)", "release",
     "wait", "other"};
 static long long g_part_ns[N_PARTS], g_lap_t;
+static int g_lapping = 0;  /* inside a poll with g_tally == 2 (a fold elsewhere is no lap) */
 static inline void lap(int part) {
-    if (g_tally < 2) return;
+    if (!g_lapping) return;
     long long t = now_ns();
     g_part_ns[part] += t - g_lap_t;
     g_lap_t = t;
@@ -414,11 +415,20 @@ static void next_poll(void) {
 
 /* Fold the finished pairs at the front (pairs on one stream finish in order: stop at the first
  * that has not), then wait for the oldest while hard_limit are waiting. How many, or -1. */
+static Py_ssize_t poll_queue(void);
+
 Py_ssize_t cuda_poll_queue(void) {
+    g_lapping = g_tally > 1;
+    if (g_lapping) g_lap_t = now_ns();
+    Py_ssize_t n = poll_queue();
+    g_lapping = 0;
+    return n;
+}
+
+static Py_ssize_t poll_queue(void) {
     Py_ssize_t folded = 0;
     float ms;
     g_polls++;
-    if (g_tally > 1) g_lap_t = now_ns();
     if (g_len) {  /* the newest end first: the driver learns at once how far the device got,
                      and reading each pair it has run costs a quarter (cuda_bench_reads) */
         Pair *back = &g_q[(g_head + g_len - 1) % g_cap];
