@@ -31,6 +31,13 @@ __all__ = ["fused_sparse", "to_adj_t", "ProjectFirst", "project_first"]
 WIDER = 2
 
 
+def _bound(layer: Any, args: tuple, kwargs: dict) -> Dict[str, Any]:
+    """A call's arguments by the names of the stock layer's ``forward``."""
+    stock = getattr(layer, "_ic_stock", type(layer))
+    bound = inspect.signature(stock.forward).bind(None, *args, **kwargs).arguments
+    return {k: v for k, v in bound.items() if k != "self"}
+
+
 def to_adj_t(edge_index: torch.Tensor, edge_weight: Optional[torch.Tensor], n: int) -> Any:
     """``edge_index`` (and its weights) as PyG's ``adj_t``, a ``torch.sparse`` CSR matrix of
     ``n`` by ``n``: row = target, column = source, repeated edges summed."""
@@ -47,9 +54,7 @@ def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     stock = getattr(layer, "_ic_stock", type(layer))
     if not fused(stock):
         return None
-    params = list(inspect.signature(stock.forward).parameters)[1:]
-    args, kwargs = facts["inputs"]
-    bound = dict(zip(params, args), **kwargs)
+    bound = _bound(layer, *facts["inputs"])
     x, edge_index = bound.get("x"), bound.get("edge_index")
     if not isinstance(x, torch.Tensor) or type(edge_index) is not torch.Tensor:
         return None  # bipartite features, or already sparse (an EdgeIndex, a SparseTensor)
@@ -108,14 +113,12 @@ class ProjectFirst(torch.nn.Module):
         """Compute ``conv`` (a plain feature matrix ``x``: not a bipartite pair)."""
         super().__init__()
         self.conv = conv
-        stock = getattr(conv, "_ic_stock", type(conv))
-        self._signature = inspect.signature(stock.forward)
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The layer's forward, projected first."""
         from torch_geometric.nn import GINConv, GraphConv
 
-        bound = self._signature.bind(None, *args, **kwargs).arguments
+        bound = _bound(self.conv, args, kwargs)
         c, x, edge_index = self.conv, bound["x"], bound["edge_index"]
         lin = _first_linear(c)
         h = F.linear(x, lin.weight)
@@ -147,10 +150,7 @@ def project_first(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     if lin is None:
         return None
     wide, narrow = _widths(lin)
-    stock = getattr(layer, "_ic_stock", type(layer))
-    params = list(inspect.signature(stock.forward).parameters)[1:]
-    args, kwargs = facts["inputs"]
-    x = dict(zip(params, args), **kwargs).get("x")
+    x = _bound(layer, *facts["inputs"]).get("x")
     if not isinstance(x, torch.Tensor) or wide < WIDER * narrow:
         return None
     name = type(layer).__name__
