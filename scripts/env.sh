@@ -70,12 +70,17 @@ if [ ! -f "$dir/.complete" ]; then
     pip=("$base/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q
          --no-deps --target "$tmp")
     if [ "$name" = sparse ]; then
-      # No wheel cache: pip's would hand back a wheel compiled against another torch. No debug
-      # information (-g0 after Python's -g): the link strips it (-s), so the libraries are the
-      # same bytes, made in less time (docs/performance.md).
+      # No wheel cache: pip's would hand back a wheel compiled against another torch. g++
+      # through scripts/pch_cc.sh (torch's headers precompiled, -O1 for -O3) and no debug
+      # information (-g0 after Python's -g; the link strips it anyway): less than half the
+      # compile (docs/performance.md). setuptools compiles C++ with CXX and CXXFLAGS, which
+      # replaces Python's flags, so they are given again first.
       cflags=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("CFLAGS") or "")')
-      CFLAGS="$cflags -g0" MAX_JOBS=${MAX_JOBS:-2} "${pip[@]}" --no-cache-dir --no-build-isolation \
-        -r "$root/requirements/sparse.txt" >&2
+      pch=$(mktemp -d)
+      CXX="$root/scripts/pch_cc.sh" PCH_CC_DIR="$pch" CXXFLAGS="$cflags -g0" MAX_JOBS=${MAX_JOBS:-2} \
+        "${pip[@]}" --no-cache-dir --no-build-isolation -r "$root/requirements/sparse.txt" >&2 \
+        || { rm -rf "$pch"; exit 1; }
+      rm -rf "$pch"
       PYTHONPATH="$tmp" "$base/bin/python" -c 'import torch_sparse, torch_scatter' >&2
     elif [ "$name" = integrations ]; then
       "${pip[@]}" -r "$root/requirements/integrations.txt" >&2
