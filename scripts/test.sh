@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the pinned environments (once per machine) and run every check CI runs. On a fresh
-# machine the torch-scatter/torch-sparse compile (scripts/env.sh sparse, ~12 min on 2 idle
+# machine the torch-scatter/torch-sparse compile (scripts/env.sh sparse, ~10 CPU-minutes on 2
 # cores) runs in the background while everything that does not need it runs; the tests marked
 # `sparse` (setup.cfg) are deselected until then and run at the end. After step 0, the main
 # suite (1) and the benchmarks' smoke runs run here while steps 1 (its Python twin) to 7, and
