@@ -1,12 +1,12 @@
-"""Does the advice say what applying it saves? For each case, a plain PyG training script
-runs under ``run --advise --advise-seconds 30`` (every layer timed: the default budget, a
-tenth of a short run, times the first); then the same script, stock (no instrumented_convs),
-with the case's change applied to every layer it fits and without, interleaved (the order
-reversed every other round): the stated ``measured_saving_share`` of the case's rule against
-the real saving of the training time (medians of rounds, and an A/A of the unchanged script
-against itself). A case holds when the two are within 5 points, or within half the real
-saving, whichever is larger; where nothing was advised, when applying the change would not
-have saved more than 5 points.
+"""Does the advice say what applying it saves? For each case, a plain PyG or DGL training
+script runs under ``run --advise --advise-seconds 30`` (every layer timed: the default
+budget, a tenth of a short run, times the first); then the same script, stock (no
+instrumented_convs), with the case's change applied to every layer it fits and without,
+interleaved (the order reversed every other round): the stated ``measured_saving_share`` of
+the case's rule against the real saving of the training time (medians of rounds, and an A/A
+of the unchanged script against itself). A case holds when the two are within 5 points, or
+within half the real saving, whichever is larger; where nothing was advised, when applying
+the change would not have saved more than 5 points.
 
     python benchmarks/advice_truth.py                 # every case, 5 rounds
     python benchmarks/advice_truth.py --quick         # a smoke run: small graphs, 2 rounds
@@ -27,27 +27,35 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: The training script: a 2-layer model of ``--layer`` on a generated graph (no self-loops,
-#: no repeated edge), full batch, ``--width`` features in, ``--out`` out; the changes:
+#: The training script: a model of ``--layers`` layers of ``--layer`` (``sage``, ``gin``,
+#: ``gcn``) on a generated graph (no self-loops, no repeated edge), full batch, ``--width``
+#: features in, ``--hidden`` between layers, ``--out`` out; the changes: ``--cached`` makes
+#: the GCNConv layers ``cached=True``,
 #: ``--adj-t`` gives the layers adj_t (torch.sparse CSR, made once, its time counted),
+#: ``--anew`` gives each epoch a graph of its own (the inductive loop's: a new tensor, made
+#: into adj_t again where ``--adj-t``),
 #: ``--project-first`` the layers at least twice as wide in as out their projection first
 #: (docs/advice.md's subclass), ``--bf16`` the forward and loss under bfloat16 autocast;
 #: prints the training's seconds (``--device cuda``: on the GPU, synchronised at the start
-#: and the end).
+#: and the end) and the last loss (an exact change leaves it as it was).
 SCRIPT = """
 import argparse, time, torch
 import torch.nn.functional as F
-from torch_geometric.nn import GINConv, SAGEConv
+from torch_geometric.nn import GCNConv, GINConv, SAGEConv
 from torch_geometric.utils import coalesce, remove_self_loops
 
 p = argparse.ArgumentParser()
 p.add_argument("--layer", default="sage")
+p.add_argument("--layers", type=int, default=2)
+p.add_argument("--hidden", type=int, default=64)
+p.add_argument("--cached", action="store_true")
 p.add_argument("--nodes", type=int, default=20000)
 p.add_argument("--edges", type=int, default=200000)
 p.add_argument("--epochs", type=int, default=10)
 p.add_argument("--width", type=int, default=64)
 p.add_argument("--out", type=int, default=7)
 p.add_argument("--adj-t", action="store_true")
+p.add_argument("--anew", action="store_true")
 p.add_argument("--project-first", action="store_true")
 p.add_argument("--bf16", action="store_true")
 p.add_argument("--device", default="cpu")
@@ -74,6 +82,8 @@ class GINFirst(GINConv):
 
 def conv(i, o):
     first = a.project_first and i >= 2 * o
+    if a.layer == "gcn":
+        return GCNConv(i, o, cached=a.cached)
     if a.layer == "sage":
         return (SAGEFirst if first else SAGEConv)(i, o)
     return (GINFirst if first else GINConv)(torch.nn.Linear(i, o))
@@ -82,10 +92,13 @@ def conv(i, o):
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1, self.conv2 = conv(a.width, 64), conv(64, a.out)
+        sizes = [a.width] + [a.hidden] * (a.layers - 1) + [a.out]
+        self.convs = torch.nn.ModuleList(conv(i, o) for i, o in zip(sizes, sizes[1:]))
 
     def forward(self, x, g):
-        return self.conv2(F.relu(self.conv1(x, g)), g)
+        for c in self.convs[:-1]:
+            x = F.relu(c(x, g))
+        return self.convs[-1](x, g)
 
 
 model = Net().to(dev)
@@ -93,11 +106,19 @@ opt = torch.optim.Adam(model.parameters(), lr=0.01)
 sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 sync()
 t0 = time.perf_counter()
-g = ei
-if a.adj_t:
-    values = torch.ones(ei.size(1), device=dev)
-    g = torch.sparse_coo_tensor(ei.flip(0), values, (n, n)).coalesce().to_sparse_csr()
+
+
+def graph():
+    g = ei.clone() if a.anew else ei
+    if a.adj_t:
+        values = torch.ones(g.size(1), device=dev)
+        g = torch.sparse_coo_tensor(g.flip(0), values, (n, n)).coalesce().to_sparse_csr()
+    return g
+
+
+g = graph()
 for _ in range(a.epochs):
+    g = graph() if a.anew else g
     opt.zero_grad()
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
         loss = F.cross_entropy(model(x, g), y)
@@ -105,23 +126,104 @@ for _ in range(a.epochs):
     opt.step()
 sync()
 print("train_s", time.perf_counter() - t0)
+print("loss", float(loss))
 """
 
-#: Each case: the script's arguments, the rule it checks, the flag that applies the change
-#: (where the script already has it, or no layer fits, applying it changes nothing).
+#: DGL's: ``--layers`` ``GraphConv`` layers (``norm='both'``) on a graph generated as above,
+#: self-loops added (GraphConv refuses a node without an in-edge); ``--cached-norm`` applies
+#: DGL's own recipe: the weights normalised once (``EdgeWeightNorm``, its time counted) and
+#: ``norm='none'`` given them.
+DGL_SCRIPT = """
+import argparse, time, torch
+import torch.nn.functional as F
+import dgl
+from dgl.nn import EdgeWeightNorm, GraphConv
+
+p = argparse.ArgumentParser()
+p.add_argument("--nodes", type=int, default=20000)
+p.add_argument("--edges", type=int, default=200000)
+p.add_argument("--epochs", type=int, default=10)
+p.add_argument("--width", type=int, default=64)
+p.add_argument("--out", type=int, default=7)
+p.add_argument("--layers", type=int, default=2)
+p.add_argument("--hidden", type=int, default=64)
+p.add_argument("--cached-norm", action="store_true")
+p.add_argument("--device", default="cpu")
+a = p.parse_args()
+torch.manual_seed(0)
+torch.set_num_threads(1)
+n, dev = a.nodes, torch.device(a.device)
+src, dst = torch.randint(0, n, (2, a.edges))
+g = dgl.add_self_loop(dgl.to_simple(dgl.remove_self_loop(dgl.graph((src, dst), num_nodes=n))))
+g = g.to(dev)
+x, y = torch.randn(n, a.width, device=dev), torch.randint(0, 7, (n,), device=dev)
+norm = "none" if a.cached_norm else "both"
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        sizes = [a.width] + [a.hidden] * (a.layers - 1) + [a.out]
+        convs = (GraphConv(i, o, norm=norm) for i, o in zip(sizes, sizes[1:]))
+        self.convs = torch.nn.ModuleList(convs)
+
+    def forward(self, g, x, w):
+        for c in self.convs[:-1]:
+            x = F.relu(c(g, x, edge_weight=w))
+        return self.convs[-1](g, x, edge_weight=w)
+
+
+model = Net().to(dev)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+sync()
+t0 = time.perf_counter()
+w = None
+if a.cached_norm:
+    w = EdgeWeightNorm(norm="both")(g, torch.ones(g.num_edges(), device=dev))
+for _ in range(a.epochs):
+    opt.zero_grad()
+    loss = F.cross_entropy(model(g, x, w), y)
+    loss.backward()
+    opt.step()
+sync()
+print("train_s", time.perf_counter() - t0)
+print("loss", float(loss))
+"""
+
+#: The demo's model and graph (commands/study): ogbn-arxiv's nodes, its edges both ways.
+ARXIV = ["--layers", "3", "--hidden", "128", "--width", "128", "--out", "40", "--nodes", "169343",
+         "--edges", "2332486", "--epochs", "3"]  # fmt: skip
+
+#: Each case: its script (``pyg``: :data:`SCRIPT`, ``dgl``: :data:`DGL_SCRIPT`), the
+#: script's arguments, the rule it checks, the flag that applies the change (where the script
+#: already has it, or no layer fits, applying it changes nothing).
 CASES = {
-    "SAGEConv, fused-sparse": (["--layer", "sage"], "fused-sparse", "--adj-t"),
-    "GINConv, fused-sparse": (["--layer", "gin"], "fused-sparse", "--adj-t"),
-    "SAGEConv, project-first": (["--layer", "sage", "--width", "256"], "project-first",
+    "SAGEConv, fused-sparse": ("pyg", ["--layer", "sage"], "fused-sparse", "--adj-t"),
+    "GINConv, fused-sparse": ("pyg", ["--layer", "gin"], "fused-sparse", "--adj-t"),
+    "SAGEConv, project-first": ("pyg", ["--layer", "sage", "--width", "256"], "project-first",
                                 "--project-first"),
-    "GINConv, project-first": (["--layer", "gin", "--width", "256"], "project-first",
+    "GINConv, project-first": ("pyg", ["--layer", "gin", "--width", "256"], "project-first",
                                "--project-first"),
-    "SAGEConv, lower-precision": (["--layer", "sage"], "lower-precision", "--bf16"),
+    "SAGEConv, lower-precision": ("pyg", ["--layer", "sage"], "lower-precision", "--bf16"),
+    # the inductive loop: a graph of its own each epoch, made into adj_t each epoch
+    "SAGEConv a graph an epoch, fused-sparse": ("pyg", ["--layer", "sage", "--anew"],
+                                                "fused-sparse", "--adj-t"),
+    "DGL GraphConv, cache-normalization": ("dgl", [], "cache-normalization", "--cached-norm"),
+    # the demo's model at arxiv's shape (3 layers, 128 wide, 40 classes, 2,332,486 edges)
+    "GCNConv at arxiv's shape, cache-normalization": ("pyg", ["--layer", "gcn", *ARXIV],
+                                                       "cache-normalization", "--cached"),
+    "GCNConv at arxiv's shape, fused-sparse": ("pyg", ["--layer", "gcn", *ARXIV], "fused-sparse",
+                                               "--adj-t"),
+    "DGL GraphConv at arxiv's shape, cache-normalization": ("dgl", ARXIV, "cache-normalization",
+                                                             "--cached-norm"),
     # without the pattern: given adj_t already (a tuned model), no layer wider in than out
-    "SAGEConv given adj_t, fused-sparse": (["--layer", "sage", "--adj-t"], "fused-sparse",
-                                           "--adj-t"),
-    "SAGEConv narrow, project-first": (["--layer", "sage", "--width", "32", "--out", "64"],
-                                       "project-first", "--project-first"),
+    "SAGEConv given adj_t, fused-sparse": ("pyg", ["--layer", "sage", "--adj-t"],
+                                           "fused-sparse", "--adj-t"),
+    "SAGEConv narrow, project-first": ("pyg", ["--layer", "sage", "--width", "32", "--out",
+                                       "64"], "project-first", "--project-first"),
+    "DGL GraphConv weights normalised once, cache-normalization": (
+        "dgl", ["--cached-norm"], "cache-normalization", "--cached-norm"),
 }  # fmt: skip
 
 
@@ -136,8 +238,9 @@ def _python(*args: str, cwd: Path) -> str:
     return proc.stdout
 
 
-def _train_s(out: str) -> float:
-    return float(next(line for line in out.splitlines() if line.startswith("train_s")).split()[1])
+def _read(out: str, what: str) -> float:
+    """The value of the line ``what VALUE`` the script printed."""
+    return float(next(line for line in out.splitlines() if line.startswith(what)).split()[1])
 
 
 def holds(stated: float, real: float) -> bool:
@@ -150,25 +253,29 @@ def holds(stated: float, real: float) -> bool:
 
 def case(name: str, rounds: int, size: List[str], tmp: Path) -> Dict[str, Any]:
     """One case: the stated saving (run --advise) against the real one."""
-    args, rule, flag = CASES[name]
-    script = tmp / "train.py"
-    script.write_text(SCRIPT)
+    kind, args, rule, flag = CASES[name]
+    script = tmp / f"train_{kind}.py"
+    script.write_text(SCRIPT if kind == "pyg" else DGL_SCRIPT)
     folder = tmp / name.replace(" ", "-").replace(",", "")
     _python("-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "30", "--quiet",
             "-o", str(folder), str(script), *args, *size, cwd=tmp)  # fmt: skip
     items = json.loads((folder / "advice.json").read_text())["advice"]
     stated = sum(i["measured_saving_share"] or 0 for i in items if i["rule"] == rule)
     times: Dict[str, List[float]] = {"stock": [], "changed": [], "stock again": []}
+    loss: Dict[str, float] = {}
     for r in range(rounds):
         order = list(times) if r % 2 == 0 else list(reversed(times))
         for v in order:
             extra = [flag] if v == "changed" else []
-            times[v].append(_train_s(_python(str(script), *args, *size, *extra, cwd=tmp)))
+            out = _python(str(script), *args, *size, *extra, cwd=tmp)
+            times[v].append(_read(out, "train_s"))
+            loss[v] = _read(out, "loss")
     med = {k: statistics.median(v) for k, v in times.items()}
     real = 1 - med["changed"] / med["stock"]
     aa = abs(1 - med["stock again"] / med["stock"])
     return {"rule": rule, "stated": stated, "real": real, "aa": aa, "medians_s": med,
-            "holds": holds(stated, real), "advised": [i["rule"] for i in items]}  # fmt: skip
+            "holds": holds(stated, real), "advised": [i["rule"] for i in items],
+            "final_loss": loss}  # fmt: skip
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -186,14 +293,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     size += ["--device", args.device]
     rounds = 2 if args.quick else args.rounds
     print(f"The advice against the change applied, on {args.device}: medians of {rounds} rounds")
-    print(f"  {'case':34s} {'stated':>7s} {'real':>7s} {'A/A':>6s}  holds  advised")
+    print(
+        f"  {'case':58s} {'stated':>7s} {'real':>7s} {'A/A':>6s}  holds  "
+        "final loss stock -> changed  advised"
+    )
     out: Dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.cases:
             r = out[name] = case(name, rounds, size, Path(tmp))
             print(
-                f"  {name:34s} {r['stated']:7.1%} {r['real']:7.1%} {r['aa']:6.1%}  "
-                f"{'yes' if r['holds'] else 'NO':5s}  {', '.join(r['advised']) or '-'}",
+                f"  {name:58s} {r['stated']:7.1%} {r['real']:7.1%} {r['aa']:6.1%}  "
+                f"{'yes' if r['holds'] else 'NO':5s}  {r['final_loss']['stock']:.5f} -> "
+                f"{r['final_loss']['changed']:.5f}  {', '.join(r['advised']) or '-'}",
                 flush=True,
             )
     if args.json:
