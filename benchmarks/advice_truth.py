@@ -27,6 +27,19 @@ from typing import Any, Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: The arguments both scripts take: the model's depth and widths, the graph's size, the
+#: epochs, the device.
+SHAPE_ARGS = """\
+p.add_argument("--layers", type=int, default=2)
+p.add_argument("--hidden", type=int, default=64)
+p.add_argument("--nodes", type=int, default=20000)
+p.add_argument("--edges", type=int, default=200000)
+p.add_argument("--epochs", type=int, default=10)
+p.add_argument("--width", type=int, default=64)
+p.add_argument("--out", type=int, default=7)
+p.add_argument("--device", default="cpu")
+"""
+
 #: The training script: a model of ``--layers`` layers of ``--layer`` (``sage``, ``gin``,
 #: ``gcn``) on a generated graph (no self-loops, no repeated edge), full batch, ``--width``
 #: features in, ``--hidden`` between layers, ``--out`` out; the changes: ``--cached`` makes
@@ -45,20 +58,13 @@ from torch_geometric.nn import GCNConv, GINConv, SAGEConv
 from torch_geometric.utils import coalesce, remove_self_loops
 
 p = argparse.ArgumentParser()
+SHAPE_ARGS
 p.add_argument("--layer", default="sage")
-p.add_argument("--layers", type=int, default=2)
-p.add_argument("--hidden", type=int, default=64)
 p.add_argument("--cached", action="store_true")
-p.add_argument("--nodes", type=int, default=20000)
-p.add_argument("--edges", type=int, default=200000)
-p.add_argument("--epochs", type=int, default=10)
-p.add_argument("--width", type=int, default=64)
-p.add_argument("--out", type=int, default=7)
 p.add_argument("--adj-t", action="store_true")
 p.add_argument("--anew", action="store_true")
 p.add_argument("--project-first", action="store_true")
 p.add_argument("--bf16", action="store_true")
-p.add_argument("--device", default="cpu")
 a = p.parse_args()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -127,7 +133,7 @@ for _ in range(a.epochs):
 sync()
 print("train_s", time.perf_counter() - t0)
 print("loss", float(loss))
-"""
+""".replace("SHAPE_ARGS\n", SHAPE_ARGS)
 
 #: DGL's: ``--layers`` ``GraphConv`` layers (``norm='both'``) on a graph generated as above,
 #: self-loops added (GraphConv refuses a node without an in-edge); ``--cached-norm`` applies
@@ -140,15 +146,8 @@ import dgl
 from dgl.nn import EdgeWeightNorm, GraphConv
 
 p = argparse.ArgumentParser()
-p.add_argument("--nodes", type=int, default=20000)
-p.add_argument("--edges", type=int, default=200000)
-p.add_argument("--epochs", type=int, default=10)
-p.add_argument("--width", type=int, default=64)
-p.add_argument("--out", type=int, default=7)
-p.add_argument("--layers", type=int, default=2)
-p.add_argument("--hidden", type=int, default=64)
+SHAPE_ARGS
 p.add_argument("--cached-norm", action="store_true")
-p.add_argument("--device", default="cpu")
 a = p.parse_args()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -189,7 +188,7 @@ for _ in range(a.epochs):
 sync()
 print("train_s", time.perf_counter() - t0)
 print("loss", float(loss))
-"""
+""".replace("SHAPE_ARGS\n", SHAPE_ARGS)
 
 #: The demo's model and graph (commands/study): ogbn-arxiv's nodes, its edges both ways.
 ARXIV = ["--layers", "3", "--hidden", "128", "--width", "128", "--out", "40", "--nodes", "169343",
