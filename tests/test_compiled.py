@@ -253,6 +253,24 @@ def test_importing_registers_no_compile_callback_run_and_a_traced_layer_do():
     assert out.stdout.split() == ["0", "1"], out.stderr
 
 
+def test_importing_leaves_dynamo_unimported_and_tells_it_our_frames_once_it_is():
+    """Importing Dynamo costs more than a second: the package does not, and what Dynamo must
+    know (the frames it skips, the probe it takes as a constant) is told when it is imported,
+    with the same effect as where it was imported first; the skip's effect is seen (without
+    it, Dynamo compiles the frame after its graph break on its own)."""
+    script = str(ROOT / "tests" / "scripts" / "dynamo_order.py")
+
+    def probe(order: str, **env: str) -> Dict[str, Any]:
+        return json.loads(run_script(script, order, env=env).stdout.splitlines()[-1])
+
+    first, after = probe("first"), probe("after")
+    assert first["dynamo_imported"] and not after["dynamo_imported"]
+    assert after == dict(first, dynamo_imported=False) and after["constant"] is True
+    assert after["out"] == [6.0, 6.0] and after["seen"] == [True]
+    unmarked = probe("after", INSTRUMENTED_CONVS_FALLBACK="skip_code")
+    assert unmarked["frames"]["total"] > after["frames"]["total"]
+
+
 _GLOBAL_MODEL = torch.nn.Linear(2, 2)
 
 

@@ -211,18 +211,32 @@ def test_env_var_disables_at_import():
 
 
 @pytest.mark.parametrize(
-    "value,backend",
-    [("0", "none"), ("none", "none"), ("off", "none"), ("1", "none"), ("auto", "none")],
+    "value,asked,backend",
+    [
+        ("0", "none", "none"),
+        ("none", "none", "none"),
+        ("off", "none", "none"),
+        ("1", "auto", "none"),
+        ("auto", "auto", "none"),
+        ("torch", "torch", "torch"),
+        ("nvtx", "nvtx", "nvtx"),
+    ],
 )
-def test_env_var_nvtx_takes_the_names_configure_takes(value, backend):
-    """INSTRUMENTED_CONVS_NVTX: 0/1 or a backend name; with no NVTX tool attached, auto is none."""
-    code = "import instrumented_convs as ic; print(ic.configure().nvtx)"
+def test_env_var_nvtx_takes_the_names_configure_takes(value, asked, backend):
+    """INSTRUMENTED_CONVS_NVTX: 0/1 or a backend name, the one chosen at import; with no NVTX
+    tool attached, auto is none; a backend named is used whether or not a tool listens."""
+    if backend == "nvtx":
+        pytest.importorskip("nvtx")
+    code = (
+        "import instrumented_convs as ic; from instrumented_convs.core import settings;"
+        " print(settings.NVTX_REQUEST, ic.configure().nvtx)"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVTX_INJECTION")}
     env["INSTRUMENTED_CONVS_NVTX"] = value
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == [backend]
+    assert out.stdout.split() == [asked, backend]
 
 
 def test_env_var_nvtx_rejects_an_unknown_name_at_import():

@@ -8,8 +8,11 @@ constant: no guard, no graph break, no recompile.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import itertools
 import logging
+import sys
 import threading
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -34,12 +37,72 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-try:  # Dynamo's table of code it runs as it is (torch 2.1 to 2.14 at least)
-    from torch._dynamo.eval_frame import skip_code as _skip_code
-except ImportError:  # pragma: no cover - a torch without Dynamo's frame table
-    _skip_code = None
-if not private.probe("skip_code", lambda: None if _skip_code else "is missing"):
-    _skip_code = None
+#: Importing Dynamo costs more than a second, and nothing compiles before it is imported:
+#: what must be told to it (the frames it must skip, :data:`compiling` as a constant) is told
+#: as soon as it is imported, by ``torch.compile``, PyG or anyone (:class:`_OnDynamoImport`).
+_DYNAMO = "torch._dynamo"
+_pending: List[Callable[[], None]] = []
+_told = threading.Lock()
+_skip_code: Any = None
+
+
+def _dynamo_ready() -> bool:
+    """Whether Dynamo is imported whole (not under way)."""
+    module = sys.modules.get(_DYNAMO)
+    return module is not None and not getattr(module.__spec__, "_initializing", False)
+
+
+def _when_dynamo(tell: Callable[[], None]) -> None:
+    """Call ``tell`` now where Dynamo is imported, else as soon as it is."""
+    with _told:
+        if not _dynamo_ready():
+            _pending.append(tell)
+            if not any(isinstance(f, _OnDynamoImport) for f in sys.meta_path):
+                sys.meta_path.insert(0, _OnDynamoImport())
+            return
+    _tell_pending()  # (where Dynamo's loader could not be wrapped: at the next call)
+    tell()
+
+
+def _tell_pending() -> None:
+    with _told:
+        calls, _pending[:] = list(_pending), []
+    for tell in calls:
+        try:
+            tell()
+        except Exception:  # noqa: BLE001 - never fail the import of Dynamo over a mark
+            logger.debug("Dynamo could not be told of a frame of ours", exc_info=True)
+
+
+class _OnDynamoImport(importlib.abc.MetaPathFinder):
+    """Tells Dynamo what is pending once its package is imported, before anything compiles."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != _DYNAMO:
+            return None
+        sys.meta_path.remove(self)  # (the other finders find it)
+        spec = importlib.util.find_spec(name)
+        if spec is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # pragma: no cover - another loader: told at the next skip_frame
+        run = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _tell_pending()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _table() -> Any:
+    """Dynamo's table of code it runs as it is (``skip_code``, torch 2.1 to 2.14 at least),
+    looked up once Dynamo is imported; None where it is missing (logged once)."""
+    global _skip_code
+    if _skip_code is None:
+        found = getattr(sys.modules.get(_DYNAMO + ".eval_frame"), "skip_code", None)
+        ok = private.probe("skip_code", lambda: None if found else "is missing")
+        _skip_code = found if ok else False
+    return _skip_code or None
 
 
 def _stock_probe() -> Callable[[], bool]:
@@ -102,7 +165,13 @@ def compiling_probe() -> Callable[[], bool]:
     if not private.probe("tracing", canary):
         return _stock_probe()
     skip_frame(compiling)  # run eagerly inside a compiled call (after a graph break)
-    return assume_constant_result(compiling)
+
+    def constant() -> None:  # (it imports Dynamo: told once Dynamo is imported)
+        if assume_constant_result(compiling) is not compiling:  # pragma: no cover - a wrapper
+            private.probe("tracing", lambda: "is wrapped by assume_constant_result")
+
+    _when_dynamo(constant)
+    return compiling
 
 
 def skip_frame(fn: Callable) -> Callable:
@@ -110,13 +179,19 @@ def skip_frame(fn: Callable) -> Callable:
     they call (``torch._dynamo.eval_frame.skip_code``: torch 2.1 to 2.14 at least); returns
     ``fn``. Where this torch has no such call, nothing is marked (:mod:`..native.private` logs it).
     Dynamo still inlines a marked function into a frame it traces: what it calls is read
-    first through :data:`compiling`."""
-    if _skip_code is not None:
-        try:
-            _skip_code(fn.__code__)
-        except Exception as exc:  # noqa: BLE001 - another signature: the code stays traceable
-            why = f"failed ({type(exc).__name__}: {exc})"
-            private.probe("skip_code", lambda: why)
+    first through :data:`compiling`. Before Dynamo is imported, the mark waits for it."""
+    code = fn.__code__
+
+    def mark() -> None:
+        skip_code = _table()
+        if skip_code is not None:
+            try:
+                skip_code(code)
+            except Exception as exc:  # noqa: BLE001 - another signature: the code stays traceable
+                why = f"failed ({type(exc).__name__}: {exc})"
+                private.probe("skip_code", lambda: why)
+
+    _when_dynamo(mark)
     return fn
 
 
@@ -193,11 +268,6 @@ class _Owner(threading.local):
 #: ``owner.name``: the step name of the compiled call under way (``""``: none known).
 owner = _Owner()
 
-try:  # torch 2.0+: a function Dynamo calls at trace time with its context
-    from torch._dynamo.comptime import comptime as _comptime
-except ImportError:  # pragma: no cover - a torch without Dynamo
-    _comptime = None
-
 
 def _module_of(var: Any, tx: Any) -> Any:
     """The nn.Module a Dynamo variable of a module stands for (torch 2.2: by its key in the
@@ -240,8 +310,11 @@ def traced(layer: Any) -> None:
     compiled call under way (:data:`owner`); call it only while Dynamo traces. It runs at
     trace time through ``torch._dynamo.comptime``: no guard, no graph break, nothing in the
     graph."""
-    if _comptime is not None:
-        _comptime(_note)
+    try:  # torch 2.0+: a function Dynamo calls at trace time with its context (imported, as
+        from torch._dynamo.comptime import comptime  # Dynamo is tracing)
+    except ImportError:  # pragma: no cover - a torch without Dynamo
+        return
+    comptime(_note)
 
 
 def listed(name: str, layers: Dict[str, str]) -> None:
