@@ -110,7 +110,7 @@ beside_log=$(mktemp)
 # A share of the main suite's files runs on the other side (first there), so that the two
 # sides end together: each file runs once, on one side (its sparse-marked tests at the end, as
 # the others'); the work two cores do at once, not one side's queue, sets the time.
-BESIDE_TESTS="tests/test_benchmarks.py"
+BESIDE_TESTS="tests/test_compiled.py"
 ignore=()
 for f in $BESIDE_TESTS; do
   [ -f "$f" ] || { echo "scripts/test.sh: BESIDE_TESTS names $f, which is not there" >&2; exit 2; }

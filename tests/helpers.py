@@ -82,16 +82,21 @@ def run_script(
     test with both streams in the message, led by the lines that say FAIL or name an error
     (:func:`failing_lines`): a long output is cut in the middle where CI prints it.
     """
+    from . import forkserver
+
     full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
     flags = ["-W", warnings] if warnings else []
-    proc = subprocess.run(
-        [sys.executable, *flags, *args],
-        cwd=cwd or ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    # forked from a server that has imported torch where that is the same (tests/forkserver.py)
+    proc = forkserver.run([*flags, *args], full_env, str(cwd or ROOT), timeout)
+    if proc is None:
+        proc = subprocess.run(
+            [sys.executable, *flags, *args],
+            cwd=cwd or ROOT,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if proc.returncode != expect:
         text = proc.stdout + proc.stderr
         lead = failing_lines(text)
