@@ -41,16 +41,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPORTER = "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"
 DOMAIN = "instrumented_convs"
-#: One nsys session at a time on this machine (CI runs this check beside the tests, which
-#: profile too: two sessions at once can fail with nsys's "End of file"), a lock both take.
-NSYS_LOCK = os.path.join(tempfile.gettempdir(), "instrumented_convs-nsys.lock")
-#: Every nsys run of this check: NVTX only (no CPU sampling or context switches), bounded.
+#: Every nsys run of this check: NVTX only (no CPU sampling or context switches), bounded, one
+#: session at a time on this machine (scripts/nsys_locked.sh: the tests profile too).
 NSYS_PROFILE = [
-    "flock",
-    NSYS_LOCK,
-    "timeout",
+    "bash",
+    os.path.join(ROOT, "scripts", "nsys_locked.sh"),
     "600",
-    "nsys",
     "profile",
     "-t",
     "nvtx",

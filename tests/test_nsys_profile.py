@@ -16,7 +16,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -84,8 +83,8 @@ def profiled(tmp: Path, *run_args: str, argv: Tuple[str, ...] = ()) -> Tuple[Pat
     ``nsys profile -t nvtx``: the report (.nsys-rep) and the run folder."""
     env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
     out = tmp / "report"
-    lock = os.path.join(tempfile.gettempdir(), "instrumented_convs-nsys.lock")  # nsys_check's
-    cmd = ["flock", lock, "timeout", "300", "nsys", "profile", "-t", "nvtx", "--sample=none"]
+    locked = str(ROOT / "scripts" / "nsys_locked.sh")  # one session at a time, bounded
+    cmd = ["bash", locked, "300", "profile", "-t", "nvtx", "--sample=none"]
     cmd += ["--cpuctxsw=none", "-f", "true", "-o", str(out), sys.executable]
     cmd += argv or ("-m", "instrumented_convs", "run", "-o", str(tmp / "run"), *run_args)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
