@@ -24,6 +24,7 @@ from .stats import check_by, merge_ranks, summarize
 from .summary import Summary
 from .text import TableRenderer
 from .timeline import Timeline, merge_traces, read_trace, write_trace
+from .whole import write_whole
 from .worker_tracks import with_workers
 from .workers import pipeline, workers_summary, workers_text
 
@@ -60,6 +61,7 @@ __all__ = [
     "merge_traces",
     "read_trace",
     "write_trace",
+    "write_whole",
     "read_report",
     "read_reports",
     "is_report",

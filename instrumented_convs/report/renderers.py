@@ -20,6 +20,7 @@ from . import columns, memory, page, roofline, timeline
 from .loaders import pipeline
 from .row import FIELDS
 from .text import TableRenderer
+from .whole import write_whole
 from .worker_tracks import with_workers
 
 __all__ = ["RenderInput", "Run", "Renderer", "RENDERERS", "register", "render", "write_folder"]
@@ -78,14 +79,11 @@ class Renderer:
         raise NotImplementedError
 
     def write(self, inp: RenderInput, path: Union[str, Path]) -> Path:
-        """Write ``inp`` in this format to ``path``; returns the path."""
+        """Write ``inp`` in this format to ``path``, whole or not at all; returns the path."""
         out = self.render(inp)
-        p = Path(path)
-        if isinstance(out, bytes):
-            p.write_bytes(out)
-        else:
-            p.write_text(out if out.endswith("\n") else out + "\n")
-        return p
+        if isinstance(out, str) and not out.endswith("\n"):
+            out += "\n"
+        return write_whole(path, out)
 
 
 class Text(Renderer):

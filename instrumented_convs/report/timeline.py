@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from ..core.storage.entry import BACKWARD_MARK
+from .whole import write_whole
 
 __all__ = ["Timeline", "write_trace", "read_trace", "merge_traces"]
 
@@ -275,10 +276,7 @@ def write_trace(path: Union[str, "os.PathLike[str]"], trace: Dict[str, Any]) -> 
     data = json.dumps(trace, separators=(",", ":")).encode()
     if p.name.endswith(".gz"):
         data = gzip.compress(data, compresslevel=6)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, p)
-    return p
+    return write_whole(p, data)
 
 
 def read_trace(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:

@@ -7,12 +7,14 @@ evaluation under ``torch.no_grad()`` every 5 epochs; each epoch's loss printed (
 S seconds an epoch (a slower job). Ours, where asked: ``--region NAME`` runs each epoch
 inside ``region(NAME)`` (for ``--iteration NAME``); ``--ours`` takes the layers from
 ``instrumented_convs.pyg``; ``--configure DIR`` calls ``configure(record="on-demand",
-captures=DIR)`` first (a script of one's own on demand).
+captures=DIR)`` first (a script of one's own on demand); ``--stop-on-sigterm FOLDER``
+installs a SIGTERM handler that stops the loop (saying whether FOLDER held a saved run).
 """
 
 import argparse
 import contextlib
 import os
+import signal
 import time
 
 import torch
@@ -26,7 +28,18 @@ parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--region")
 parser.add_argument("--ours", action="store_true")
 parser.add_argument("--configure")
+parser.add_argument("--stop-on-sigterm", metavar="FOLDER")
 args = parser.parse_args()
+stopping = []
+if args.stop_on_sigterm:  # a handler of its own, as Lightning's: the loop stops, then ends
+
+    def on_sigterm(signum, frame):
+        saved = os.path.exists(os.path.join(args.stop_on_sigterm, "run.json"))
+        print(f"handler: SIGTERM, the run saved before: {saved}", flush=True)
+        stopping.append(signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    print(f"handler installed: {signal.getsignal(signal.SIGTERM) is on_sigterm}", flush=True)
 if args.ours:
     from instrumented_convs.pyg import GCNConv, SAGEConv  # noqa: F811
 if args.configure:
@@ -62,7 +75,7 @@ def epoch_region():
 model = Net()
 opt = torch.optim.Adam(model.parameters(), lr=0.01)
 epoch = 0
-while args.epochs == 0 or epoch < args.epochs:
+while (args.epochs == 0 or epoch < args.epochs) and not stopping:
     if args.stop_file and os.path.exists(args.stop_file):
         break
     with epoch_region():

@@ -14,6 +14,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ from .runs import (
     write_run,
 )
 from .script import Outcome, run_target
+from .stopping import Stopping, Terminated
 from .view import advise_main, diff_main, merge_main, view_main
 
 __all__ = [
@@ -98,33 +100,63 @@ def run_main(args: argparse.Namespace) -> int:
     _check_run(args)
     writer = _configure_run(args)
     hooks = _install_hooks(args, writer)
-    folder = None
+    folders: List[Path] = []
+
+    def folder_of() -> Path:  # made at the first save (on demand: before the script)
+        if not folders:
+            folders.append(
+                Path(args.output) if args.output else default_folder(args.target, started)
+            )
+        return folders[0]
+
     if args.record == "on-demand":  # the folder first: the job listens there
-        folder = Path(args.output) if args.output else default_folder(args.target, started)
-        _listen(args, folder, started, hooks)
+        _listen(args, folder_of(), started, hooks)
+
+    def save_now(sig: int) -> None:  # before a script's own handler of ``sig`` runs
+        if args.record != "on-demand":
+            ended = Outcome(
+                128 + sig,
+                "signalled",
+                f"{signal.Signals(sig).name}: the script's handler ran after this save",
+            )
+            _save_run(
+                args, folder_of(), _run_meta(args, started, ended, hooks), writer, close=False
+            )
+
+    stopping = Stopping(save_now)
+    stopping.install()
     outcome: Optional[Outcome] = None
     try:
-        outcome = run_target(args.target, list(args.args), module=args.module)
+        with stopping.script():
+            outcome = run_target(args.target, list(args.args), module=args.module)
+    except Terminated:  # at the script's end, after its code: still the job's end
+        outcome = Outcome(128 + signal.SIGTERM, "terminated", "SIGTERM")
+    except KeyboardInterrupt:
+        outcome = Outcome(130, "interrupted", "KeyboardInterrupt")
     finally:
+        stopping.saving("the run's captures")
         server = None
-        if folder is not None:  # a capture under way is written with what it recorded
+        if args.record == "on-demand":  # a capture under way is written with what it recorded
             server = ondemand.stop(_ending(outcome))
             configure(record="all")
         hooks.close()
         hooks.remove()
     assert outcome is not None  # (run_target returns whatever the script does)
-    _warn_after_run(args, hooks)
-    meta = _run_record(args, started, outcome, hooks)
-    if server is not None:
-        meta["on_demand"] = {"captures": server.captures}
-    if folder is None:
-        folder = Path(args.output) if args.output else default_folder(args.target, started)
-    _save_run(args, folder, meta, writer)
-    saved = _finished_run(args, folder)
+    try:
+        stopping.saving(f"the run in {folder_of()}")
+        _warn_after_run(args, hooks)
+        meta = _run_record(args, started, outcome, hooks)
+        if server is not None:
+            meta["on_demand"] = {"captures": server.captures}
+        _save_run(args, folder_of(), meta, writer)
+        saved = _finished_run(args, folder_of())
+    finally:
+        stopping.uninstall()
     if saved is not None and not args.quiet:
         _print_run(args, saved, outcome)
     if saved is not None:
-        logger.info("run: saved in %s (exit code %d)", folder, outcome.code)
+        logger.info("run: saved in %s (exit code %d)", folder_of(), outcome.code)
+    stopping.die()
     return outcome.code
 
 
@@ -151,6 +183,7 @@ def _ending(outcome: Optional[Outcome]) -> str:
     how = outcome.how if outcome is not None else None
     return {
         "interrupted": "the job was interrupted (Ctrl-C)",
+        "terminated": "the job was ended (SIGTERM)",
         "exception": "the script raised an exception",
         "exit": "the script exited",
     }.get(how or "", "the job ended")
@@ -343,7 +376,18 @@ def _run_record(
     """What the run folder says of the run besides its numbers: how it was called and
     ended, its data loaders, the machine's peak (``--counters``); the debugging modes off."""
     if args.advise and args.record != "on-demand":
-        _time_changes(args, started)
+        if outcome.how == "terminated":
+            logger.warning("run: --advise: the changes were not timed (the job was ended)")
+        else:
+            _time_changes(args, started)
+    return _run_meta(args, started, outcome, hooks, final=True)
+
+
+def _run_meta(
+    args: argparse.Namespace, started: float, outcome: Outcome, hooks: Hooks, final: bool = False
+) -> Dict[str, Any]:
+    """The run's record (:func:`_run_record`); ``final``: at its end (the loaders' recorder
+    closed), else as it stands (a save before a script's own signal handler)."""
     meta = run_meta(
         typed_command(args.target, args.args),
         args.target,
@@ -356,14 +400,14 @@ def _run_record(
         module=args.module,
         title=ended_title(args.target, outcome.how, outcome.code),
     )
-    if hooks.recorder is not None:
+    if hooks.recorder is not None and final:
         loaders = hooks.recorder.result()
         hooks.recorder.close()
         if (loaders["loaders"] or loaders["workers"]) and args.record != "on-demand":
             meta["workers"] = loaders
-    if args.memory and args.record != "on-demand":
+    if args.memory and args.record != "on-demand" and final:
         configure(memory=False)
-    if args.counters:
+    if args.counters and final:
         configure(counters=False)
         meta["peak"] = run_peak(args)._asdict()  # the device's limits (probed, cached; given)
     return meta
@@ -383,8 +427,11 @@ def _time_changes(args: argparse.Namespace, started: float) -> None:
         logger.warning("run --advise: not timed: %s", line)
 
 
-def _save_run(args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writer: Any) -> None:
-    """Write this process's run (its timeline with it) and close the TensorBoard writer."""
+def _save_run(
+    args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writer: Any, close: bool = True
+) -> None:
+    """Write this process's run (its timeline with it) and (``close``) close the TensorBoard
+    writer."""
     rank, world = job_rank()
     timeline, name = None, None
     if args.trace_limit and "on_demand" not in meta:  # (on demand: each capture has its own)
@@ -405,7 +452,7 @@ def _save_run(args: argparse.Namespace, folder: Path, meta: Dict[str, Any], writ
         timeline=timeline,
         trace_name=name,
     )
-    if writer is not None:
+    if writer is not None and close:
         writer.add_text("instrumented_convs/run folder", str(folder.resolve()))
         writer.close()
 

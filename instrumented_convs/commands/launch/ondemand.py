@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ... import configure, core, registry
+from ...report import write_whole
 from .capture_folder import write_capture
 from .folders import default_folder, job_rank
 from .listening import (
@@ -336,9 +337,7 @@ def _same_user(conn: socket.socket) -> bool:
 
 
 def _write_json(path: Path, data: Dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data, indent=1))
 
 
 # -- the process's server -----------------------------------------------------------------

@@ -38,6 +38,7 @@ from ...report import (
     render,
     summarize,
     write_folder,
+    write_whole,
 )
 from .folders import default_folder, job_rank
 
@@ -216,9 +217,7 @@ def _stats(data: Dict[str, Any]) -> List[EntryStats]:
 
 def _write(path: Path, data: Dict[str, Any]) -> None:
     """Write JSON atomically (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(data, indent=1))
 
 
 def run_data(

@@ -12,6 +12,8 @@ import sys
 import traceback
 from typing import List, NamedTuple, Optional
 
+from .stopping import Terminated
+
 __all__ = ["Outcome", "run_target"]
 
 
@@ -19,7 +21,9 @@ class Outcome(NamedTuple):
     """How the script ended: the exit code ``python`` would give and why."""
 
     code: int  #: the exit code
-    how: str  #: ``returned``, ``exit`` (SystemExit), ``exception`` or ``interrupted``
+    #: ``returned``, ``exit`` (SystemExit), ``exception``, ``interrupted`` (SIGINT),
+    #: ``terminated`` (SIGTERM), ``signalled`` (saved before a script's own handler ran)
+    how: str
     error: Optional[str] = None  #: the exception's one-line description, if any
 
 
@@ -38,6 +42,12 @@ def _print_exception(e: BaseException) -> None:
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_globals.get("__name__") in (__name__, "runpy"):
         tb = tb.tb_next
+    last = tb  # and ends where the signal came (not in run's handler that raised it)
+    while last is not None and last.tb_next is not None:
+        if last.tb_next.tb_frame.f_globals.get("__name__") == Terminated.__module__:
+            last.tb_next = None
+        else:
+            last = last.tb_next
     traceback.print_exception(type(e), e, tb)
 
 
@@ -112,6 +122,8 @@ def _outcome(caught: Optional[BaseException]) -> Outcome:
         return Outcome(0, "returned")
     if isinstance(caught, SystemExit):
         return Outcome(_exit_code(caught), "exit")
+    if isinstance(caught, Terminated):  # as SIGTERM's default action: nothing printed
+        return Outcome(128 + signal.SIGTERM, "terminated", "SIGTERM")
     _print_exception(caught)
     if isinstance(caught, KeyboardInterrupt):
         return Outcome(130, "interrupted", "KeyboardInterrupt")

@@ -1,0 +1,232 @@
+"""Issue 67: a job ended by a signal keeps its run. Real processes, real signals: SIGTERM at
+random points (to the process and to its group), a script's own SIGTERM handler, a second
+and a third Ctrl-C while the run is saved."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+
+from instrumented_convs.commands.launch.runs import load, saved_summary
+from instrumented_convs.report.timeline import read_trace
+
+from . import forkserver
+from .helpers import ROOT, python_path
+
+pytest.importorskip("torch_geometric")
+
+SCRIPT = str(ROOT / "tests" / "scripts" / "long_pyg.py")
+
+
+class Job:
+    """``python -W ignore::UserWarning ARGV`` under way, forked where the server can (see
+    tests/forkserver.py), its output in files; ``session``: its own process group."""
+
+    def __init__(self, tmp: Path, *argv: str, session: bool = False) -> None:
+        env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch")
+        argv = ("-W", "ignore::UserWarning", *argv)
+        self.done: Optional[subprocess.CompletedProcess[str]] = None
+        self.child = forkserver.start(argv, env, str(tmp), session=session)
+        if self.child is not None:
+            self.pid, self._out, self._err = self.child.pid, self.child.out, self.child.err
+        else:
+            self._out, self._err = str(tmp / "job.out"), str(tmp / "job.err")
+            with open(self._out, "w") as out, open(self._err, "w") as err:
+                self.proc = subprocess.Popen(
+                    [sys.executable, *argv], cwd=tmp, env=env, stdout=out, stderr=err,
+                    start_new_session=session,
+                )  # fmt: skip
+            self.pid = self.proc.pid
+
+    def text(self, err: bool = False) -> str:
+        if self.done is not None:
+            return self.done.stderr if err else self.done.stdout
+        with open(self._err if err else self._out) as f:
+            return f.read()
+
+    def until(self, seen, what: str, err: bool = False, timeout: float = 120) -> None:
+        end = time.monotonic() + timeout
+        while not seen(self.text(err)):
+            assert time.monotonic() < end, (
+                f"no {what} in {timeout} s:\n{self.text()}{self.text(True)}"
+            )
+            time.sleep(0.02)
+
+    def epochs(self) -> int:
+        return sum(line.startswith("epoch ") for line in self.text().splitlines())
+
+    def end(self) -> "subprocess.CompletedProcess[str]":
+        if self.child is not None:
+            self.done = self.child.wait(300)
+        else:
+            code = self.proc.wait(300)
+            self.done = subprocess.CompletedProcess(
+                self.proc.args, code, self.text(), self.text(True)
+            )
+        return self.done
+
+
+#: The jobs under way: each test's are killed at its end if still running (a failed test must
+#: not leave a job that trains forever).
+_JOBS: List[Job] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left():
+    yield
+    while _JOBS:
+        job = _JOBS.pop()
+        if job.done is None:
+            try:
+                os.kill(job.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            job.end()
+
+
+def _run(tmp: Path, *args: str, session: bool = False, flags=()) -> Job:
+    job = Job(tmp, "-m", "instrumented_convs", "run", *flags, "-o", "run", SCRIPT, *args,
+              session=session)  # fmt: skip
+    _JOBS.append(job)
+    return job
+
+
+def _whole(folder: Path) -> dict:
+    """The run folder read back as `view` reads it: every file there and readable."""
+    saved = load(folder)
+    assert (folder / "summary.txt").read_text().strip()
+    assert "</html>" in (folder / "page.html").read_text()
+    assert read_trace(folder / "trace.json.gz")["traceEvents"]
+    return saved
+
+
+def test_sigterm_at_random_points_saves_the_run_then_the_job_dies_by_it(tmp_path):
+    """Ten trials, the even ones to the process, the odd ones to its process group (Slurm's
+    way): every folder whole, its counts those of the epochs printed (or one more, where the
+    signal came after an epoch's step and before its line)."""
+    draw = random.Random(67)
+    for trial in range(10):
+        tmp = tmp_path / str(trial)
+        tmp.mkdir()
+        job = _run(tmp, session=trial % 2 == 1)
+        job.until(lambda out: "epoch 1 " in out, "second epoch")
+        time.sleep(draw.uniform(0, 0.3))
+        if trial % 2:
+            os.killpg(job.pid, signal.SIGTERM)
+        else:
+            os.kill(job.pid, signal.SIGTERM)
+        proc = job.end()
+        assert proc.returncode == -signal.SIGTERM, (trial, proc.stdout, proc.stderr)
+        saved = _whole(tmp / "run")
+        assert (saved["ended_by"], saved["exit_code"]) == ("terminated", 143)
+        printed = job.epochs()
+        counts = {(r.name, r.phase): r.count for r in saved_summary(saved)}
+        trained = counts[("forward/GCNConv", "forward")]
+        assert printed <= trained <= printed + 1, (trial, printed, counts)
+        assert trained - 1 <= counts[("backward/GCNConv", "backward")] <= trained
+        assert "Traceback" not in proc.stderr  # SIGTERM's death prints nothing
+
+
+def test_a_scripts_own_sigterm_handler_is_kept_and_runs_after_the_run_is_saved(tmp_path):
+    job = _run(tmp_path, "--stop-on-sigterm", "run")
+    job.until(lambda out: "epoch 2 " in out, "third epoch")
+    assert "handler installed: True" in job.text()  # signal.getsignal answers for it
+    os.kill(job.pid, signal.SIGTERM)
+    proc = job.end()
+    # its handler ran after the save and stopped the loop; the job ended as it chose to
+    assert proc.returncode == 0, proc.stderr
+    assert "handler: SIGTERM, the run saved before: True" in proc.stdout
+    assert "\ndone\n" in proc.stdout
+    saved = _whole(tmp_path / "run")  # saved again at the end, over the first
+    assert (saved["ended_by"], saved["exit_code"]) == ("returned", 0)
+
+
+def test_a_second_ctrl_c_lets_the_save_finish_and_a_third_ends_at_once(tmp_path):
+    """The save made long on purpose (--advise times changes first, for seconds), so that the
+    signals land in it; two SIGINTs 50 ms apart: the save finished, exit 130."""
+    flags = ("--advise", "--advise-seconds", "20")
+    two = tmp_path / "two"
+    two.mkdir()
+    job = _run(two, flags=flags)
+    job.until(lambda out: "epoch 1 " in out, "second epoch")
+    os.kill(job.pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.kill(job.pid, signal.SIGINT)
+    proc = job.end()
+    assert proc.returncode == 130, proc.stderr
+    saved = _whole(two / "run")
+    assert (saved["ended_by"], saved["exit_code"]) == ("interrupted", 130)
+    three = tmp_path / "three"
+    three.mkdir()
+    job = _run(three, flags=flags)
+    job.until(lambda out: "epoch 1 " in out, "second epoch")
+    os.kill(job.pid, signal.SIGINT)
+    job.until(lambda err: "KeyboardInterrupt" in err, "the script's end", err=True)
+    os.kill(job.pid, signal.SIGINT)
+    job.until(lambda err: "SIGINT while saving" in err, "the second's line", err=True)
+    os.kill(job.pid, signal.SIGINT)
+    proc = job.end()
+    assert proc.returncode == -signal.SIGINT
+    assert "run: ended by SIGINT before the run in run was written" in proc.stderr
+    assert not (three / "run" / "run.json").exists()
+
+
+def test_a_file_that_cannot_be_written_leaves_the_last_whole_one(tmp_path):
+    """A run's page rewritten under RLIMIT_FSIZE (EFBIG, SIGXFSZ ignored), in a child: the
+    error raised, the page as it was, no temporary file left."""
+    from .helpers import run_script
+
+    plain = str(ROOT / "tests" / "scripts" / "plain_pyg.py")
+    run_script("-m", "instrumented_convs", "run", "--quiet", "-o", "run", plain, "--epochs", "1",
+               cwd=tmp_path)  # fmt: skip
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+    code = (
+        "import errno, resource, signal\n"
+        "from instrumented_convs.commands.launch.runs import load, saved_render_input, "
+        "saved_summary\n"
+        "from instrumented_convs.report import RENDERERS\n"
+        "saved = load('run')\n"
+        "inp = saved_render_input(saved, saved_summary(saved))\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
+        "try:\n"
+        "    RENDERERS['page'].write(inp, 'run/page.html')\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno])\n"
+    )
+    proc = run_script("-c", code, cwd=tmp_path)
+    assert proc.stdout.strip() == "EFBIG"
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+
+
+def test_a_process_the_script_forks_keeps_the_scripts_handlers_not_runs(tmp_path):
+    """multiprocessing's terminate() sends SIGTERM: the forked child dies by it as without
+    ``run`` (exit code -15, nothing printed), and `run` saves one run, the script's."""
+    from .helpers import run_script
+
+    (tmp_path / "forks.py").write_text(
+        "import multiprocessing as mp, signal, time\n"
+        "def sleep():\n"
+        "    print('child handler is the default:',"
+        " signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)\n"
+        "    time.sleep(60)\n"
+        "if __name__ == '__main__':\n"
+        "    p = mp.get_context('fork').Process(target=sleep)\n"
+        "    p.start()\n"
+        "    time.sleep(1)\n"
+        "    p.terminate()\n"
+        "    p.join()\n"
+        "    print('child exit code', p.exitcode)\n"
+    )
+    proc = run_script("-m", "instrumented_convs", "run", "-o", "run", "forks.py", cwd=tmp_path)
+    assert "child handler is the default: True" in proc.stdout
+    assert "child exit code -15" in proc.stdout and "Traceback" not in proc.stderr
+    assert load(tmp_path / "run")["ended_by"] == "returned"
