@@ -320,22 +320,31 @@ def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
     import json
 
     from instrumented_convs.commands.launch.runs import load, saved_summary
+    from instrumented_convs.report.rules import saves
 
     from .helpers import ROOT, run_script
 
-    stock = run_script(str(ROOT / SCRIPT), cwd=tmp_path)
-    folder, proc = _run(tmp_path, "advised")
+    # 20 epochs: a one-off of tens of milliseconds (a first call's, the machine's) is diluted
+    # enough to leave each layer's gcn_norm over the 5% threshold (with 5, it once was not)
+    stock = run_script(str(ROOT / SCRIPT), "--epochs", "20", cwd=tmp_path)
+    folder, proc = _run(tmp_path, "advised", "--epochs", "20")
     assert _epochs(proc.stdout) == _epochs(stock.stdout)
-    items = json.loads((folder / "advice.json").read_text())["advice"]
+    every = json.loads((folder / "advice.json").read_text())["advice"]
+    # a change timed at the end (bfloat16 here, slower on this CPU as a rule) is advised only
+    # where its rounds say it saved; what the record says is exact
+    trials = {x["path"]: x.get("trials", {}) for x in load(folder)["signals"]["layers"]}
+    timed = [i for i in every if i["measured_saving_share"] is not None]
+    assert all(saves(trials[i["layers"][0]["path"]][i["rule"]]) for i in timed)
+    items = [i for i in every if i not in timed]
     assert sorted((i["rule"], i["layers"][0]["path"], i["layers"][0]["class"]) for i in items) == [
         ("cache-normalization", "conv1", "GCNConv"),
         ("cache-normalization", "conv2", "GCNConv"),
     ]
     shares = [i["at_stake_share"] for i in items]
     assert shares == sorted(shares, reverse=True) and min(shares) >= 0.05
-    for i in items:  # 5 epochs, no warm-up: 5 iterations recorded
+    for i in items:  # 20 epochs, no warm-up: 20 iterations recorded
         assert i["at_stake_per_iteration_s"] == pytest.approx(
-            i["at_stake_share"] * saved_summary(load(folder), by="layer").total / 5
+            i["at_stake_share"] * saved_summary(load(folder), by="layer").total / 20
         )
     changes = {i["layers"][0]["path"]: i["change"] for i in items}
     assert changes == {"conv1": "GCNConv(4, 8, cached=True)", "conv2": "GCNConv(8, 3, cached=True)"}
@@ -350,13 +359,13 @@ def test_run_advise_trains_as_stock_and_writes_what_to_change(tmp_path):
         and "conv1 (GCNConv): GCNConv(4, 8, cached=True)" in proc.stdout
     )
     again = run_script("-m", "instrumented_convs", "advise", str(folder), "--json", cwd=tmp_path)
-    assert json.loads(again.stdout)["advice"] == items
+    assert json.loads(again.stdout)["advice"] == every
     # and on the page, drawn by its script in a real browser
     from .browser import body_data, open_page
 
     dom, console = open_page(folder / "page.html")
     assert console == [] and body_data(dom)["errors"] == "0"
-    assert "What to change" in dom and dom.count('class="item"') == 2
+    assert "What to change" in dom and dom.count('class="item"') == len(every)
     assert "<code>GCNConv(4, 8, cached=True)</code>" in dom
 
 

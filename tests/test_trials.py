@@ -14,6 +14,7 @@ import torch
 import instrumented_convs as ic
 from instrumented_convs.core.meters import signals
 from instrumented_convs.layers import trials
+from instrumented_convs.report import rules
 from instrumented_convs.report.rules import Record, decide, lines
 
 needs_pyg = pytest.mark.skipif(
@@ -122,6 +123,38 @@ def test_the_budget_is_kept_and_what_was_not_timed_is_said(advising):
     assert _trial(a)["rounds"] >= 3 and _trial(b)["rounds"] >= 3
 
 
+@needs_pyg
+def test_a_change_whose_rounds_would_not_fit_its_share_is_skipped_and_said(advising, monkeypatch):
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph()
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    real = trials.forward_backward
+
+    def slow(layer, inputs):  # a call of a second, as at arxiv's shape on this CPU
+        out, _ = real(layer, inputs)
+        return out, 1.0
+
+    monkeypatch.setattr(trials, "forward_backward", slow)
+    said = {line.split(": ")[1].split(" not timed")[0]: line for line in trials.measure(2.0)}
+    # warm-up calls of 1 s: 3 rounds of stock, changed and stock again need 9 s; the three
+    # changes share the 2 s (a third, then a half of what is left, then all of it)
+    assert set(said) == {"lower-precision", "fused-sparse", "project-first"}
+    assert all(s.startswith("SAGEConv (") for s in said.values())
+    assert all("not timed: 3 rounds need about 9 s" in s for s in said.values())
+    assert "its share of the 2 s was 0.67 s (--advise-seconds)" in said["lower-precision"]
+    assert "its share of the 2 s was 2 s" in said["project-first"]
+    assert all(_trial(model, rule) is None for rule in said)
+    monkeypatch.setattr(
+        trials, "forward_backward", lambda layer, inputs: (real(layer, inputs)[0], 50)
+    )
+    said = {line.split(": ")[1].split(" not timed")[0]: line for line in trials.measure(200.0)}
+    # whole seconds from ten on, not 4.5e+02
+    assert all("not timed: 3 rounds need about 450 s" in s for s in said.values())
+    assert "its share of the 200 s was 67 s (--advise-seconds)" in said["lower-precision"]
+
+
 def _summary(rows, total):
     rows = [SimpleNamespace(**r, device_calls=0, kind="step") for r in rows]
     return SimpleNamespace(total=total, rows=rows, by="layer")
@@ -137,9 +170,43 @@ def _record(trial, same_graph=True, calls=10, rule="fused-sparse"):
     return Record(_summary(rows, 0.5), {"layers": [layer]})
 
 
+class _Scripted:
+    """A layer whose copies are named in the order made (stock, then stock again)."""
+
+    made = 0
+
+    def __init__(self, name):
+        self.name, self.calls = name, 0
+
+    def __deepcopy__(self, memo):
+        _Scripted.made += 1
+        return _Scripted("stock" if _Scripted.made == 1 else "stock again")
+
+
+@pytest.mark.parametrize("faster", [25, 26])
+def test_a_saving_is_the_median_of_the_rounds_against_their_faster_stock_call(monkeypatch, faster):
+    """50 rounds; the change half a second faster than both stock calls in 25 or 26 of them,
+    a second slower in the others: the median of the rounds' savings says which."""
+    _Scripted.made = 0
+
+    def timed(layer, inputs):
+        layer.calls += 1  # the first call of each is its warm-up
+        if layer.name != "changed":
+            return [torch.ones(1)], 1.0 + 0.01 * (layer.name == "stock again")
+        return [torch.ones(1)], 0.5 if layer.calls - 1 <= faster else 2.0
+
+    monkeypatch.setattr(trials, "forward_backward", timed)
+    change = trials.Change("lower-precision", "autocast", ((), {}), layer=_Scripted("changed"))
+    t = trials.time_change(_Scripted("user's"), ((), {}), change, 10.0)
+    assert (t["rounds"], t["faster_rounds"], t["aa_s"]) == (50, faster, pytest.approx(0.01))
+    assert t["paired_saving_s"] == (0.5 if faster == 26 else -0.25)
+    assert rules.saves(t) == (faster == 26)
+
+
 def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_converting():
     trial = dict(change="pass adj_t", stock_s=0.010, changed_s=0.006, aa_s=0.001)
-    trial.update(convert_s=0.002, rounds=9, difference=1e-7, equal=True)
+    trial.update(convert_s=0.002, rounds=9, faster_rounds=9, paired_saving_s=0.004)
+    trial.update(difference=1e-7, equal=True)
     (item,) = decide(_record(trial), min_share=0.0)
     assert item["rule"] == "fused-sparse" and item["at_stake_share"] == pytest.approx(0.2)
     # 40% of the layer's 0.1 s, less one conversion (the graph stayed), of 0.5 s recorded
@@ -147,7 +214,12 @@ def test_the_rule_advises_a_saving_beyond_the_aa_scaled_to_the_layers_time_less_
     assert lines([item])[1].startswith("  20% at stake (at most), 8% saved as timed in conv (")
     (item,) = decide(_record(trial, same_graph=False), min_share=0.0)  # converted each call
     assert item["measured_saving_share"] == pytest.approx((0.1 * 0.4 - 0.02) / 0.5)
-    assert decide(_record(dict(trial, changed_s=0.0095)), min_share=0.0) == []  # in the A/A
+    older = {k: v for k, v in trial.items() if k != "paired_saving_s"}  # a record by medians
+    assert decide(_record(dict(older, changed_s=0.0095)), min_share=0.0) == []  # in the A/A
+    assert len(decide(_record(older), min_share=0.0)) == 1
+    # faster by the medians, not round by round: noise (a busy machine), not a saving
+    assert decide(_record(dict(trial, paired_saving_s=0.0009)), min_share=0.0) == []
+    assert len(decide(_record(dict(trial, paired_saving_s=0.0011)), min_share=0.0)) == 1
     assert decide(_record(dict(trial, equal=False)), min_share=0.0) == []
     assert decide(_record(dict(trial, convert_s=0.05)), min_share=0.0) == []  # costs more
 

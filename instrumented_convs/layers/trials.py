@@ -35,6 +35,8 @@ __all__ = [
     "time_change",
     "measure",
     "keep_layers",
+    "MIN_ROUNDS",
+    "Unfit",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,24 @@ class Change:
     tolerance: float = RTOL
     #: whether ``convert_s`` is paid once whatever the graph (a compilation), not per graph
     convert_once: bool = False
+
+
+#: The fewest rounds a change is timed in: fewer give no median and no A/A to speak of.
+MIN_ROUNDS = 3
+
+
+def _said(x: float) -> str:
+    """``0.67 s``, ``9 s``, ``123 s``: a budget in words (whole seconds from ten on)."""
+    return f"{x:.0f} s" if x >= 10 else f"{x:.2g} s"
+
+
+class Unfit(Exception):
+    """A change whose :data:`MIN_ROUNDS` rounds, judged by its warm-up calls, would not fit
+    the seconds it was given (``need``: the seconds they would take)."""
+
+    def __init__(self, need: float) -> None:
+        super().__init__(f"{MIN_ROUNDS} rounds need about {_said(need)}")
+        self.need = need
 
 
 #: ``candidate(layer, facts)`` -> a :class:`Change` or None; by framework and rule.
@@ -156,19 +176,24 @@ def time_change(
 ) -> Dict[str, Any]:
     """Time ``change`` against ``layer`` (copies of it, nothing of the user's touched) for at
     most ``seconds``: rounds of stock, changed and stock again, the order reversed every
-    other round, after a warm-up call of each. The medians a call, the A/A's, the rounds, and
+    other round, after a warm-up call of each (:class:`Unfit` where :data:`MIN_ROUNDS`
+    rounds would not fit). The medians a call, the A/A's, the rounds, and
     how the outputs compare."""
     stock, again = copy.deepcopy(layer), copy.deepcopy(layer)
     changed = change.layer if change.layer is not None else copy.deepcopy(layer)
     runs = {"stock": (stock, stock_inputs), "changed": (changed, change.inputs)}
     runs["stock again"] = (again, stock_inputs)
-    ref, _ = forward_backward(stock, stock_inputs)  # warm, and the results compared
-    got, _ = forward_backward(changed, change.inputs)
-    forward_backward(again, stock_inputs)
+    ref, first = forward_backward(stock, stock_inputs)  # warm, and the results compared
+    got, second = forward_backward(changed, change.inputs)
+    third = forward_backward(again, stock_inputs)[1]
+    # the rounds are never cut short: where the warm-up calls say they would overrun, none
+    need = MIN_ROUNDS * (first + second + third)
+    if need > seconds:
+        raise Unfit(need)
     times: Dict[str, List[float]] = {k: [] for k in runs}
     end = time.perf_counter() + seconds
     rounds = 0
-    while rounds < 3 or (time.perf_counter() < end and rounds < 50):
+    while rounds < MIN_ROUNDS or (time.perf_counter() < end and rounds < 50):
         order = list(runs) if rounds % 2 == 0 else list(reversed(runs))
         for name in order:
             times[name].append(forward_backward(*runs[name])[1])
@@ -176,6 +201,8 @@ def time_change(
     diff = _difference(ref, got)
     med = {k: statistics.median(v) for k, v in times.items()}
     aa = [abs(a - b) for a, b in zip(times["stock"], times["stock again"])]
+    rounds_ = list(zip(times["stock"], times["changed"], times["stock again"]))
+    faster = sum(c < min(a, b) for a, c, b in rounds_)
     return {
         "change": change.change,
         "stock_s": med["stock"],
@@ -184,6 +211,10 @@ def time_change(
         "convert_s": change.convert_s,
         "convert_once": change.convert_once,
         "rounds": rounds,
+        "faster_rounds": faster,
+        # a round's saving against the faster of its two stock calls: a busy moment spoils
+        # one round, not the median of them
+        "paired_saving_s": statistics.median(min(a, b) - c for a, c, b in rounds_),
         "difference": diff,
         "tolerance": change.tolerance,
         "equal": diff is not None and diff <= change.tolerance,
@@ -226,7 +257,14 @@ def measure(seconds: float, compile: bool = False) -> List[str]:
                 change = candidate(layer, facts)
                 if change is None:
                     continue
-                result = time_change(layer, facts["inputs"], change, left / (len(todo) - i))
+                share = left / (len(todo) - i)
+                result = time_change(layer, facts["inputs"], change, share)
+            except Unfit as unfit:
+                failed.append(
+                    f"{name}: {rule} not timed: {unfit}, its share of the {seconds:g} s was"
+                    f" {_said(share)} (--advise-seconds)"
+                )
+                continue
             except Exception as exc:  # a change that cannot be made here: said, not raised
                 logger.info("advice: timing %s of %s failed: %s", rule, name, exc)
                 failed.append(f"{name}: {rule} could not be timed: {type(exc).__name__}: {exc}")

@@ -15,6 +15,7 @@ input's width, then project; a linear sum commutes with the projection, so proje
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import time
 from typing import Any, Dict, Optional, Tuple
@@ -31,10 +32,17 @@ __all__ = ["fused_sparse", "to_adj_t", "ProjectFirst", "project_first"]
 WIDER = 2
 
 
+@functools.lru_cache(maxsize=None)
+def _signature(forward: Any) -> inspect.Signature:
+    """``forward``'s signature, read once: :class:`ProjectFirst` binds every call's arguments
+    by it, and reading it anew costs more than the rest of the binding."""
+    return inspect.signature(forward)
+
+
 def _bound(layer: Any, args: tuple, kwargs: dict) -> Dict[str, Any]:
     """A call's arguments by the names of the stock layer's ``forward``."""
     stock = getattr(layer, "_ic_stock", type(layer))
-    bound = inspect.signature(stock.forward).bind(None, *args, **kwargs).arguments
+    bound = _signature(stock.forward).bind(None, *args, **kwargs).arguments
     return {k: v for k, v in bound.items() if k != "self"}
 
 

@@ -245,18 +245,28 @@ def host_bound(record: Record) -> List[Dict[str, Any]]:
     return out
 
 
+def saves(trial: Dict[str, Any]) -> bool:
+    """Whether a change timed by ``layers.trials`` saved time: its outputs equal, and the
+    median over rounds of what it saved against the faster of the round's two stock calls
+    more than the A/A's median difference. Round by round, not two medians apart: a busy
+    moment tips one round, where it could tip a median of separately timed calls (CI once
+    advised bfloat16 on a CPU where it is slower). A record without rounds: the medians."""
+    saved = trial.get("paired_saving_s", trial["stock_s"] - trial["changed_s"])
+    return bool(trial["equal"]) and saved > trial["aa_s"]
+
+
 def _timed(
     record: Record, rule: str, framework: str, given: str, valid_when: str
 ) -> List[Dict[str, Any]]:
     """The items of a change timed on the layers' own inputs (``layers.trials``), each where
-    its outputs were equal and it saved more a call than the A/A's difference: that saving,
+    it saved time (:func:`saves`): that saving a call,
     scaled to the layer's recorded time, less the conversion (once where the graph stayed,
     else at every call), its ``measured_saving_share``; ``given``: what the change gives the
     layer, in words."""
     out = []
     for x in _layers(record, framework):
         t = (x.get("trials") or {}).get(rule)
-        if not t or not t["equal"] or t["stock_s"] - t["changed_s"] <= t["aa_s"]:
+        if not t or not saves(t):
             continue
         seconds = _time_in(record.summary, x["path"], (x["class"],))
         if seconds <= 0:
@@ -271,7 +281,8 @@ def _timed(
             t["change"],
             f"timed on its own last inputs, forward and backward: "
             f"{_duration(t['stock_s'])} a call as it is, {_duration(t['changed_s'])} "
-            f"{given} (A/A {_duration(t['aa_s'])}, {t['rounds']} rounds)" + _made(t, x),
+            f"{given} (A/A {_duration(t['aa_s'])}, faster in "
+            f"{t.get('faster_rounds', t['rounds'])} of {t['rounds']} rounds)" + _made(t, x),
             valid_when,
             seconds,
             _outputs(t),
