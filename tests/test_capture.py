@@ -269,6 +269,30 @@ def test_one_under_way_is_refused_ctrl_c_cancels_and_the_jobs_end_cuts_one_short
     assert counts(Summary.load(run / "capture-2"))[("optimizer.step", "forward")] == n
 
 
+def test_a_capture_under_way_when_the_job_is_ended_is_written_and_capture_says_so(tmp_path, jobs):
+    """SIGTERM (a scheduler's end) while a capture records: the job saves and dies by it, the
+    capture is written as far as it got, and ``capture`` says why it is short."""
+    run = tmp_path / "run"
+    job = run_job(tmp_path, "--sleep", "0.05")
+    jobs.append(job)
+    job.until(listening(run), "listen.json")
+    asked = Job("-m", "instrumented_convs", "capture", "run", "--iterations", "1000", cwd=tmp_path)
+    jobs.append(asked)
+    job.until(lambda: any("capture-1 records" in line for line in job.err), "capture-1 begun")
+    time.sleep(0.5)
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.end() == -signal.SIGTERM, job.text()
+    assert asked.end() == 1 and asked.out == [str(run / "capture-1")], asked.text()
+    assert "of the 1000 iterations asked (the job was ended (SIGTERM))" in asked.text()
+    saved = json.loads((run / "capture-1" / "run.json").read_text())
+    n = saved["capture"]["recorded"]
+    assert n >= 1 and not saved["capture"]["complete"]
+    assert counts(Summary.load(run / "capture-1"))[("optimizer.step", "forward")] == n
+    job_run = json.loads((run / "run.json").read_text())
+    assert job_run["ended_by"] == "terminated"
+    assert [Path(c["folder"]).name for c in job_run["on_demand"]["captures"]] == ["capture-1"]
+
+
 def test_torchrun_one_capture_reaches_every_rank_and_rank_0_merges(tmp_path, jobs):
     stop = tmp_path / "stop"
     run = tmp_path / "run"

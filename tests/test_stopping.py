@@ -4,6 +4,7 @@ and a third Ctrl-C while the run is saved."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -11,92 +12,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, Optional
 
 import pytest
 
 from instrumented_convs.commands.launch.runs import load, saved_summary
 from instrumented_convs.report.timeline import read_trace
 
-from . import forkserver
-from .helpers import ROOT, python_path
+from .helpers import ROOT, _stop, python_path
+from .jobs import Job, end_jobs, run_job
 
 pytest.importorskip("torch_geometric")
-
-SCRIPT = str(ROOT / "tests" / "scripts" / "long_pyg.py")
-
-
-class Job:
-    """``python -W ignore::UserWarning ARGV`` under way, forked where the server can (see
-    tests/forkserver.py), its output in files; ``session``: its own process group."""
-
-    def __init__(self, tmp: Path, *argv: str, session: bool = False) -> None:
-        env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch")
-        argv = ("-W", "ignore::UserWarning", *argv)
-        self.done: Optional[subprocess.CompletedProcess[str]] = None
-        self.child = forkserver.start(argv, env, str(tmp), session=session)
-        if self.child is not None:
-            self.pid, self._out, self._err = self.child.pid, self.child.out, self.child.err
-        else:
-            self._out, self._err = str(tmp / "job.out"), str(tmp / "job.err")
-            with open(self._out, "w") as out, open(self._err, "w") as err:
-                self.proc = subprocess.Popen(
-                    [sys.executable, *argv], cwd=tmp, env=env, stdout=out, stderr=err,
-                    start_new_session=session,
-                )  # fmt: skip
-            self.pid = self.proc.pid
-
-    def text(self, err: bool = False) -> str:
-        if self.done is not None:
-            return self.done.stderr if err else self.done.stdout
-        with open(self._err if err else self._out) as f:
-            return f.read()
-
-    def until(self, seen, what: str, err: bool = False, timeout: float = 120) -> None:
-        end = time.monotonic() + timeout
-        while not seen(self.text(err)):
-            assert time.monotonic() < end, (
-                f"no {what} in {timeout} s:\n{self.text()}{self.text(True)}"
-            )
-            time.sleep(0.02)
-
-    def epochs(self) -> int:
-        return sum(line.startswith("epoch ") for line in self.text().splitlines())
-
-    def end(self) -> "subprocess.CompletedProcess[str]":
-        if self.child is not None:
-            self.done = self.child.wait(300)
-        else:
-            code = self.proc.wait(300)
-            self.done = subprocess.CompletedProcess(
-                self.proc.args, code, self.text(), self.text(True)
-            )
-        return self.done
-
-
-#: The jobs under way: each test's are killed at its end if still running (a failed test must
-#: not leave a job that trains forever).
-_JOBS: List[Job] = []
 
 
 @pytest.fixture(autouse=True)
 def _no_job_left():
     yield
-    while _JOBS:
-        job = _JOBS.pop()
-        if job.done is None:
-            try:
-                os.kill(job.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            job.end()
+    end_jobs()
 
 
 def _run(tmp: Path, *args: str, session: bool = False, flags=()) -> Job:
-    job = Job(tmp, "-m", "instrumented_convs", "run", *flags, "-o", "run", SCRIPT, *args,
-              session=session)  # fmt: skip
-    _JOBS.append(job)
-    return job
+    return run_job(tmp, *args, session=session, flags=flags)
 
 
 def _whole(folder: Path) -> dict:
@@ -230,3 +165,62 @@ def test_a_process_the_script_forks_keeps_the_scripts_handlers_not_runs(tmp_path
     assert "child handler is the default: True" in proc.stdout
     assert "child exit code -15" in proc.stdout and "Traceback" not in proc.stderr
     assert load(tmp_path / "run")["ended_by"] == "returned"
+
+
+@pytest.mark.parametrize("hold", [None, 0])
+def test_sigterm_to_torchruns_agent_saves_the_ranks_and_rank_0_merges_in_the_grace_period(
+    tmp_path, hold
+):
+    """torchrun's agent sends SIGTERM on to its workers and kills them 30 s later: each rank
+    saves its file, rank 0 merges within the bound; a rank held in a collective its peer left
+    runs no Python until it is killed: it is merged from its autosave, and named (where it
+    is rank 0, the other rank merges)."""
+    script = str(ROOT / "tests" / "scripts" / "plain_ddp.py")
+    folder = tmp_path / "ddp"
+    cmd = [sys.executable, "-W", "ignore::UserWarning", "-m", "torch.distributed.run",
+           "--standalone", "--nproc-per-node", "2", "-m", "instrumented_convs", "run",
+           "--autosave", "0.5", "-o", str(folder), script]  # fmt: skip
+    if hold is None:  # (ended at a random point of its steps)
+        cmd += ["--stop-file", str(tmp_path / "no"), "--sleep", "0.02"]
+    else:  # (rank 0 held in gloo, as where its peer left a collective)
+        cmd += ["--steps", "3", "--hold", str(hold)]
+    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True
+        )
+    try:
+        end = time.monotonic() + 180
+        while not all(_steps(folder / f"rank{r}.json") >= 2 for r in (0, 1)) or (
+            hold is not None and (tmp_path / "out").read_text().count("holds") < 2
+        ):
+            assert proc.poll() is None and time.monotonic() < end, (tmp_path / "err").read_text()
+            time.sleep(0.1)
+        sent = time.time()
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            _stop(proc)  # (torchrun's workers are in sessions of their own)
+    err = (tmp_path / "err").read_text()
+    if hold is not None:  # (rank 0 runs again once rank 1 has left: it may merge again)
+        assert "run: rank 0 merged nothing after SIGTERM (held?): rank 1 merges" in err, err
+    # merged within torchrun's grace period (30 s, then SIGKILL: a rank held in gloo is killed)
+    assert (folder / "run.json").stat().st_mtime - sent < 20, err
+    merged = load(folder)
+    assert merged["kind"] == "merged" and merged["ranks_missing"] == [], err
+    ended = {r["rank"]: r["ended_by"] for r in merged["per_rank"]}
+    held = [r for r, how in ended.items() if how == "running"]  # (merged from its autosave)
+    assert sorted(ended) == [0, 1] and len(held) <= 1 and merged["ranks_unfinished"] == held
+    assert hold is None or held in ([], [hold]), ended
+    assert all(how == "terminated" for r, how in ended.items() if r not in held), ended
+    parts = [{(r.name, r.phase): r.count for r in p} for p in saved_summary(merged).by_rank()]
+    assert all(part[("forward/GCNConv", "forward")] >= 2 for part in parts), parts
+
+
+def _steps(rank_file: Path) -> int:
+    """The optimizer steps a rank's autosave holds (0 before one is written)."""
+    try:
+        return json.loads(rank_file.read_text())["autosave"]["steps"]
+    except (OSError, ValueError, KeyError):
+        return 0

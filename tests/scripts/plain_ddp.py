@@ -4,7 +4,9 @@
 runs (as a rank killed at the end would), so it saves nothing. ``--steps N`` (default 3)
 training steps, or with ``--stop-file`` until that file exists (every rank looks each step
 and the ranks agree, an all-reduce, so they stop at the same one: a long job for
-``capture``); ``--sleep S`` waits S seconds a step.
+``capture``); ``--sleep S`` waits S seconds a step. ``--hold RANK``: after the steps, that
+rank waits in gloo for a message no rank sends (held in C: no Python runs there, as a rank
+whose peer left a collective), the others sleep until they are ended.
 
 It frees its DDP model and destroys the process group before it ends, so gloo's worker threads
 are joined before the interpreter shuts down (see ``plain_dgl_ddp.py`` for why that matters).
@@ -26,6 +28,7 @@ parser.add_argument("--vanish", type=int, default=-1)
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--stop-file")
 parser.add_argument("--sleep", type=float, default=0.0)
+parser.add_argument("--hold", type=int, default=-1)
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -65,6 +68,12 @@ while (args.stop_file or step < args.steps) and not stop_now():
     step += 1
     if args.sleep:
         time.sleep(args.sleep)
+if args.hold >= 0:
+    print(f"rank {rank} holds", flush=True)
+    if rank == args.hold:
+        dist.recv(torch.zeros(1), src=(rank + 1) % dist.get_world_size())
+    while True:
+        time.sleep(0.05)
 del model, opt  # DDP's reducer holds the group
 dist.destroy_process_group()
 print(f"rank {rank} done", flush=True)

@@ -8,9 +8,6 @@ What ``run`` and ``view`` print is a renderer's, named by ``--format``; the olde
 from __future__ import annotations
 
 import argparse
-import difflib
-import importlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -18,16 +15,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ... import configure, registry
-from ...layers import InstrumentedLayer
 from ...report import (
     RENDERERS,
     render,
 )
-from ..errors import PROG, USAGE, UserError
+from ..errors import PROG, UserError
 from . import ondemand
+from .autosave import DEFAULT_SECONDS, Autosave, autosave_record
 from .capture import capture_main
 from .hooks import Hooks
 from .parsers import (
@@ -39,14 +36,15 @@ from .parsers import (
     add_view_parser,
     names,
 )
-from .peaks import check_peaks, run_peak
+from .peaks import run_peak
+from .ranks import merged_run
+from .refusals import RUN_ALIASES, check_run
 from .runs import (
     SavedRun,
     default_folder,
     ended_title,
     job_rank,
     load,
-    merge_folder,
     run_meta,
     saved_render_input,
     saved_summary,
@@ -70,9 +68,6 @@ logger = logging.getLogger(__name__)
 
 #: The console script (setup.cfg), as the run folder writes a command typed through it.
 CONSOLE = "instrumented-convs"
-#: The flags of ``run`` that name a format to print at the end, and what they record for it:
-#: ``--counters`` is ``--format roofline``, ``--memory`` is ``--format memory``.
-RUN_ALIASES = (("counters", "roofline"), ("memory", "memory"), ("advise", "advice"))
 
 
 def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
@@ -97,7 +92,7 @@ def add_commands(sub: Any) -> Dict[str, Callable[[argparse.Namespace], int]]:
 def run_main(args: argparse.Namespace) -> int:
     """``run``: the script under the hooks, then the table and the run folder."""
     started = time.time()
-    _check_run(args)
+    check_run(args)
     writer = _configure_run(args)
     hooks = _install_hooks(args, writer)
     folders: List[Path] = []
@@ -112,6 +107,8 @@ def run_main(args: argparse.Namespace) -> int:
     if args.record == "on-demand":  # the folder first: the job listens there
         _listen(args, folder_of(), started, hooks)
 
+    autosave = _autosave(args, started, hooks, folder_of)
+
     def save_now(sig: int) -> None:  # before a script's own handler of ``sig`` runs
         if args.record != "on-demand":
             ended = Outcome(
@@ -119,21 +116,23 @@ def run_main(args: argparse.Namespace) -> int:
                 "signalled",
                 f"{signal.Signals(sig).name}: the script's handler ran after this save",
             )
-            _save_run(
-                args, folder_of(), _run_meta(args, started, ended, hooks), writer, close=False
-            )
+            meta = _run_meta(args, started, ended, hooks)
+            with autosave.lock:  # (never beside an autosave's write)
+                _save_run(args, folder_of(), meta, writer, close=False)
 
     stopping = Stopping(save_now)
     stopping.install()
     outcome: Optional[Outcome] = None
     try:
         with stopping.script():
+            autosave.start()
             outcome = run_target(args.target, list(args.args), module=args.module)
     except Terminated:  # at the script's end, after its code: still the job's end
         outcome = Outcome(128 + signal.SIGTERM, "terminated", "SIGTERM")
     except KeyboardInterrupt:
         outcome = Outcome(130, "interrupted", "KeyboardInterrupt")
     finally:
+        autosave.stop()  # (the run's own save is the last word)
         stopping.saving("the run's captures")
         server = None
         if args.record == "on-demand":  # a capture under way is written with what it recorded
@@ -148,8 +147,14 @@ def run_main(args: argparse.Namespace) -> int:
         meta = _run_record(args, started, outcome, hooks)
         if server is not None:
             meta["on_demand"] = {"captures": server.captures}
+        if autosave.seconds:
+            meta["autosave"] = {
+                "every": autosave.seconds,
+                "saves": autosave.saves,
+                "longest_s": round(autosave.longest_s, 4),
+            }
         _save_run(args, folder_of(), meta, writer)
-        saved = _finished_run(args, folder_of())
+        saved = _finished_run(args, folder_of(), outcome)
     finally:
         stopping.uninstall()
     if saved is not None and not args.quiet:
@@ -158,6 +163,32 @@ def run_main(args: argparse.Namespace) -> int:
         logger.info("run: saved in %s (exit code %d)", folder_of(), outcome.code)
     stopping.die()
     return outcome.code
+
+
+def _autosave(
+    args: argparse.Namespace, started: float, hooks: Hooks, folder_of: Callable[[], Path]
+) -> Autosave:
+    """``--autosave``: the run's record as it stands, made for the autosave's thread (none on
+    demand, where each capture is written as it ends, nor where only ranges are pushed)."""
+    seconds = DEFAULT_SECONDS if args.autosave is None else args.autosave
+    if args.record in ("on-demand", "ranges"):
+        seconds = 0.0
+    if seconds:
+        folder_of()  # (the folder claimed here, on the script's thread)
+
+    def make(number: int) -> Tuple[Path, str]:
+        meta = _run_meta(args, started, Outcome(0, "running"), hooks)
+        meta["exit_code"] = None
+        meta["autosave"] = {
+            "saved": time.time(),
+            "every": seconds,
+            "number": number,
+            "steps": hooks.steps,
+            "epochs": hooks.epochs,
+        }
+        return autosave_record(folder_of(), registry.snapshot(), meta, by=args.by, unit=args.unit)
+
+    return Autosave(seconds, make)
 
 
 def typed_command(target: str, args: List[str]) -> List[str]:
@@ -217,93 +248,6 @@ def _listen(args: argparse.Namespace, folder: Path, started: float, hooks: Hooks
     except OSError as e:
         raise UserError(f"--on-demand: cannot listen for captures in {folder}: {e}") from None
     configure(record="on-demand", iteration=args.iteration)
-
-
-def _check_run(args: argparse.Namespace) -> None:
-    """Refuse what ``run`` cannot do, before anything runs or is written; the formats asked
-    for turn on what they record."""
-    if args.on_demand and args.record not in (None, "on-demand"):
-        raise UserError(
-            f"--on-demand is --record on-demand: not with --record {args.record}", USAGE
-        )
-    if args.on_demand:
-        args.record = "on-demand"
-    if args.record is None:  # what the environment set (INSTRUMENTED_CONVS_RECORD)
-        args.record = configure().record
-    demand = args.record == "on-demand"
-    refused = [
-        (args.backward_every is not None and args.backward_every < 1)
-        and "--backward-every takes a positive number",
-        args.trace_limit < 0 and "--trace-limit takes a number >= 0",
-        (args.record_every is not None and args.record_every < 1)
-        and "--record-every takes a positive number",
-        (args.budget is not None and not 0 < args.budget < 1)
-        and "--budget takes a fraction between 0 and 1 (0.01: 1%)",
-        (args.iteration is not None and args.record_every is None and args.budget is None)
-        and not demand
-        and "--iteration names what --record-every, --budget or --on-demand records: give one",
-        (demand and (args.record_every is not None or args.budget is not None))
-        and "--on-demand records every iteration a capture covers: drop --record-every/--budget",
-        (demand and args.warmup)
-        and "--on-demand records captures only (nothing to warm up): drop --warmup",
-        (demand and args.tensorboard)
-        and "--tensorboard writes a point an epoch; on demand only captures record: drop it",
-        (args.record == "ranges" and (args.counters or args.memory))
-        and "--record ranges records no counters or memory: drop --counters/--memory",
-        (args.record == "ranges" and (args.record_every is not None or args.budget is not None))
-        and "--record ranges pushes a range for every call: drop --record-every/--budget",
-    ]
-    for message in refused:
-        if message:
-            raise UserError(message, USAGE)
-    check_peaks(args)
-    _check_target(args.target, args.module)
-    for flag in ("only", "exclude"):
-        _check_convs(flag, names(getattr(args, flag)) or [])
-    for flag, name in RUN_ALIASES:  # --format roofline counts, as --counters does
-        setattr(args, flag, getattr(args, flag) or name in args.format)
-
-
-def _check_target(target: str, module: bool) -> None:
-    """Refuse a script that does not exist (a folder is one with a ``__main__.py``, as for
-    python), or a module that cannot be found (only its top-level name is looked up: nothing
-    is imported before the hooks are in place)."""
-    if module:
-        top = target.split(".")[0]
-        if not top or importlib.util.find_spec(top) is None:
-            raise UserError(f"-m {target}: no module named {top!r} (is it installed?)", USAGE)
-    elif not os.path.isfile(target) and not os.path.isfile(os.path.join(target, "__main__.py")):
-        what = "a folder without __main__.py" if os.path.isdir(target) else "no such file"
-        raise UserError(f"{target}: {what}; give a Python script (or -m module)", USAGE)
-
-
-#: Where the conv classes ``--only``/``--exclude`` may name are: each framework's module,
-#: and ours of its layers.
-_FRAMEWORKS = (("torch_geometric", "instrumented_convs.pyg"), ("dgl", "instrumented_convs.dgl"))
-
-
-def _check_convs(flag: str, asked: List[str]) -> None:
-    """Refuse a name in ``--only``/``--exclude`` that is no conv class of PyG or DGL (as
-    installed here), with the closest names; a class the script then builds none of is
-    said after the run."""
-    left: Set[str] = set(asked)
-    known: Set[str] = set()
-    for framework, ours in _FRAMEWORKS:
-        if not left or importlib.util.find_spec(framework) is None:
-            continue
-        try:
-            module = importlib.import_module(ours)
-        except ImportError:  # a broken install: instrument() says so when the script runs
-            continue
-        for name in module.__all__:
-            cls = getattr(module, name)
-            if isinstance(cls, type) and issubclass(cls, InstrumentedLayer):
-                known.add(cls._ic_stock.__name__)
-        left -= known
-    for name in sorted(left):
-        close = difflib.get_close_matches(name, sorted(known), n=3)
-        hint = f"did you mean {', '.join(close)}?" if close else "class names, as GCNConv,SAGEConv"
-        raise UserError(f"--{flag} {name}: no PyG or DGL conv class of that name ({hint})", USAGE)
 
 
 def _configure_run(args: argparse.Namespace) -> Any:
@@ -457,18 +401,13 @@ def _save_run(
         writer.close()
 
 
-def _finished_run(args: argparse.Namespace, folder: Path) -> Optional[SavedRun]:
+def _finished_run(args: argparse.Namespace, folder: Path, outcome: Outcome) -> Optional[SavedRun]:
     """The run as saved: this process's, or under torchrun the ranks merged by rank 0 (None
     on the other ranks, which print nothing)."""
     rank, world = job_rank()
     if world is None:
         return load(folder)
-    if rank != 0:
-        return None
-    merged = merge_folder(folder, wait=args.merge_timeout)
-    if merged["ranks_missing"]:
-        logger.warning("run: no file from ranks %s: merged without them", merged["ranks_missing"])
-    return merged
+    return merged_run(folder, rank, args.merge_timeout, outcome.how == "terminated")
 
 
 def _print_run(args: argparse.Namespace, saved: SavedRun, outcome: Outcome) -> None:

@@ -231,11 +231,20 @@ def _add_output_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--quiet", action="store_true", help="save the run, print no table")
     run.add_argument(
+        "--autosave",
+        type=float,
+        default=None,
+        metavar="S",
+        help="rewrite the run's run.json every S seconds while the job runs, so that a job "
+        "killed outright loses at most S seconds of it (default 60; 0: only at the end)",
+    )
+    run.add_argument(
         "--merge-timeout",
         type=float,
         default=60.0,
         metavar="S",
-        help="torchrun: how long rank 0 waits for the other ranks' files (default %(default)s)",
+        help="torchrun: how long rank 0 waits for the other ranks' files (default %(default)s; "
+        "after SIGTERM 10 at most, so that the job's save fits a 30-second grace period)",
     )
 
 

@@ -50,7 +50,6 @@ __all__ = [
     "environment",
     "job_rank",
     "load",
-    "merge_folder",
     "saved_summary",
     "summary_of",
     "run_data",
@@ -59,7 +58,7 @@ __all__ = [
     "ended_title",
     "capture_notes",
     "write_run",
-    "saved_chrome_trace",
+    "merge_folder",
     "saved_page_html",
     "saved_render_input",
     "SavedRun",
@@ -196,7 +195,10 @@ def capture_notes(saved: SavedRun) -> List[str]:
 
 
 def ended_title(target: str, ended_by: str, exit_code: Optional[int]) -> str:
-    """``instrumented_convs run: SCRIPT``, and its exit code where it did not return."""
+    """``instrumented_convs run: SCRIPT``, and its exit code where it did not return (an
+    autosave's: that the job had not finished)."""
+    if ended_by == "running":
+        return f"instrumented_convs run: {target}, not finished (autosaved)"
     ended = "" if ended_by == "returned" else f", exit code {exit_code}"
     return f"instrumented_convs run: {target}{ended}"
 
@@ -281,17 +283,6 @@ def _trace_record(timeline: Timeline, file: str) -> Dict[str, Any]:
         "limit": timeline.limit,
         "truncated": timeline.truncated,
     }
-
-
-def saved_chrome_trace(path: "str | os.PathLike[str]") -> Dict[str, Any]:
-    """The Chrome trace of a saved run (its folder, or a file in it)."""
-    p = Path(path)
-    folder = p if p.is_dir() else p.parent
-    if not (folder / TRACE_FILE).exists():
-        raise FileNotFoundError(
-            f"{folder} has no {TRACE_FILE}: the run recorded no timeline (--trace-limit 0?)"
-        )
-    return read_trace(folder / TRACE_FILE)
 
 
 def saved_render_input(
@@ -444,8 +435,9 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> SavedRu
     """Merge the rank files in ``folder`` into its ``run.json`` (and every renderer's file:
     the ranks' timelines as one trace, one process each).
 
-    ``wait``: seconds to wait for every rank of the job to write its file; ranks missing
-    after that are left out and named in ``ranks_missing``.
+    ``wait``: seconds to wait for every rank of the job to write its last file (a rank's
+    autosave, ``ended_by`` ``running``, is waited past); ranks missing after that are left
+    out and named in ``ranks_missing``, those merged from an autosave in ``ranks_unfinished``.
     """
     folder = Path(folder)
     deadline = time.monotonic() + wait
@@ -455,7 +447,8 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> SavedRu
             raise FileNotFoundError(f"{folder} has no rank files (rank<N>.json)")
         runs = {r: load(p) for r, p in files.items()}
         world = max(run["world_size"] or 0 for run in runs.values())
-        if len(runs) >= world or time.monotonic() >= deadline:
+        final = [r for r, run in runs.items() if run.get("ended_by") != "running"]
+        if len(final) >= world or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
     world = max(world, max(runs) + 1)
@@ -463,6 +456,7 @@ def merge_folder(folder: "str | os.PathLike[str]", wait: float = 0.0) -> SavedRu
     merged = {k: v for k, v in first.items() if k not in ("snapshots", "summary", "rank")}
     merged.update(kind="merged", world_size=world)
     merged["ranks_missing"] = [r for r in range(world) if r not in runs]
+    merged["ranks_unfinished"] = sorted(set(runs) - set(final))
     merged["per_rank"] = [
         {
             k: runs[r].get(k)

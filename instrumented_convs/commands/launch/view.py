@@ -8,8 +8,11 @@ import argparse
 import gzip
 import json
 import logging
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from ...report import (
     RENDERERS,
@@ -19,6 +22,7 @@ from ...report import (
     Summary,
     is_report,
     read_reports,
+    read_trace,
     render,
     write_folder,
 )
@@ -30,7 +34,6 @@ from .runs import (
     load,
     merge_folder,
     saved_advice,
-    saved_chrome_trace,
     saved_render_input,
     saved_summary,
 )
@@ -83,17 +86,45 @@ def view_main(args: argparse.Namespace) -> int:
         if name == "trace":
             return _view_trace(args.run, to)
         saved = open_run(args.run)
-    inp = _view_input(args, saved, name)
-    notes = saved.get("notes") or []  # a report's rows that hold only some calls
-    inp.note = " ".join([inp.note, *notes]).strip()
-    if to is not None:
-        RENDERERS[name].write(inp, to)
-        print(f"{name} written to {to}")
-        return 0
-    print(render(name, inp))
+    _say_unfinished(saved, args.run, to is None and name in MACHINE_READ)
+    with _reading(args.run):
+        inp = _view_input(args, saved, name)
+        notes = saved.get("notes") or []  # a report's rows that hold only some calls
+        inp.note = " ".join([inp.note, *notes]).strip()
+        if to is not None:
+            RENDERERS[name].write(inp, to)
+            print(f"{name} written to {to}")
+            return 0
+        text = render(name, inp)
+    print(text)
     if name == "text" and notes:
         print("\n".join(notes))
     return 0
+
+
+def unfinished_line(saved: SavedRun, path: str) -> Optional[str]:
+    """The line that leads what is shown of an autosaved run (its job had not finished when
+    it was saved: killed, or still running); None for another run."""
+    auto = saved.get("autosave")
+    if saved.get("ended_by") != "running" or not isinstance(auto, dict):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(auto.get("saved", 0)))
+    return (
+        f"{path}: the job had not finished: its autosave of {when} (after "
+        f"{auto.get('steps', '?')} optimizer steps, {auto.get('epochs', '?')} epochs), read as "
+        "it stood then"
+    )
+
+
+#: The formats a program reads from ``view``'s output: a line about the run goes to stderr.
+MACHINE_READ = ("json", "csv")
+
+
+def _say_unfinished(saved: SavedRun, path: str, to_stderr: bool = False) -> None:
+    """An autosaved run (its job had not finished) says so first."""
+    line = unfinished_line(saved, path)
+    if line is not None:
+        print(line, file=sys.stderr if to_stderr else sys.stdout, flush=True)
 
 
 def _view_format(args: argparse.Namespace) -> Tuple[str, Optional[str]]:
@@ -105,6 +136,17 @@ def _view_format(args: argparse.Namespace) -> Tuple[str, Optional[str]]:
     return args.format, None
 
 
+def saved_chrome_trace(path: str) -> Dict[str, Any]:
+    """The Chrome trace of a saved run (its folder, or a file in it)."""
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    if not (folder / TRACE_FILE).exists():
+        raise FileNotFoundError(
+            f"{folder} has no {TRACE_FILE}: the run recorded no timeline (--trace-limit 0?)"
+        )
+    return read_trace(folder / TRACE_FILE)
+
+
 def _view_trace(path: str, to: str) -> int:
     """``view --trace FILE``: the saved timeline, copied to ``FILE``."""
     open_run(path)  # a run, or why not
@@ -112,6 +154,10 @@ def _view_trace(path: str, to: str) -> int:
         trace = saved_chrome_trace(path)
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
+        file = Path(path) / TRACE_FILE if Path(path).is_dir() else Path(path).parent / TRACE_FILE
+        raise UserError(f"{file} is cut short or corrupt ({e}): the table is still there: "
+                        f"{PROG} view {path}") from e  # fmt: skip
     written = RENDERERS["trace"].write(RenderInput(timeline=trace), to)
     print(f"timeline written to {written}")
     return 0
@@ -212,6 +258,21 @@ def _unreadable(path: Path, error: Exception) -> str:
     return f"{file} is not JSON{where}: not a run; give a run folder or its run.json"
 
 
+@contextmanager
+def _reading(path: str) -> Iterator[None]:
+    """A run that parses but is not as ``run`` saves it (edited by hand, written by another
+    program): one line naming its file, not a traceback."""
+    try:
+        yield
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        p = Path(path)
+        file = p / RUN_FILE if p.is_dir() else p
+        raise UserError(
+            f"{file} is not a run as instrumented_convs saves it ({type(e).__name__}: {e}): "
+            "was it edited? run the script again, or view another run"
+        ) from e
+
+
 def _summary(saved: SavedRun, by: str, unit: Optional[str], rank: Optional[int]) -> Summary:
     """The saved run's summary, ``--rank``'s alone where given (a rank it has)."""
     if rank is None:
@@ -224,7 +285,13 @@ def _summary(saved: SavedRun, by: str, unit: Optional[str], rank: Optional[int])
 
 def diff_main(args: argparse.Namespace) -> int:
     """``diff``: two saved runs side by side; exit code 1 past ``--fail-above``."""
-    a, b = (_summary(open_run(path), args.by, args.unit, args.rank) for path in (args.a, args.b))
+    runs = [open_run(path) for path in (args.a, args.b)]
+    parts = []
+    for saved, path in zip(runs, (args.a, args.b)):
+        _say_unfinished(saved, path)
+        with _reading(path):
+            parts.append(_summary(saved, args.by, args.unit, args.rank))
+    a, b = parts
     result = a.diff(b, min_change=args.min_change / 100)
     print(result.table(title=f"{args.a} -> {args.b}"))
     if args.html:
