@@ -30,13 +30,15 @@ def _no_job_left():
     end_jobs()
 
 
-def _autosaved(path: Path, number: int = 1) -> dict:
-    """The run.json at ``path`` once an autosave numbered ``number`` or later wrote it."""
+def _autosaved(path: Path, number: int = 1, steps: int = 0) -> dict:
+    """The run.json at ``path`` once an autosave numbered ``number`` or later, of ``steps``
+    optimizer steps or more, wrote it."""
     try:
         saved = json.loads(path.read_text())
     except (OSError, ValueError):  # (not there yet: os.replace makes it whole or absent)
         return {}
-    return saved if saved.get("autosave", {}).get("number", 0) >= number else {}
+    auto = saved.get("autosave", {})
+    return saved if auto.get("number", 0) >= number and auto.get("steps", 0) >= steps else {}
 
 
 def _counts(saved: dict) -> dict:
@@ -46,7 +48,7 @@ def _counts(saved: dict) -> dict:
 def test_a_killed_job_keeps_its_last_autosave_and_view_says_it_did_not_finish(tmp_path):
     job = run_job(tmp_path, flags=("--autosave", "0.5"))
     record = tmp_path / "run" / "run.json"
-    job.until(lambda out: _autosaved(record, 3), "a third autosave")
+    job.until(lambda out: _autosaved(record, 3, steps=3), "a third autosave, 3 steps in")
     os.kill(job.pid, signal.SIGKILL)
     killed = time.time()
     proc = job.end()
@@ -74,6 +76,26 @@ def test_a_killed_job_keeps_its_last_autosave_and_view_says_it_did_not_finish(tm
     assert [line.split(":")[1] for line in diff.stdout.splitlines()[:2]] == [
         " the job had not finished"
     ] * 2
+
+
+def test_a_page_saved_before_a_scripts_handler_is_said_to_lag_behind_later_autosaves(tmp_path):
+    """A script's own SIGTERM handler that lets the loop go on: the run is saved whole before
+    it, autosaves go on; killed after one, the folder's page lags its run.json, and view says
+    so."""
+    job = run_job(tmp_path, "--sigterm-goes-on", flags=("--autosave", "0.3"))
+    record = tmp_path / "run" / "run.json"
+    job.until(lambda out: "epoch 1 " in out and _autosaved(record), "an epoch and an autosave")
+    os.kill(job.pid, signal.SIGTERM)
+    job.until(lambda out: "handler: going on" in out, "the script's handler")
+    job.until(lambda out: _autosaved(record, 2), "an autosave after it")
+    os.kill(job.pid, signal.SIGKILL)
+    job.end()
+    assert (tmp_path / "run" / "page.html").exists()  # (the save before the handler's)
+    view = run_script("-m", "instrumented_convs", "view", "run", cwd=tmp_path)
+    first = view.stdout.splitlines()[0]
+    assert first.startswith("run: the job had not finished") and first.split("; ")[-1].startswith(
+        "its page.html and summary.txt are of an earlier save ("
+    ), first
 
 
 def _mount(disk: Path, *options: str) -> None:

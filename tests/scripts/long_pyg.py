@@ -8,7 +8,8 @@ S seconds an epoch (a slower job). Ours, where asked: ``--region NAME`` runs eac
 inside ``region(NAME)`` (for ``--iteration NAME``); ``--ours`` takes the layers from
 ``instrumented_convs.pyg``; ``--configure DIR`` calls ``configure(record="on-demand",
 captures=DIR)`` first (a script of one's own on demand); ``--stop-on-sigterm FOLDER``
-installs a SIGTERM handler that stops the loop (saying whether FOLDER held a saved run).
+installs a SIGTERM handler that stops the loop (saying whether FOLDER held a saved run);
+``--sigterm-goes-on`` one that only says it ran (the loop goes on).
 """
 
 import argparse
@@ -29,6 +30,7 @@ parser.add_argument("--region")
 parser.add_argument("--ours", action="store_true")
 parser.add_argument("--configure")
 parser.add_argument("--stop-on-sigterm", metavar="FOLDER")
+parser.add_argument("--sigterm-goes-on", action="store_true")
 args = parser.parse_args()
 stopping = []
 if args.stop_on_sigterm:  # a handler of its own, as Lightning's: the loop stops, then ends
@@ -40,6 +42,8 @@ if args.stop_on_sigterm:  # a handler of its own, as Lightning's: the loop stops
 
     signal.signal(signal.SIGTERM, on_sigterm)
     print(f"handler installed: {signal.getsignal(signal.SIGTERM) is on_sigterm}", flush=True)
+if args.sigterm_goes_on:
+    signal.signal(signal.SIGTERM, lambda signum, frame: print("handler: going on", flush=True))
 if args.ours:
     from instrumented_convs.pyg import GCNConv, SAGEConv  # noqa: F811
 if args.configure:

@@ -121,10 +121,18 @@ MACHINE_READ = ("json", "csv")
 
 
 def _say_unfinished(saved: SavedRun, path: str, to_stderr: bool = False) -> None:
-    """An autosaved run (its job had not finished) says so first."""
+    """An autosaved run (its job had not finished) says so first, and where its folder holds
+    a page of an earlier save (made before a script's own signal handler ran), that the page
+    and summary.txt lag behind."""
     line = unfinished_line(saved, path)
-    if line is not None:
-        print(line, file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    if line is None:
+        return
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    page = folder / RENDERERS["page"].file
+    if page.exists():
+        when = time.strftime("%H:%M:%S", time.localtime(page.stat().st_mtime))
+        line += f"; its {page.name} and summary.txt are of an earlier save ({when})"
+    print(line, file=sys.stderr if to_stderr else sys.stdout, flush=True)
 
 
 def _view_format(args: argparse.Namespace) -> Tuple[str, Optional[str]]:
