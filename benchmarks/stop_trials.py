@@ -6,8 +6,9 @@ process (even trials) or to its process group (odd ones: Slurm's way) a random 0
 A trial holds where the job died by SIGTERM, its run folder is whole (run.json, summary.txt,
 page.html, the trace, each readable), it says ``terminated`` and its GCNConv forward count is
 the epochs printed (or one more: a step taken, its line not yet printed), its backward count
-that or one less. Printed: the trials that held (the others, and why), and the time from the
-signal to the process's end (median, longest: what a scheduler's grace period must cover).
+that or one less. Printed: the trials that held (the others, and why: a job that did not end
+is sent SIGABRT, and its threads' stacks are shown), and the time from the signal to the
+process's end (median, longest: what a scheduler's grace period must cover).
 
     python benchmarks/stop_trials.py                  # 100 trials
     python benchmarks/stop_trials.py --trials 10 --spread 1
@@ -33,12 +34,13 @@ from instrumented_convs.commands.launch.runs import load, saved_summary  # noqa:
 from instrumented_convs.report.timeline import read_trace  # noqa: E402
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "long_pyg.py")
+WAIT = 120  # seconds a trial waits for the job's end after SIGTERM
 
 
 def trial(number: int, delay: float, tmp: Path) -> Tuple[Optional[str], float]:
     """One trial: why it did not hold (None: it held), and the seconds from the signal to
     the process's end."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DGLBACKEND="pytorch")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), DGLBACKEND="pytorch", PYTHONFAULTHANDLER="1")
     out = open(tmp / "job.out", "w+")
     err = open(tmp / "job.err", "w+")
     group = number % 2 == 1
@@ -54,7 +56,13 @@ def trial(number: int, delay: float, tmp: Path) -> Tuple[Optional[str], float]:
         time.sleep(delay)
         sent = time.monotonic()
         (os.killpg if group else os.kill)(proc.pid, signal.SIGTERM)
-        code = proc.wait(120)
+        try:
+            code = proc.wait(WAIT)
+        except subprocess.TimeoutExpired:  # its threads' stacks (faulthandler, on SIGABRT)
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(30)
+            stacks = (tmp / "job.err").read_text()[-3000:]
+            return f"no end {WAIT} s after SIGTERM; its threads:\n{stacks}", WAIT
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:

@@ -83,3 +83,28 @@ def test_view_trace_names_a_trace_cut_short_or_missing(saved, tmp_path):
     line = _said(tmp_path, "view", "bad", "--trace", "t.json")
     assert "bad has no trace.json.gz: the run recorded no timeline" in line, line
     assert "GCNConv" in run_script("-m", "instrumented_convs", "view", "bad", cwd=tmp_path).stdout
+
+
+def test_merge_names_a_rank_file_cut_short(tmp_path, monkeypatch):
+    import instrumented_convs as ic
+    from instrumented_convs.commands.launch.runs import write_run
+
+    with ic.region("epoch"):
+        pass
+    folder = tmp_path / "job"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        write_run(folder, ic.registry.snapshot(), {"exit_code": 0})
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    text = (folder / "rank1.json").read_text()
+    (folder / "rank1.json").write_text(text[: len(text) // 3])
+    line = _said(tmp_path, "merge", "job")
+    assert line.startswith("merge: job/rank1.json is cut short or corrupt (") or line.startswith(
+        f"merge: {folder}/rank1.json is cut short or corrupt ("
+    ), line
+    assert line.endswith("move it out of the folder to merge the others")
+    (folder / "rank1.json").unlink()
+    merged = run_script("-m", "instrumented_convs", "merge", "job", cwd=tmp_path)
+    assert "merge: no file from ranks [1]: merged without them" in merged.stderr

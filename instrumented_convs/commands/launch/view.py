@@ -330,11 +330,22 @@ def merge_main(args: argparse.Namespace) -> int:
     try:
         merged = merge_folder(folder, wait=args.wait)
     except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as e:
-        raise UserError(f"{folder}: a rank file is cut short or corrupt ({e})") from e
+        raise UserError(f"{_cut_rank_file(folder)} is cut short or corrupt ({e}): move it "
+                        "out of the folder to merge the others") from e  # fmt: skip
     if merged["ranks_missing"]:
         logger.warning("merge: no file from ranks %s: merged without them", merged["ranks_missing"])
     print(saved_summary(merged, by=merged.get("by") or "step", unit=merged.get("unit")))
     return 0
+
+
+def _cut_rank_file(folder: Path) -> Path:
+    """The first rank file of ``folder`` that does not read (the folder where all do)."""
+    for path in sorted(folder.glob("rank*.json")):
+        try:
+            load(path)
+        except (json.JSONDecodeError, UnicodeDecodeError, EOFError, gzip.BadGzipFile, ValueError):
+            return path
+    return folder
 
 
 def advise_main(args: argparse.Namespace) -> int:
