@@ -19,7 +19,7 @@ from instrumented_convs.commands.launch.runs import load, saved_summary
 from instrumented_convs.report.timeline import read_trace
 
 from .helpers import ROOT, _stop, python_path
-from .jobs import Job, end_jobs, run_job
+from .jobs import _JOBS, Job, end_jobs, run_job
 
 pytest.importorskip("torch_geometric")
 
@@ -224,3 +224,30 @@ def _steps(rank_file: Path) -> int:
         return json.loads(rank_file.read_text())["autosave"]["steps"]
     except (OSError, ValueError, KeyError):
         return 0
+
+
+def test_a_signal_whose_exception_the_script_swallowed_is_sent_again(tmp_path):
+    """An exception raised where Python ignores it (a finalizer) or code that catches it all
+    loses the signal: run sends it again each second while the script goes on."""
+    (tmp_path / "swallows.py").write_text(
+        "import time\n"
+        "swallowed = []\n"
+        "while True:\n"
+        "    try:\n"
+        "        print('tick', flush=True)\n"
+        "        time.sleep(0.05)\n"
+        "    except BaseException:\n"
+        "        if swallowed:\n"
+        "            raise\n"
+        "        swallowed.append(1)\n"
+        "        print('swallowed', flush=True)\n"
+    )
+    job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "swallows.py")
+    _JOBS.append(job)
+    job.until(lambda out: "tick" in out, "a tick")
+    os.kill(job.pid, signal.SIGTERM)
+    proc = job.end()
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "swallowed" in proc.stdout
+    assert "the script went on after SIGTERM: sent again" in proc.stderr
+    assert load(tmp_path / "run")["ended_by"] == "terminated"

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -113,11 +114,22 @@ class Stopping:
                 logger.warning("run: saving the run before the script's handler failed: %s", exc)
             theirs(sig, frame)
             return
+        first = self.received is None
         self.received = sig
-        self._in_script = False  # from now on a second signal waits for the save
+        if first:  # (an exception raised where Python ignores it, as in a __del__, is lost)
+            threading.Thread(target=self._again, args=(sig,), daemon=True).start()
         if sig == signal.SIGTERM:
             raise Terminated()
         raise KeyboardInterrupt
+
+    def _again(self, sig: int) -> None:
+        """The signal sent again each second while the script still runs after it: the
+        exception it raised was swallowed (by a finalizer, or code that catches it all)."""
+        time.sleep(1.0)
+        while self._in_script and self._installed:
+            logger.warning("run: the script went on after %s: sent again", signal.Signals(sig).name)
+            os.kill(os.getpid(), sig)
+            time.sleep(1.0)
 
     # -- while saving -------------------------------------------------------------------
 
