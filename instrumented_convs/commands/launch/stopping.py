@@ -116,14 +116,14 @@ class Stopping:
             return
         first = self.received is None
         self.received = sig
-        if first:  # (an exception raised where Python ignores it, as in a __del__, is lost)
+        if first and sig == signal.SIGTERM:  # (not SIGINT: a script may catch Ctrl-C to end)
             threading.Thread(target=self._again, args=(sig,), daemon=True).start()
         if sig == signal.SIGTERM:
             raise Terminated()
         raise KeyboardInterrupt
 
     def _again(self, sig: int) -> None:
-        """The signal sent again each second while the script still runs after it: the
+        """SIGTERM sent again each second while the script still runs after it: the
         exception it raised was swallowed (by a finalizer, or code that catches it all)."""
         time.sleep(1.0)
         while self._in_script and self._installed:
