@@ -8,7 +8,8 @@ page.html, the trace, each readable), it says ``terminated`` and its GCNConv for
 the epochs printed (or one more: a step taken, its line not yet printed), its backward count
 that or one less. Printed: the trials that held (the others, and why: a job that did not end
 is sent SIGABRT, and its threads' stacks are shown), and the time from the signal to the
-process's end (median, longest: what a scheduler's grace period must cover).
+process's end (median, longest: what a scheduler's grace period must cover). A
+traceback printed (SIGTERM's exception in a finalizer, say) fails the trial.
 
     python benchmarks/stop_trials.py                  # 100 trials
     python benchmarks/stop_trials.py --trials 10 --spread 1
@@ -68,8 +69,11 @@ def trial(number: int, delay: float, tmp: Path) -> Tuple[Optional[str], float]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    said = (tmp / "job.err").read_text()
     if code != -signal.SIGTERM:
-        return f"exit code {code}: {(tmp / 'job.err').read_text()[-300:]}", took
+        return f"exit code {code}: {said[-300:]}", took
+    if "Traceback" in said or "Exception ignored" in said:  # SIGTERM's death prints nothing
+        return f"a traceback printed: {said[-600:]}", took
     folder = tmp / "run"
     try:
         saved = load(folder)

@@ -251,3 +251,30 @@ def test_a_signal_whose_exception_the_script_swallowed_is_sent_again(tmp_path):
     assert "swallowed" in proc.stdout
     assert "the script went on after SIGTERM: sent again" in proc.stderr
     assert load(tmp_path / "run")["ended_by"] == "terminated"
+
+
+def test_sigterm_inside_a_finalizer_prints_nothing_and_ends_the_job_at_once(tmp_path):
+    """SIGTERM handled inside a ``__del__`` (where Python only prints an exception): no
+    traceback, no warning, the signal sent again at once and the job dies by it."""
+    (tmp_path / "finalizer.py").write_text(
+        "import os, signal, time\n"
+        "class Ends:\n"
+        "    sent = False\n"
+        "    def __del__(self):\n"
+        "        if not Ends.sent:\n"
+        "            Ends.sent = True\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "            for _ in range(1000):\n"
+        "                pass\n"
+        "while True:\n"
+        "    Ends()\n"
+        "    print('after', flush=True)\n"
+        "    time.sleep(0.01)\n"
+    )
+    job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "finalizer.py")
+    _JOBS.append(job)
+    proc = job.end()
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "sent again" not in proc.stderr, proc.stderr
+    assert load(tmp_path / "run")["ended_by"] == "terminated"

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -53,6 +52,8 @@ class Stopping:
         self._saving = "the run"
         self._real_signal = signal.signal
         self._real_getsignal = signal.getsignal
+        self._unraisable: Any = None
+        self._swallowed = threading.Event()
 
     # -- during the script ---------------------------------------------------------------
 
@@ -64,6 +65,7 @@ class Stopping:
             self._original[sig] = self._theirs[sig] = self._real_getsignal(sig)
             self._real_signal(sig, self._on_signal)
         signal.signal, signal.getsignal = self._signal, self._getsignal  # type: ignore[assignment]
+        self._unraisable, sys.unraisablehook = sys.unraisablehook, self._on_unraisable
         self._installed = True
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._in_child)
@@ -123,13 +125,26 @@ class Stopping:
         raise KeyboardInterrupt
 
     def _again(self, sig: int) -> None:
-        """SIGTERM sent again each second while the script still runs after it: the
-        exception it raised was swallowed (by a finalizer, or code that catches it all)."""
-        time.sleep(1.0)
-        while self._in_script and self._installed:
-            logger.warning("run: the script went on after %s: sent again", signal.Signals(sig).name)
+        """SIGTERM sent again while the script still runs after it: at once where a
+        finalizer swallowed its exception, else each second (code that catches it all)."""
+        while True:
+            quiet = self._swallowed.wait(1.0)
+            self._swallowed.clear()
+            if not (self._in_script and self._installed):
+                return
+            if not quiet:
+                logger.warning(
+                    "run: the script went on after %s: sent again", signal.Signals(sig).name
+                )
             os.kill(os.getpid(), sig)
-            time.sleep(1.0)
+
+    def _on_unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook``: our own Terminated raised inside a finalizer is not printed
+        (SIGTERM prints nothing) and is sent again at once; anything else as before."""
+        if isinstance(unraisable.exc_value, Terminated) and self._in_script:
+            self._swallowed.set()
+            return
+        self._unraisable(unraisable)
 
     # -- while saving -------------------------------------------------------------------
 
@@ -160,6 +175,8 @@ class Stopping:
         if not self._installed:
             return
         signal.signal, signal.getsignal = self._real_signal, self._real_getsignal  # type: ignore[assignment]
+        if sys.unraisablehook == self._on_unraisable:  # (not where the script set its own)
+            sys.unraisablehook = self._unraisable
         for sig, handler in (self._theirs if to_theirs else self._original).items():
             self._real_signal(sig, handler)
         self._installed = False
