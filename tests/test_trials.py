@@ -41,6 +41,16 @@ def advising():
     signals.clear()
 
 
+@pytest.fixture
+def csr_only(monkeypatch):
+    """fused-sparse's torch.sparse candidate alone (not SparseTensor, where torch-sparse is
+    installed): the tests that count a rule's lines or read its one trial."""
+    import instrumented_convs.pyg.trials  # noqa: F401 - registered first, into the list kept
+
+    kept = [c for c in trials.CANDIDATES if c[2].__name__ != "fused_sparse_tensor"]
+    monkeypatch.setattr(trials, "CANDIDATES", kept)
+
+
 def _train(model, x, ei, steps=3):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(steps):
@@ -85,7 +95,7 @@ def test_a_change_is_timed_on_the_layers_own_inputs_and_nothing_of_the_users_mov
 
 
 @needs_pyg
-def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising):
+def test_a_change_whose_outputs_differ_is_timed_and_never_advised(advising, csr_only):
     """GCNConv given a graph with self-loops: its edge_index path replaces them
     (add_remaining_self_loops), the sparse one adds one more: not the same model."""
     from instrumented_convs.pyg import GCNConv
@@ -124,7 +134,9 @@ def test_the_budget_is_kept_and_what_was_not_timed_is_said(advising):
 
 
 @needs_pyg
-def test_a_change_whose_rounds_would_not_fit_its_share_is_skipped_and_said(advising, monkeypatch):
+def test_a_change_whose_rounds_would_not_fit_its_share_is_skipped_and_said(
+    advising, csr_only, monkeypatch
+):
     from instrumented_convs.pyg import SAGEConv
 
     x, ei = _graph()
@@ -153,6 +165,112 @@ def test_a_change_whose_rounds_would_not_fit_its_share_is_skipped_and_said(advis
     # whole seconds from ten on, not 4.5e+02
     assert all("not timed: 3 rounds need about 450 s" in s for s in said.values())
     assert "its share of the 200 s was 67 s (--advise-seconds)" in said["lower-precision"]
+
+
+class _Slower(torch.nn.Module):
+    """A copy of a layer, its outputs scaled by ``scale``, a sleep of ``pause`` s a call."""
+
+    def __init__(self, layer, pause=0.0, scale=1.0):
+        super().__init__()
+        self.layer, self.pause, self.scale = layer, pause, scale
+
+    def forward(self, *args, **kwargs):
+        import time
+
+        time.sleep(self.pause)
+        return self.layer(*args, **kwargs) * self.scale
+
+
+@needs_pyg
+@pytest.mark.parametrize("before", [False, True], ids=["after", "before"])
+@pytest.mark.parametrize("other", ["slower", "faster but another model"])
+def test_of_a_rules_candidates_on_a_layer_the_better_is_kept_the_other_named(
+    advising, csr_only, monkeypatch, other, before
+):
+    """A second fused-sparse candidate, timed after the torch.sparse one or before it:
+    slower and equal, or faster and not equal; either way the torch.sparse one is kept, the
+    other named in ``also_timed`` and in the advice."""
+    import copy
+
+    from instrumented_convs.pyg import SAGEConv
+
+    def second(layer, facts):
+        pause, scale = (0.01, 1.0) if other == "slower" else (0.0, 2.0)
+        wrapped = _Slower(copy.deepcopy(layer), pause, scale)
+        return trials.Change("fused-sparse", "other", facts["inputs"], layer=wrapped, variant="B")
+
+    extra = [("pyg", "fused-sparse", second)]
+    listed = [*extra, *trials.CANDIDATES] if before else [*trials.CANDIDATES, *extra]
+    monkeypatch.setattr(trials, "CANDIDATES", listed)
+    x, ei = _graph(n=4000, e=80000)  # adj_t faster than a 10 ms pause, even under load
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    assert trials.measure(5.0) == []
+    t = _trial(model)
+    assert t["variant"] == "torch.sparse CSR" and t["equal"], t
+    (seen,) = t["also_timed"]
+    assert seen["variant"] == "B" and seen["equal"] == (other == "slower")
+    # the advice names it (a record whose saving is beyond the A/A, as on an idle machine)
+    t = dict(t, stock_s=0.01, changed_s=0.005, paired_saving_s=0.005, aa_s=0.001, convert_s=0)
+    (item,) = decide(_record(t), min_share=0.0)
+    assert "; timed too: B " in item["why"] and item["why"].endswith("this is torch.sparse CSR")
+    assert ("(not equal)" in item["why"]) == (other != "slower")
+
+
+@needs_pyg
+def test_a_rules_candidates_not_timed_for_want_of_time_are_each_named(
+    advising, csr_only, monkeypatch
+):
+    from instrumented_convs.pyg import SAGEConv
+
+    def second(layer, facts):
+        return trials.Change("fused-sparse", "other", facts["inputs"], variant="B")
+
+    monkeypatch.setattr(trials, "CANDIDATES", [*trials.CANDIDATES, ("pyg", "fused-sparse", second)])
+    x, ei = _graph()
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    real = trials.forward_backward
+    monkeypatch.setattr(trials, "forward_backward", lambda layer, i: (real(layer, i)[0], 1.0))
+    said = " | ".join(trials.measure(2.0))
+    assert "fused-sparse (torch.sparse CSR) not timed" in said
+    assert "fused-sparse (B) not timed" in said
+
+
+@needs_pyg
+@pytest.mark.sparse
+def test_where_torch_sparse_is_installed_a_sparse_tensor_is_timed_too(advising):
+    pytest.importorskip("torch_sparse")
+    from instrumented_convs.pyg import GINConv
+
+    x, ei = _graph()
+    model = GINConv(torch.nn.Linear(16, 8))
+    _train(model, x, ei)
+    assert trials.measure(5.0) == []
+    t = _trial(model)
+    (seen,) = t["also_timed"]
+    assert {t["variant"], seen["variant"]} == {"torch.sparse CSR", "SparseTensor"}
+    assert t["equal"] and seen["equal"], t  # the same sums, in another order
+    if t["variant"] == "SparseTensor":
+        assert "SparseTensor(row=edge_index[1], col=edge_index[0]" in t["change"]
+
+
+@needs_pyg
+@pytest.mark.sparse
+def test_gcnconv_on_a_graph_with_self_loops_is_equal_given_a_sparse_tensor(advising):
+    """torch-sparse's gcn_norm sets the diagonal (fill_diag), as add_remaining_self_loops
+    replaces the loops; torch.sparse's adds one more: the SparseTensor is kept."""
+    pytest.importorskip("torch_sparse")
+    from instrumented_convs.pyg import GCNConv
+
+    x, ei = _graph(loops=True)
+    model = GCNConv(16, 8)
+    _train(model, x, ei)
+    trials.measure(5.0)
+    t = _trial(model)
+    assert t["variant"] == "SparseTensor" and t["equal"], t
+    (seen,) = t["also_timed"]
+    assert seen["variant"] == "torch.sparse CSR" and not seen["equal"]
 
 
 def _summary(rows, total):
@@ -247,7 +365,9 @@ def test_run_advise_times_the_change_and_saves_what_it_found(tmp_path):
     timed = {x["path"]: x["trials"]["fused-sparse"] for x in saved["signals"]["layers"]}
     assert set(timed) == {"conv1", "conv2"}
     # its graph has self-loops and repeated edges: GCNConv's sparse path is another model
-    assert all(not t["equal"] and t["rounds"] >= 3 for t in timed.values())
+    # (torch-sparse's SparseTensor, where installed, replaces them as edge_index does)
+    assert all(t["equal"] == (t["variant"] == "SparseTensor") for t in timed.values())
+    assert all(t["rounds"] >= 3 for t in timed.values())
     folder0 = tmp_path / "none"
     run_script(
         "-m", "instrumented_convs", "run", "--advise", "--advise-seconds", "0", "-o",

@@ -63,6 +63,8 @@ class Change:
     tolerance: float = RTOL
     #: whether ``convert_s`` is paid once whatever the graph (a compilation), not per graph
     convert_once: bool = False
+    #: which of a rule's candidates this is, in a few words (where a rule has several)
+    variant: str = ""
 
 
 #: The fewest rounds a change is timed in: fewer give no median and no A/A to speak of.
@@ -205,6 +207,7 @@ def time_change(
     faster = sum(c < min(a, b) for a, c, b in rounds_)
     return {
         "change": change.change,
+        "variant": change.variant,
         "stock_s": med["stock"],
         "changed_s": med["changed"],
         "aa_s": statistics.median(aa),
@@ -227,6 +230,25 @@ def keep_layers() -> None:
     signals.keep_layers(True)
 
 
+def _better(new: Dict[str, Any], old: Dict[str, Any]) -> bool:
+    """Whether a rule's candidate timed on a layer beats another timed there: equal outputs
+    first, then the larger saving round by round."""
+    if new["equal"] != old["equal"]:
+        return bool(new["equal"])
+    return bool(new["paired_saving_s"] > old["paired_saving_s"])
+
+
+def _kept(new: Dict[str, Any], old: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Of two candidates of a rule timed on one layer, the better, the other named in its
+    ``also_timed`` (its variant, seconds a call and whether equal)."""
+    if old is None:
+        return new
+    best, other = (new, old) if _better(new, old) else (old, new)
+    seen = {"variant": other["variant"], "changed_s": other["changed_s"], "equal": other["equal"]}
+    also = [*other.get("also_timed", []), *best.get("also_timed", []), seen]
+    return {**best, "also_timed": also}
+
+
 #: Rules timed only when asked for (``run --advise-compile``): compiling is costly.
 ASKED_FOR = ("compiled-layer",)
 
@@ -234,8 +256,9 @@ ASKED_FOR = ("compiled-layer",)
 def measure(seconds: float, compile: bool = False) -> List[str]:
     """Time every candidate change of every noted layer still alive, in ``seconds`` at most
     in all (each change gets an equal share of what is left; ``compile``: the compiled layer
-    too); the results are saved with the signals (:func:`~..core.meters.signals.set_trial`).
-    Returns what was not timed, a line a layer, in words."""
+    too; of a rule's several candidates on a layer, the better kept); the results are saved
+    with the signals (:func:`~..core.meters.signals.set_trial`). Returns what was not timed,
+    a line a layer, in words."""
     todo = []
     for layer, facts in signals.alive():
         for framework, rule, candidate in CANDIDATES:
@@ -245,31 +268,40 @@ def measure(seconds: float, compile: bool = False) -> List[str]:
                 todo.append((layer, facts, rule, candidate))
     late: Dict[str, List[str]] = {}
     failed: List[str] = []
+    found: Dict[Tuple[int, str], Dict[str, Any]] = {}  # this call's, by layer and rule
+    several = {
+        (id(t[0]), t[2]) for t in todo if sum(u[0] is t[0] and u[2] == t[2] for u in todo) > 1
+    }
     end = time.perf_counter() + seconds
     with untouched():
         for i, (layer, facts, rule, candidate) in enumerate(todo):
             left = end - time.perf_counter()
             name = f"{type(layer).__name__} ({getattr(layer, 'scope', None) or 'a layer'})"
             if left <= 0:
-                late.setdefault(name, []).append(rule)
+                if rule not in late.setdefault(name, []):
+                    late[name].append(rule)
                 continue
+            label = rule
             try:
                 change = candidate(layer, facts)
                 if change is None:
                     continue
+                if (id(layer), rule) in several and change.variant:
+                    label = f"{rule} ({change.variant})"
                 share = left / (len(todo) - i)
                 result = time_change(layer, facts["inputs"], change, share)
             except Unfit as unfit:
                 failed.append(
-                    f"{name}: {rule} not timed: {unfit}, its share of the {seconds:g} s was"
+                    f"{name}: {label} not timed: {unfit}, its share of the {seconds:g} s was"
                     f" {_said(share)} (--advise-seconds)"
                 )
                 continue
             except Exception as exc:  # a change that cannot be made here: said, not raised
-                logger.info("advice: timing %s of %s failed: %s", rule, name, exc)
-                failed.append(f"{name}: {rule} could not be timed: {type(exc).__name__}: {exc}")
+                logger.info("advice: timing %s of %s failed: %s", label, name, exc)
+                failed.append(f"{name}: {label} could not be timed: {type(exc).__name__}: {exc}")
                 continue
-            signals.set_trial(layer, rule, result)
+            found[id(layer), rule] = _kept(result, found.get((id(layer), rule)))
+            signals.set_trial(layer, rule, found[id(layer), rule])
     return failed + [
         f"{name}: not timed, no time left of the {seconds:g} s: {', '.join(rules)}"
         for name, rules in late.items()

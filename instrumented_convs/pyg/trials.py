@@ -4,7 +4,8 @@
 runs a message per edge, then a scatter; given ``adj_t``, a sparse matrix of the same graph,
 it runs one sparse product instead. The candidate is ``torch.sparse`` CSR (no extra
 package): the edges, their weights (or ones: a repeated edge counts twice, as its messages
-do) summed per pair, transposed as PyG's ``adj_t`` is (row = target).
+do) summed per pair, transposed as PyG's ``adj_t`` is (row = target); where torch-sparse is
+installed, its ``SparseTensor`` too, and the better of the two kept.
 
 ``project-first``: SAGEConv, GraphConv and GINConv sum their neighbours' features at the
 input's width, then project; a linear sum commutes with the projection, so projecting first
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from ..layers.trials import Change, register
 from .signals import fused
 
-__all__ = ["fused_sparse", "to_adj_t", "ProjectFirst", "project_first"]
+__all__ = ["fused_sparse", "fused_sparse_tensor", "to_adj_t", "ProjectFirst", "project_first"]
 
 #: How much wider the input must be than the output for ``project-first`` to be timed.
 WIDER = 2
@@ -56,9 +57,9 @@ def to_adj_t(edge_index: torch.Tensor, edge_weight: Optional[torch.Tensor], n: i
     return coo.to_sparse_csr()
 
 
-def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
-    """The change to ``adj_t`` for a layer with its own ``message_and_aggregate`` whose last
-    call was given a plain ``edge_index`` (not bipartite), or None."""
+def _edge_index_call(layer: Any, facts: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The last call's arguments by name, where the layer has its own
+    ``message_and_aggregate`` and was given a plain ``edge_index`` (not bipartite), else None."""
     stock = getattr(layer, "_ic_stock", type(layer))
     if not fused(stock):
         return None
@@ -68,13 +69,27 @@ def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
         return None  # bipartite features, or already sparse (an EdgeIndex, a SparseTensor)
     if edge_index.layout != torch.strided or edge_index.dim() != 2 or edge_index.size(0) != 2:
         return None
-    weight = bound.get("edge_weight")
-    t0 = time.perf_counter()
-    adj_t = to_adj_t(edge_index, weight, x.size(-2))
-    convert_s = time.perf_counter() - t0
+    return bound
+
+
+def _given(bound: Dict[str, Any], adj_t: Any) -> Dict[str, Any]:
+    """The call's arguments with ``adj_t`` for ``edge_index`` (the weights in it)."""
     changed = dict(bound, edge_index=adj_t)
     if "edge_weight" in changed:
         changed["edge_weight"] = None
+    return changed
+
+
+def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
+    """The change to ``adj_t`` as a ``torch.sparse`` CSR matrix, or None (see
+    :func:`_edge_index_call`)."""
+    bound = _edge_index_call(layer, facts)
+    if bound is None:
+        return None
+    edge_index, weight = bound["edge_index"], bound.get("edge_weight")
+    t0 = time.perf_counter()
+    adj_t = to_adj_t(edge_index, weight, bound["x"].size(-2))
+    convert_s = time.perf_counter() - t0
     weights = ", its edge weights as the values" if weight is not None else ""
     return Change(
         "fused-sparse",
@@ -82,12 +97,49 @@ def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
         "adj_t = torch.sparse_coo_tensor(edge_index.flip(0), "
         + ("edge_weight" if weight is not None else "torch.ones(num_edges)")
         + f", (N, N)).coalesce().to_sparse_csr(){weights}, made once where the graph stays",
-        ((), changed),
+        ((), _given(bound, adj_t)),
         convert_s=convert_s,
+        variant="torch.sparse CSR",
+    )
+
+
+def _with_torch_sparse() -> bool:
+    """Whether PyG found torch-sparse (its ``SparseTensor`` usable)."""
+    from torch_geometric import typing as pyg_typing
+
+    return bool(getattr(pyg_typing, "WITH_TORCH_SPARSE", False))
+
+
+def fused_sparse_tensor(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
+    """The change to ``adj_t`` as torch-sparse's ``SparseTensor`` (registered where it is
+    installed), or None (see :func:`_edge_index_call`)."""
+    from torch_geometric import typing as pyg_typing
+
+    bound = _edge_index_call(layer, facts)
+    if bound is None:
+        return None
+    edge_index, weight = bound["edge_index"], bound.get("edge_weight")
+    n = bound["x"].size(-2)
+    t0 = time.perf_counter()
+    adj_t = pyg_typing.SparseTensor(
+        row=edge_index[1], col=edge_index[0], value=weight, sparse_sizes=(n, n)
+    )
+    convert_s = time.perf_counter() - t0
+    value = "edge_weight" if weight is not None else "None"
+    return Change(
+        "fused-sparse",
+        "pass adj_t, the graph as torch-sparse's SparseTensor, where the layer takes "
+        f"edge_index: adj_t = SparseTensor(row=edge_index[1], col=edge_index[0], value={value}, "
+        "sparse_sizes=(N, N)), made once where the graph stays",
+        ((), _given(bound, adj_t)),
+        convert_s=convert_s,
+        variant="SparseTensor",
     )
 
 
 register("pyg", "fused-sparse", fused_sparse)
+if _with_torch_sparse():
+    register("pyg", "fused-sparse", fused_sparse_tensor)
 
 
 def _first_linear(layer: Any) -> Any:

@@ -282,7 +282,9 @@ def _timed(
             f"timed on its own last inputs, forward and backward: "
             f"{_duration(t['stock_s'])} a call as it is, {_duration(t['changed_s'])} "
             f"{given} (A/A {_duration(t['aa_s'])}, faster in "
-            f"{t.get('faster_rounds', t['rounds'])} of {t['rounds']} rounds)" + _made(t, x),
+            f"{t.get('faster_rounds', t['rounds'])} of {t['rounds']} rounds)"
+            + _made(t, x)
+            + _also(t),
             valid_when,
             seconds,
             _outputs(t),
@@ -299,6 +301,17 @@ def _made(t: Dict[str, Any], layer: Dict[str, Any]) -> str:
         return ""
     once = t.get("convert_once") or layer["same_graph"]
     return f"; making it took {_duration(t['convert_s'])}{' once' if once else ' a call'}"
+
+
+def _also(t: Dict[str, Any]) -> str:
+    """The rule's other candidates timed on the layer, in words (nothing where none)."""
+    others = [
+        f"{o['variant']} {_duration(o['changed_s'])}" + ("" if o["equal"] else " (not equal)")
+        for o in t.get("also_timed", [])
+    ]
+    if not others:
+        return ""
+    return f"; timed too: {', '.join(others)} a call; this is {t.get('variant') or 'the faster'}"
 
 
 def _outputs(t: Dict[str, Any]) -> str:
