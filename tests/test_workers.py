@@ -531,8 +531,10 @@ def test_the_pin_threads_calls_with_nothing_to_pin_are_no_step():
 def test_an_error_raised_at_any_point_of_the_wait_for_a_batch_leaves_nothing_open():
     """A signal's handler raises wherever the loop is (torch's, when a worker was killed): where
     Python looks for pending signals (a Python function's entry, a C call's return) in the
-    recorder's ``__next__``, an error raised at each such point in turn leaves no step open, no
-    loader said to be waited for, and the next batch recorded as usual."""
+    recorder's and the package's code, an error raised at each such point in turn, alone or
+    followed by a second one at the first bookkeeping call after it (the handler runs again, at
+    each worker's end, while the first is handled), leaves no step open, no loader said to be
+    waited for, and the next batch recorded as usual."""
     import torch
 
     from instrumented_convs.core.steps.step import Step
@@ -542,46 +544,62 @@ def test_an_error_raised_at_any_point_of_the_wait_for_a_batch_leaves_nothing_ope
     class Interrupted(Exception):
         pass
 
-    def raising_at(k: int):
+    package = os.path.dirname(os.path.dirname(module.__file__))  # (its steps' code too)
+    armed = [False]  # a second error at the next bookkeeping call (a profile that raised is off)
+    real_waiting = charge.waiting
+
+    def waiting(record):
+        if armed[0]:
+            armed[0] = False
+            raise Interrupted("again")
+        return real_waiting(record)
+
+    def raising_at(k: int, again: bool):
         seen = [0]
 
         def profile(frame, event, arg):
-            ours = frame.f_code.co_filename == module.__file__
-            if event == "call" and not ours:  # a Python call from the recorder's code
+            ours = frame.f_code.co_filename.startswith(package)
+            if event == "call" and not ours:  # a Python call from the package's code
                 back = frame.f_back
-                ours = back is not None and back.f_code.co_filename == module.__file__
+                ours = back is not None and back.f_code.co_filename.startswith(package)
             if ours and event in ("call", "c_return"):
                 seen[0] += 1
                 if seen[0] == k:
+                    armed[0] = again
                     raise Interrupted(k)
 
         return profile, seen
 
-    loader = torch.utils.data.DataLoader(list(range(64)), batch_size=2)
+    loader = torch.utils.data.DataLoader(list(range(1024)), batch_size=2)
     rec = Recorder(loaders=[loader], region=Step("data", None, "cpu", "region"), workers=False)
     rec.install()
     try:
         it = iter(loader)
         points, k = None, 1
+        charge.waiting = waiting
         while points is None or k <= points:
-            profile, seen = raising_at(k)
-            sys.setprofile(profile)
-            try:
+            for again in (False, True):
+                profile, seen = raising_at(k, again)
+                sys.setprofile(profile)
+                try:
+                    next(it)
+                except Interrupted:
+                    pass
+                finally:
+                    sys.setprofile(None)
+                    armed[0] = False
+                if seen[0] < k:  # the call ran whole: every point an interrupted one may see
+                    points = seen[0]
+                assert open_steps() == [], (k, again)
+                assert charge.state.waiting is None, (k, again)
+                assert not getattr(rec._tls, "inside", False), (k, again)
+                before = {r.name: r.count for r in registry.summary()}.get("data", 0)
                 next(it)
-            except Interrupted:
-                pass
-            finally:
-                sys.setprofile(None)
-            if seen[0] < k:  # the call ran whole: every point an interrupted one may see
-                points = seen[0]
-            assert open_steps() == [], k
-            assert charge.state.waiting is None and not getattr(rec._tls, "inside", False), k
-            before = {r.name: r.count for r in registry.summary()}.get("data", 0)
-            next(it)
-            assert {r.name: r.count for r in registry.summary()}["data"] == before + 1, k
+                assert {r.name: r.count for r in registry.summary()}["data"] == before + 1, k
             k += 1
         assert points and points > 10  # the wait's calls were reached
     finally:
+        charge.waiting = real_waiting
         rec.close()
 
 

@@ -341,11 +341,18 @@ class Recorder:
                 _waited(seen, t0, t1)
                 charge.handed(seen)  # the copies that follow are of its batch
                 return out
-            except BaseException:
-                if before is not _UNSAID:
-                    charge.waiting(before)
-                if region is not None:
-                    region.__exit__(*sys.exc_info())
+            except BaseException as exc:
+                # the handler may raise again in here (torch's, as each other worker ends):
+                # both steps are idempotent, so they are retried until they ran through
+                for _ in range(_RETRIES):
+                    try:
+                        if region is not None:
+                            region.__exit__(type(exc), exc, exc.__traceback__)
+                        if before is not _UNSAID:
+                            charge.waiting(before)
+                        break
+                    except BaseException:  # noqa: BLE001 - the first error is the one raised
+                        continue
                 raise
 
         cls.__next__ = __next__  # type: ignore[attr-defined]
@@ -421,6 +428,8 @@ class Recorder:
 
 
 _UNSAID = object()  #: no loader said to be waited for yet
+#: How often the closing of a wait that raised is retried where it raised again.
+_RETRIES = 16
 
 
 def _record(it: Any) -> Optional[_Loader]:
