@@ -394,6 +394,83 @@ def test_dgl_weights_normalised_once_are_timed_against_graph_convs_own_norm(advi
     assert model._norm == "both"  # the user's layer as it was
 
 
+def _dgl_loop(anew: str, steps: int = 4, n: int = 3000, e: int = 30000):
+    """A GraphConv trained ``steps`` times on a graph ``anew``: ``same`` (one graph made
+    anew each step, dgl.add_self_loop inside the loop), ``kept`` (made once), ``other`` (a
+    graph of its own each step)."""
+    dgl = pytest.importorskip("dgl")
+    from instrumented_convs.dgl import GraphConv
+
+    g = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    x = torch.randn(n, 16, generator=g)
+    model = GraphConv(16, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=n))
+    for step in range(steps):
+        if anew == "same":
+            graph = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=n))
+        elif anew == "other":
+            src, dst = torch.randint(0, n, (2, e), generator=g)
+            graph = dgl.add_self_loop(dgl.graph((src, dst), num_nodes=n))
+        else:
+            graph = kept
+        opt.zero_grad()
+        model(graph, x).relu().sum().backward()
+        opt.step()
+    return model
+
+
+@pytest.mark.parametrize("anew", ["same", "kept", "other"])
+def test_a_graph_made_anew_at_each_call_is_timed_against_one_kept(advising, monkeypatch, anew):
+    """The same graph made anew each step: its formats are made in each call; timed against
+    one graph kept (the stock calls given a graph made anew each, as the user's were), and
+    the saving counted over the calls after the first. One graph kept: not timed; a graph of
+    its own each step: timed, never advised (each needs its formats)."""
+    pytest.importorskip("dgl")
+    from instrumented_convs.dgl import trials as dgl_trials
+
+    made = []
+    real = dgl_trials._anew
+    monkeypatch.setattr(dgl_trials, "_anew", lambda graph: made.append(1) or real(graph))
+    model = _dgl_loop(anew)  # (held: a layer no longer alive is not timed)
+    assert trials.measure(3.0) == []
+    (rec,) = signals.describe()["layers"]
+    assert rec.get("fresh_graph_calls", 0) == (1 if anew == "kept" else 4)
+    assert rec.get("graph_remade") == {"same": True, "kept": None, "other": False}[anew]
+    t = rec.get("trials", {}).get("graph-formats")
+    if anew == "kept":
+        assert t is None
+        return
+    assert t["equal"] and t["rounds"] >= 3 and "create_formats_()" in t["change"]
+    # the one kept, then one for each stock call: two warm-ups and two a round
+    assert len(made) == 1 + 2 + 2 * t["rounds"]
+    # what the rule makes of it, with a saving beyond the A/A (as on an idle machine)
+    t = dict(t, stock_s=0.01, changed_s=0.006, paired_saving_s=0.004, aa_s=0.001)
+    summary = ic.registry.summary(by="layer")
+    items = decide(Record(summary, {"layers": [dict(rec, trials={"graph-formats": t})]}), 0.0)
+    items = [i for i in items if i["rule"] == "graph-formats"]
+    if anew == "other":  # graphs that differ: each needs its formats made
+        assert items == []
+        return
+    (item,) = items
+    layer = sum(r.total for r in summary.rows if r.depth == 0 and r.step == "GraphConv")
+    # 40% of the layer's time, in the 3 calls of 4 after the first
+    assert item["measured_saving_share"] == pytest.approx(layer * 3 / 4 * 0.4 / summary.total)
+    assert "its last two were" in item["valid_when"] and model._norm == "both"
+
+
+def test_where_dgls_lookup_of_made_formats_is_gone_formats_says_it(advising, monkeypatch):
+    pytest.importorskip("dgl")
+    from instrumented_convs.dgl import graphconv
+
+    monkeypatch.setattr(graphconv, "_CREATED", None)
+    model = _dgl_loop("same", steps=3)
+    (rec,) = signals.describe()["layers"]
+    assert rec["fresh_graph_calls"] == 3 and rec["graph_remade"] is True
+    assert model._norm == "both"
+
+
 class _Three(torch.nn.Module):
     """A SAGEConv, a GraphConv given edge weights and a GINConv, each 64 wide in, 8 out."""
 

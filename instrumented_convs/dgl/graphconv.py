@@ -251,7 +251,8 @@ class GraphConv(generic.Detailed, _StockGraphConv):
             if not signals.again(self, inputs, graph, graph._graph, edge_weight):
                 key = signals.graph_key(graph, graph._graph, edge_weight)
                 signals.note(self, "dgl", key, graph, _options, _checks,
-                             (graph, graph._graph, edge_weight), inputs)
+                             (graph, graph._graph, edge_weight), inputs,
+                             fresh=_formats_to_make(graph), same_as=_same_structure)
         if not _GRAPH_CONV_OK:
             return self._ic_fallback.forward(self, graph, feat, weight, edge_weight)
         return self._ic_run(graph, _instrumented_graph_conv_forward, feat, weight, edge_weight)
@@ -267,6 +268,33 @@ def _checks(graph: Any) -> Dict[str, Any]:
     """What the advice reads of a GraphConv's last graph, at the end."""
     return {"nodes": int(graph.num_dst_nodes()),
             "zero_in_degree_nodes": int((graph.in_degrees() == 0).sum())}
+
+
+#: DGL's own lookup of the formats a graph has made (one FFI call, where ``formats()`` makes
+#: two and a dict: docs/performance.md); ``formats()`` where it is gone.
+_CREATED = getattr(dgl.heterograph_index, "_CAPI_DGLHeteroGetCreatedFormats", None)
+
+
+def _formats_to_make(graph: Any) -> bool:
+    """Whether a graph has sparse formats still to make (its first message passing makes
+    them): read on a call given a graph not seen at the call before."""
+    try:
+        if _CREATED is not None:
+            return len(_CREATED(graph._graph)) < 3  # (of COO, CSR and CSC)
+        return bool(graph.formats()["not created"])
+    except Exception:  # (a graph-like object without DGL's formats)
+        return False
+
+
+def _same_structure(a: Any, b: Any) -> bool:
+    """Whether two graphs have the same nodes and edges, in the same order (a graph made
+    anew, the same): read once, when the signals are."""
+    if (a.num_src_nodes(), a.num_dst_nodes(), a.num_edges()) != (
+        b.num_src_nodes(), b.num_dst_nodes(), b.num_edges()
+    ):
+        return False
+    (us, vs), (ub, vb) = a.edges(), b.edges()
+    return bool(th.equal(us, ub) and th.equal(vs, vb))
 
 
 class EdgeWeightNorm(generic.Detailed, _StockEdgeWeightNorm):

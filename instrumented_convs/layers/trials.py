@@ -65,6 +65,9 @@ class Change:
     convert_once: bool = False
     #: which of a rule's candidates this is, in a few words (where a rule has several)
     variant: str = ""
+    #: where the user's calls were each given a graph made anew: the stock calls' inputs
+    #: made anew before each (outside its time), as the user's were
+    remake: Optional[Callable[[], Tuple[tuple, dict]]] = None
 
 
 #: The fewest rounds a change is timed in: fewer give no median and no A/A to speak of.
@@ -160,6 +163,12 @@ def forward_backward(layer: Any, inputs: Tuple[tuple, dict]) -> Tuple[List[torch
     return [o.detach() for o in out] + [g for g in grads if g is not None], seconds
 
 
+def _call(layer: Any, inputs: Any) -> Tuple[List[torch.Tensor], float]:
+    """:func:`forward_backward` on ``inputs``, or on those ``inputs()`` makes (made before
+    the call, outside its time)."""
+    return forward_backward(layer, inputs() if callable(inputs) else inputs)
+
+
 def _difference(a: List[torch.Tensor], b: List[torch.Tensor]) -> Optional[float]:
     """The largest difference of two results relative to the largest value, or None where
     their shapes differ (not the same computation)."""
@@ -183,11 +192,12 @@ def time_change(
     how the outputs compare."""
     stock, again = copy.deepcopy(layer), copy.deepcopy(layer)
     changed = change.layer if change.layer is not None else copy.deepcopy(layer)
-    runs = {"stock": (stock, stock_inputs), "changed": (changed, change.inputs)}
-    runs["stock again"] = (again, stock_inputs)
-    ref, first = forward_backward(stock, stock_inputs)  # warm, and the results compared
-    got, second = forward_backward(changed, change.inputs)
-    third = forward_backward(again, stock_inputs)[1]
+    given: Any = change.remake or stock_inputs
+    runs = {"stock": (stock, given), "changed": (changed, change.inputs)}
+    runs["stock again"] = (again, given)
+    ref, first = _call(stock, given)  # warm, and the results compared
+    got, second = _call(changed, change.inputs)
+    third = _call(again, given)[1]
     # the rounds are never cut short: where the warm-up calls say they would overrun, none
     need = MIN_ROUNDS * (first + second + third)
     if need > seconds:
@@ -198,7 +208,7 @@ def time_change(
     while rounds < MIN_ROUNDS or (time.perf_counter() < end and rounds < 50):
         order = list(runs) if rounds % 2 == 0 else list(reversed(runs))
         for name in order:
-            times[name].append(forward_backward(*runs[name])[1])
+            times[name].append(_call(*runs[name])[1])
         rounds += 1
     diff = _difference(ref, got)
     med = {k: statistics.median(v) for k, v in times.items()}

@@ -48,6 +48,9 @@ class _Layer:
         "inputs",
         "trials",
         "kept",
+        "fresh",
+        "previous",
+        "same_as",
     )
 
     def __init__(
@@ -66,6 +69,11 @@ class _Layer:
         self.held: Tuple[Any, ...] = ()  #: the last call's graph objects and their versions
         self.inputs: Any = None  #: the last call's ``(args, kwargs)``, held (no copy)
         self.trials: Dict[str, Any] = {}  #: changes timed on the layer (layers.trials)
+        #: calls given a graph whose sparse formats were still to be made (DGL: made inside
+        #: the call), the graph before the last such one (held), and how to compare the two
+        self.fresh = 0
+        self.previous: Any = None
+        self.same_as: Any = None
         #: the layer itself, held where :func:`keep_layers` asked (``run``: timed after the
         #: script's end, when a model made in a function is gone)
         self.kept = layer if _state["keep"] else None
@@ -182,13 +190,18 @@ def note(
     checks: Checks,
     held: Tuple[Any, ...] = (),
     inputs: Any = None,
+    fresh: bool = False,
+    same_as: Any = None,
 ) -> None:
     """One call of ``layer`` (``framework``: ``pyg`` or ``dgl``) on the graph ``key`` names
     (:func:`graph_key`); ``last``: that call's graph inputs, kept (the last call's only) for
     ``checks(last)`` when the signals are read; ``static(layer)`` read at the first call (a
     layer freed before the end keeps it); ``held``: the objects :func:`again` compares the
     next call's with; ``inputs``: the call's ``(args, kwargs)``, held (no copy) for the
-    changes timed on the layer at the end (:mod:`instrumented_convs.layers.trials`)."""
+    changes timed on the layer at the end (:mod:`instrumented_convs.layers.trials`);
+    ``fresh``: the graph's sparse formats were still to be made (the call makes them), the
+    graph before it then held too, for ``same_as(previous, last)`` when the signals are read
+    (whether the graph made anew was the same)."""
     rec = _layers.get(id(layer))
     if rec is None or rec.ref() is not layer:
         with _lock:
@@ -196,6 +209,9 @@ def note(
     elif not _same(rec.key, key):
         rec.changed += 1
         rec.key = key
+    if fresh:
+        rec.fresh += 1
+        rec.previous, rec.same_as = rec.last, same_as
     rec.calls += 1
     rec.last = last
     rec.held = tuple((p, _fingerprint(p)) for p in held)
@@ -220,8 +236,12 @@ def describe() -> Dict[str, Any]:
         }
         if rec.trials:
             item["trials"] = dict(rec.trials)
+        if rec.fresh:
+            item["fresh_graph_calls"] = rec.fresh
         try:
             item.update(rec.checks(rec.last))
+            if rec.fresh > 1 and rec.previous is not None and rec.same_as is not None:
+                item["graph_remade"] = bool(rec.same_as(rec.previous, rec.last))
         except Exception as exc:  # a check that cannot be made: said, not raised
             item["checks_error"] = f"{type(exc).__name__}: {exc}"
         out.append(item)
@@ -230,13 +250,14 @@ def describe() -> Dict[str, Any]:
 
 def alive() -> List[Tuple[Any, Dict[str, Any]]]:
     """The noted layers still alive with their last call's inputs: ``(layer, facts)``, the
-    facts ``framework``, ``calls``, ``same_graph``, ``inputs`` (``(args, kwargs)``) and
-    ``timed`` (the rules whose change was timed on it already)."""
+    facts ``framework``, ``calls``, ``same_graph``, ``fresh_graph_calls``, ``inputs``
+    (``(args, kwargs)``) and ``timed`` (the rules whose change was timed on it already)."""
     out = []
     for rec in list(_layers.values()):
         layer = rec.ref()
         if layer is not None and rec.inputs is not None:
             facts = {"framework": rec.framework, "calls": rec.calls, "inputs": rec.inputs}
+            facts["fresh_graph_calls"] = rec.fresh
             out.append((layer, {**facts, "same_graph": rec.changed == 0, "timed": set(rec.trials)}))
     return out
 
