@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -613,3 +614,15 @@ def test_autosave_cost_times_the_loop_with_and_without_the_autosaves_thread(tmp_
     assert r["autosaves"] >= 2 and r["record_bytes"] > 10_000 and r["autosave_longest_ms"] > 0
     assert all(r["longest_epoch_us"][v] >= r["epoch_us"][v] > 0 for v in r["ratio"])
     assert "PyG GCNConv: autosave every 0.1 s" in proc.stdout
+
+
+def test_graph_formats_times_a_graph_made_anew_kept_and_made_at_once():
+    """benchmarks/graph_formats.py (issue 66): each variant a median a call, both lookups."""
+    pytest.importorskip("dgl")
+    proc = run_script(
+        "benchmarks/graph_formats.py", "--nodes", "500", "--edges", "3000", "--rounds", "2"
+    )
+    for name in ("made anew", "kept", "formats made at once"):
+        ms = float(re.search(rf"given the graph {name}: ([0-9.]+) ms", proc.stdout).group(1))
+        assert ms > 0, proc.stdout
+    assert "graph.formats(): " in proc.stdout and "created-formats lookup: " in proc.stdout

@@ -278,3 +278,21 @@ def test_sigterm_inside_a_finalizer_prints_nothing_and_ends_the_job_at_once(tmp_
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
     assert "sent again" not in proc.stderr, proc.stderr
     assert load(tmp_path / "run")["ended_by"] == "terminated"
+
+
+def test_another_exception_in_a_finalizer_is_printed_as_without_run(tmp_path):
+    """run's ``sys.unraisablehook`` keeps its own Terminated only: a script's finalizer that
+    raises is printed as Python prints it, and the script goes on."""
+    (tmp_path / "raises.py").write_text(
+        "class Bad:\n"
+        "    def __del__(self):\n"
+        "        raise ValueError('mine')\n"
+        "Bad()\n"
+        "print('went on', flush=True)\n"
+    )
+    job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "raises.py")
+    _JOBS.append(job)
+    proc = job.end()
+    assert proc.returncode == 0, proc.stderr
+    assert "went on" in proc.stdout
+    assert "Exception ignored in" in proc.stderr and "ValueError: mine" in proc.stderr

@@ -10,6 +10,7 @@ of :data:`CANDIDATES` (:func:`register`), the framework's package says which.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import logging
@@ -279,9 +280,7 @@ def measure(seconds: float, compile: bool = False) -> List[str]:
     late: Dict[str, List[str]] = {}
     failed: List[str] = []
     found: Dict[Tuple[int, str], Dict[str, Any]] = {}  # this call's, by layer and rule
-    several = {
-        (id(t[0]), t[2]) for t in todo if sum(u[0] is t[0] and u[2] == t[2] for u in todo) > 1
-    }
+    count = collections.Counter((id(layer), rule) for layer, _, rule, _ in todo)
     end = time.perf_counter() + seconds
     with untouched():
         for i, (layer, facts, rule, candidate) in enumerate(todo):
@@ -296,7 +295,7 @@ def measure(seconds: float, compile: bool = False) -> List[str]:
                 change = candidate(layer, facts)
                 if change is None:
                     continue
-                if (id(layer), rule) in several and change.variant:
+                if count[id(layer), rule] > 1 and change.variant:
                     label = f"{rule} ({change.variant})"
                 share = left / (len(todo) - i)
                 result = time_change(layer, facts["inputs"], change, share)

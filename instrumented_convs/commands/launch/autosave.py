@@ -112,8 +112,8 @@ def autosave_record(
     unit: Optional[str] = None,
 ) -> Tuple[Path, str]:
     """What ``run --autosave`` writes: this process's record (``run.json``, or a rank's
-    ``rank<N>.json``) and its JSON text, compact (made in a quarter of the time, the loop's
-    thread waiting on it the less); no other file."""
+    ``rank<N>.json``) and its JSON text, compact (made faster than indented, the loop's
+    thread waiting on it the less: docs/performance.md); no other file."""
     rank, world = job_rank()
     data, _ = run_data(snapshot, meta, by, unit, (rank, world))
     return folder / (RUN_FILE if world is None else f"rank{rank}.json"), json.dumps(data)
