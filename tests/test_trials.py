@@ -47,7 +47,8 @@ def csr_only(monkeypatch):
     installed): the tests that count a rule's lines or read its one trial."""
     import instrumented_convs.pyg.trials  # noqa: F401 - registered first, into the list kept
 
-    kept = [c for c in trials.CANDIDATES if c[2].__name__ != "fused_sparse_tensor"]
+    other = ("fused_sparse_tensor", "fused_edge_index")
+    kept = [c for c in trials.CANDIDATES if c[2].__name__ not in other]
     monkeypatch.setattr(trials, "CANDIDATES", kept)
 
 
@@ -271,6 +272,69 @@ def test_gcnconv_on_a_graph_with_self_loops_is_equal_given_a_sparse_tensor(advis
     assert t["variant"] == "SparseTensor" and t["equal"], t
     (seen,) = t["also_timed"]
     assert seen["variant"] == "torch.sparse CSR" and not seen["equal"]
+
+
+def _fuses_edge_index():
+    from torch_geometric.nn import GraphConv
+
+    return bool(getattr(GraphConv, "SUPPORTS_FUSED_EDGE_INDEX", False))
+
+
+@needs_pyg
+@pytest.mark.parametrize("weighted", [False, True])
+def test_where_a_layer_fuses_an_edge_index_sorted_by_target_it_is_timed_too(
+    advising, monkeypatch, weighted
+):
+    """GraphConv fuses an ``EdgeIndex`` sorted by column (PyG 2.6+): timed beside
+    torch.sparse, the weights permuted as the edges, the same sums; the trial's calls are
+    given the index itself (detached, it would be a plain tensor, not fused)."""
+    from instrumented_convs.pyg import GraphConv
+
+    if not _fuses_edge_index():
+        pytest.skip("this PyG fuses no EdgeIndex")
+    import torch_geometric
+
+    fused = []
+    matmul = torch_geometric.EdgeIndex.matmul
+    monkeypatch.setattr(
+        torch_geometric.EdgeIndex, "matmul", lambda *a, **k: fused.append(1) or matmul(*a, **k)
+    )
+    x, ei = _graph()
+    w = torch.rand(ei.size(1)) if weighted else None
+    model = GraphConv(16, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(x, ei, w).relu().sum().backward()
+        opt.step()
+    assert trials.measure(5.0) == []
+    t = _trial(model)
+    timed = {t["variant"]: t["equal"], **{s["variant"]: s["equal"] for s in t["also_timed"]}}
+    assert timed.pop("EdgeIndex") is True and timed.pop("torch.sparse CSR") is True, t
+    assert fused, "the EdgeIndex trial did not reach the fused product"
+    if t["variant"] == "EdgeIndex":
+        assert "sort_by('col')" in t["change"]
+        assert ("edge_weight[perm]" in t["change"]) == weighted
+
+
+@needs_pyg
+def test_a_layer_that_fuses_no_edge_index_is_not_timed_given_one(advising):
+    from instrumented_convs.pyg import SAGEConv
+
+    x, ei = _graph()
+    model = SAGEConv(16, 8)
+    _train(model, x, ei)
+    assert trials.measure(5.0) == []
+    t = _trial(model)
+    assert "EdgeIndex" not in [t["variant"], *(s["variant"] for s in t.get("also_timed", []))]
+
+
+def test_a_trial_gives_an_input_that_needs_no_gradient_as_it_is_and_a_new_leaf_otherwise():
+    index = torch.arange(6).view(2, 3)
+    assert trials._leaf(index) is index and trials._leaf((index,))[0] is index
+    x = torch.randn(3, 2, requires_grad=True) * 2
+    leaf = trials._leaf(x)
+    assert leaf.is_leaf and leaf.requires_grad and leaf is not x and torch.equal(leaf, x)
 
 
 def _summary(rows, total):

@@ -124,11 +124,14 @@ def untouched() -> Iterator[None]:
 
 
 def _leaf(value: Any) -> Any:
-    """An input as a trial's: a tensor detached (its autograd graph is the user's), one that
-    required a gradient a leaf that requires one, so that backward reaches it as it did."""
+    """An input as a trial's: a tensor that requires a gradient a new leaf that requires one
+    (its autograd graph is the user's), so that backward reaches it as it did; any other as
+    it is (detaching would drop a subclass's own state: PyG's ``EdgeIndex``)."""
     if isinstance(value, torch.Tensor):
+        if not value.requires_grad:
+            return value
         t = value.detach()
-        return t.requires_grad_() if value.requires_grad and t.is_floating_point() else t
+        return t.requires_grad_() if t.is_floating_point() else t
     if isinstance(value, tuple):
         return tuple(_leaf(v) for v in value)
     return value

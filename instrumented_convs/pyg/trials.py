@@ -5,7 +5,8 @@ runs a message per edge, then a scatter; given ``adj_t``, a sparse matrix of the
 it runs one sparse product instead. The candidate is ``torch.sparse`` CSR (no extra
 package): the edges, their weights (or ones: a repeated edge counts twice, as its messages
 do) summed per pair, transposed as PyG's ``adj_t`` is (row = target); where torch-sparse is
-installed, its ``SparseTensor`` too, and the better of the two kept.
+installed, its ``SparseTensor`` too; where the layer fuses an ``EdgeIndex`` sorted by target
+(PyG's ``SUPPORTS_FUSED_EDGE_INDEX``: GraphConv from 2.6), that too; the best kept.
 
 ``project-first``: SAGEConv, GraphConv and GINConv sum their neighbours' features at the
 input's width, then project; a linear sum commutes with the projection, so projecting first
@@ -27,7 +28,14 @@ import torch.nn.functional as F
 from ..layers.trials import Change, register
 from .signals import fused
 
-__all__ = ["fused_sparse", "fused_sparse_tensor", "to_adj_t", "ProjectFirst", "project_first"]
+__all__ = [
+    "fused_sparse",
+    "fused_sparse_tensor",
+    "fused_edge_index",
+    "to_adj_t",
+    "ProjectFirst",
+    "project_first",
+]
 
 #: How much wider the input must be than the output for ``project-first`` to be timed.
 WIDER = 2
@@ -57,9 +65,12 @@ def to_adj_t(edge_index: torch.Tensor, edge_weight: Optional[torch.Tensor], n: i
     return coo.to_sparse_csr()
 
 
-def _edge_index_call(layer: Any, facts: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """The last call's arguments by name, where the layer has its own
-    ``message_and_aggregate`` and was given a plain ``edge_index`` (not bipartite), else None."""
+def _edge_index_call(
+    layer: Any, facts: Dict[str, Any]
+) -> Optional[Tuple[Dict[str, Any], torch.Tensor, Optional[torch.Tensor], int]]:
+    """The last call's arguments by name, its ``edge_index``, ``edge_weight`` and nodes, where
+    the layer has its own ``message_and_aggregate`` and was given a plain ``edge_index`` (not
+    bipartite), else None."""
     stock = getattr(layer, "_ic_stock", type(layer))
     if not fused(stock):
         return None
@@ -69,7 +80,7 @@ def _edge_index_call(layer: Any, facts: Dict[str, Any]) -> Optional[Dict[str, An
         return None  # bipartite features, or already sparse (an EdgeIndex, a SparseTensor)
     if edge_index.layout != torch.strided or edge_index.dim() != 2 or edge_index.size(0) != 2:
         return None
-    return bound
+    return bound, edge_index, bound.get("edge_weight"), x.size(-2)
 
 
 def _given(bound: Dict[str, Any], adj_t: Any) -> Dict[str, Any]:
@@ -83,12 +94,12 @@ def _given(bound: Dict[str, Any], adj_t: Any) -> Dict[str, Any]:
 def fused_sparse(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     """The change to ``adj_t`` as a ``torch.sparse`` CSR matrix, or None (see
     :func:`_edge_index_call`)."""
-    bound = _edge_index_call(layer, facts)
-    if bound is None:
+    call = _edge_index_call(layer, facts)
+    if call is None:
         return None
-    edge_index, weight = bound["edge_index"], bound.get("edge_weight")
+    bound, edge_index, weight, n = call
     t0 = time.perf_counter()
-    adj_t = to_adj_t(edge_index, weight, bound["x"].size(-2))
+    adj_t = to_adj_t(edge_index, weight, n)
     convert_s = time.perf_counter() - t0
     weights = ", its edge weights as the values" if weight is not None else ""
     return Change(
@@ -115,11 +126,10 @@ def fused_sparse_tensor(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     installed), or None (see :func:`_edge_index_call`)."""
     from torch_geometric import typing as pyg_typing
 
-    bound = _edge_index_call(layer, facts)
-    if bound is None:
+    call = _edge_index_call(layer, facts)
+    if call is None:
         return None
-    edge_index, weight = bound["edge_index"], bound.get("edge_weight")
-    n = bound["x"].size(-2)
+    bound, edge_index, weight, n = call
     t0 = time.perf_counter()
     adj_t = pyg_typing.SparseTensor(
         row=edge_index[1], col=edge_index[0], value=weight, sparse_sizes=(n, n)
@@ -137,9 +147,48 @@ def fused_sparse_tensor(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
     )
 
 
+def _edge_index_class() -> Any:
+    """PyG's ``EdgeIndex`` (2.5 and later), or None."""
+    import torch_geometric
+
+    return getattr(torch_geometric, "EdgeIndex", None)
+
+
+def fused_edge_index(layer: Any, facts: Dict[str, Any]) -> Optional[Change]:
+    """The change to an ``EdgeIndex`` sorted by target, for a layer that fuses one
+    (``SUPPORTS_FUSED_EDGE_INDEX``), or None (see :func:`_edge_index_call`). The index caches
+    its compressed pointers at first use: made here, and counted in the conversion."""
+    stock = getattr(layer, "_ic_stock", type(layer))
+    if not getattr(stock, "SUPPORTS_FUSED_EDGE_INDEX", False):
+        return None
+    call = _edge_index_call(layer, facts)
+    if call is None:
+        return None
+    bound, edge_index, weight, n = call
+    t0 = time.perf_counter()
+    index, perm = _edge_index_class()(edge_index, sparse_size=(n, n)).sort_by("col")
+    index.get_csc()
+    changed = dict(bound, edge_index=index)
+    if weight is not None:
+        changed["edge_weight"] = weight if perm is None else weight[perm]
+    convert_s = time.perf_counter() - t0
+    weights = " (edge_weight = edge_weight[perm])" if weight is not None else ""
+    return Change(
+        "fused-sparse",
+        "pass edge_index as PyG's EdgeIndex sorted by target, which this layer fuses: "
+        "edge_index, perm = EdgeIndex(edge_index, sparse_size=(N, N)).sort_by('col')"
+        f"{weights}, made once where the graph stays",
+        ((), changed),
+        convert_s=convert_s,
+        variant="EdgeIndex",
+    )
+
+
 register("pyg", "fused-sparse", fused_sparse)
 if _with_torch_sparse():
     register("pyg", "fused-sparse", fused_sparse_tensor)
+if _edge_index_class() is not None:
+    register("pyg", "fused-sparse", fused_edge_index)
 
 
 def _first_linear(layer: Any) -> Any:
