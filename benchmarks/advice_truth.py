@@ -42,7 +42,7 @@ p.add_argument("--device", default="cpu")
 """
 
 #: The training script: a model of ``--layers`` layers of ``--layer`` (``sage``, ``gin``,
-#: ``gcn``, ``graph``) on a generated graph (no self-loops, no repeated edge), full batch,
+#: ``gcn``, ``graph``, ``gat``) on a generated graph (no self-loops, no repeated edge), full batch,
 #: ``--width`` features in, ``--hidden`` between layers, ``--out`` out; the changes:
 #: ``--cached`` makes the GCNConv layers ``cached=True``,
 #: ``--adj-t`` gives the layers adj_t (torch.sparse CSR, made once, its time counted),
@@ -56,7 +56,7 @@ p.add_argument("--device", default="cpu")
 SCRIPT = """
 import argparse, time, torch
 import torch.nn.functional as F
-from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv
 from torch_geometric.utils import coalesce, remove_self_loops
 
 p = argparse.ArgumentParser()
@@ -95,6 +95,8 @@ def conv(i, o):
         return GCNConv(i, o, cached=a.cached)
     if a.layer == "graph":
         return GraphConv(i, o)
+    if a.layer == "gat":
+        return GATConv(i, o)
     if a.layer == "sage":
         return (SAGEFirst if first else SAGEConv)(i, o)
     return (GINFirst if first else GINConv)(torch.nn.Linear(i, o))
@@ -223,6 +225,8 @@ CASES = {
     "GINConv, project-first": ("pyg", ["--layer", "gin", "--width", "256"], "project-first",
                                "--project-first"),
     "SAGEConv, lower-precision": ("pyg", ["--layer", "sage"], "lower-precision", "--bf16"),
+    # a layer no graph rule names: noted for lower precision alone
+    "GATConv, lower-precision": ("pyg", ["--layer", "gat"], "lower-precision", "--bf16"),
     # the inductive loop: a graph of its own each epoch, made into adj_t each epoch
     "SAGEConv a graph an epoch, fused-sparse": ("pyg", ["--layer", "sage", "--anew"],
                                                 "fused-sparse", "--adj-t"),

@@ -1,10 +1,11 @@
 """The advice's signals of PyG layers (``configure(advise=True)``): each call's graph noted
 (:mod:`..core.meters.signals`), and at the end what the layer's options and last graph say:
 the options the rules read, and where the layer adds self-loops, how many nodes had one
-already. Noted: the layers whose cache keeps the normalised graph alone (:data:`NOTED`:
-``SGConv``'s and ``SSGConv``'s keep the propagated features too, another condition), and
-those with a fused ``message_and_aggregate`` (:func:`fused`), whose last call's inputs are
-held for the change to a sparse ``adj_t`` timed at the end (:mod:`.trials`)."""
+already. The options are read of the layers whose cache keeps the normalised graph alone
+(:data:`NOTED`: ``SGConv``'s and ``SSGConv``'s keep the propagated features too, another
+condition), and those with a fused ``message_and_aggregate`` (:func:`fused`); every layer's
+last call's inputs are held for the changes timed at the end (:mod:`.trials`, and a lower
+precision or a compiled layer for any)."""
 
 from __future__ import annotations
 
@@ -44,16 +45,23 @@ def _parts(edge_index: Any) -> Tuple[Any, ...]:
 
 
 def note_call(
-    layer: Any, edge_index: Any, edge_weight: Any, num_nodes: int, inputs: Any = None
+    layer: Any,
+    edge_index: Any,
+    edge_weight: Any,
+    num_nodes: int,
+    inputs: Any = None,
+    options: Optional[Callable[[Any], Dict[str, Any]]] = None,
 ) -> None:
     """One call of ``layer`` on this graph (``num_nodes``: its nodes, from the features;
-    ``inputs``: the call's ``(args, kwargs)``, held for the changes timed at the end)."""
+    ``inputs``: the call's ``(args, kwargs)``, held for the changes timed at the end;
+    ``options``: what the rules read of the layer, :func:`_options` by default)."""
     parts = _parts(edge_index)
     if signals.again(layer, inputs, *parts, edge_weight):
         return
     key = signals.graph_key(*parts, edge_weight)
     held = (*parts, edge_weight)
-    signals.note(layer, "pyg", key, (edge_index, num_nodes), _options, _checks, held, inputs)
+    how = options or _options
+    signals.note(layer, "pyg", key, (edge_index, num_nodes), how, _checks, held, inputs)
 
 
 def _options(layer: Any) -> Dict[str, Any]:
@@ -83,6 +91,13 @@ def _checks(last: Any) -> Dict[str, Any]:
     return facts
 
 
+def _timed_only(layer: Any) -> Dict[str, Any]:
+    """A layer noted for the changes timed on any layer (lower precision, compiling) alone:
+    no option for the rules that read a graph's (self-loops, a cached normalisation), whose
+    advice holds for the classes they name, not for, say, GATConv's loops with edge features."""
+    return {"options": {}, "caches_graph": False}
+
+
 def fused(stock: type) -> bool:
     """Whether a PyG class has its own ``message_and_aggregate`` (one sparse product where
     it is given an ``adj_t``, not a message per edge)."""
@@ -93,10 +108,10 @@ def fused(stock: type) -> bool:
 
 
 def advise_hook(stock: type) -> Optional[Callable[[Any, tuple, dict], None]]:
-    """For a generic class of :data:`NOTED` or :func:`fused`: what its forward calls with its
-    arguments to note the call (found by the stock forward's parameter names), else None."""
-    if stock.__name__ not in NOTED and not fused(stock):
-        return None
+    """What a generic class's forward calls with its arguments to note the call (found by the
+    stock forward's parameter names: ``x`` and ``edge_index``), else None. A class neither of
+    :data:`NOTED` nor :func:`fused` is noted for the changes any layer may take alone."""
+    options = None if stock.__name__ in NOTED or fused(stock) else _timed_only
     names = list(inspect.signature(stock.forward).parameters)[1:]
     at = {k: i for i, k in enumerate(names)}
     if "edge_index" not in at or "x" not in at:
@@ -112,6 +127,6 @@ def advise_hook(stock: type) -> Optional[Callable[[Any, tuple, dict], None]]:
         x = arg(i_x, "x")
         if isinstance(x, torch.Tensor):
             edge_index, edge_weight = arg(i_edge, "edge_index"), arg(i_weight, "edge_weight")
-            note_call(layer, edge_index, edge_weight, x.size(-2), (args, kwargs))
+            note_call(layer, edge_index, edge_weight, x.size(-2), (args, kwargs), options)
 
     return hook
