@@ -9,6 +9,8 @@
 #                                    # compiled against main's torch (~10 CPU-minutes, once)
 #   scripts/env.sh integrations      # folder for PYTHONPATH over main: Lightning, TensorBoard,
 #                                    # Jupyter's kernel and nbclient/nbconvert (requirements/integrations.txt)
+#   scripts/env.sh mutation          # folder for PYTHONPATH over main: mutmut (requirements/mutation.txt;
+#                                    # scripts/mutation.py, not in CI)
 #   scripts/env.sh torch-geometric==2.4.0
 #                                    # folder for PYTHONPATH over main: that PyG release alone
 #
@@ -18,7 +20,7 @@
 # CI run and every clone reuses it and a fresh machine builds each one once. A build goes to a
 # temporary folder and is renamed into place only when complete.
 set -euo pipefail
-name=${1:?usage: scripts/env.sh main|dgl2|lint|viewer|sparse|integrations|torch-geometric==X.Y.Z}
+name=${1:?usage: scripts/env.sh main|dgl2|lint|viewer|sparse|integrations|mutation|torch-geometric==X.Y.Z}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${INSTRUMENTED_CONVS_CACHE:-$HOME/.cache/instrumented_convs}
 py=${PYTHON:-python3.11}
@@ -36,7 +38,7 @@ case "$name" in
     dir=$cache/envs/$name-$(key "${files[@]}")
     base=
     ;;
-  sparse|integrations)
+  sparse|integrations|mutation)
     base=$(bash "$0" main)
     dir=$cache/envs/$name-$(key "$root/requirements/$name.txt" <(echo "$base"))
     ;;
@@ -82,8 +84,8 @@ if [ ! -f "$dir/.complete" ]; then
         || { rm -rf "$pch"; exit 1; }
       rm -rf "$pch"
       PYTHONPATH="$tmp" "$base/bin/python" -c 'import torch_sparse, torch_scatter' >&2
-    elif [ "$name" = integrations ]; then
-      "${pip[@]}" -r "$root/requirements/integrations.txt" >&2
+    elif [ "$name" = integrations ] || [ "$name" = mutation ]; then
+      "${pip[@]}" -r "$root/requirements/$name.txt" >&2
     else
       "${pip[@]}" "$name" >&2
     fi

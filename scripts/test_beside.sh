@@ -15,7 +15,8 @@ stamp() { echo "   ($(( (SECONDS + offset) / 60 )) min $(( (SECONDS + offset) % 
 
 read -ra beside_tests <<<"$BESIDE_TESTS"
 echo "== the main suite's files run on this side: ${beside_tests[*]}"; stamp
-"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${beside_tests[@]}" "$@"
+INSTRUMENTED_CONVS_SKIPS=main "$main/bin/python" -m pytest -p no:cacheprovider -q -rs \
+  -m "not sparse" "${beside_tests[@]}" "$@"
 
 TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tests/test_speedups.py
   tests/test_cuda_timing.py tests/test_pyg.py tests/test_generic.py tests/test_nvtx.py
@@ -23,8 +24,8 @@ TWIN_TESTS=(tests/test_core.py tests/test_backward.py tests/test_sampling.py tes
   tests/test_split.py tests/test_own_time.py tests/test_generic_dgl.py tests/test_memory.py
   tests/test_private.py)
 echo "== the same core tests with the Python twin of the C fast path"; stamp
-INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
-  -p no:cacheprovider -q -m "not sparse" "${TWIN_TESTS[@]}" "$@"
+INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python INSTRUMENTED_CONVS_SKIPS=pure \
+  "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${TWIN_TESTS[@]}" "$@"
 
 # The integrations' packages are no part of main (nothing of the core needs them): a folder over
 # it (scripts/env.sh integrations, built beside the tests above); there they must not skip.
@@ -32,10 +33,12 @@ integrations=$(bash scripts/env.sh integrations)
 INTEGRATION_TESTS=(tests/test_lightning.py tests/test_tensorboard.py tests/test_notebook.py
   tests/test_first_five.py)
 echo "== the integrations (Lightning, TensorBoard, Jupyter), with their real packages: $integrations"; stamp
+export INSTRUMENTED_CONVS_SKIPS=integrations
 INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
   -m pytest -p no:cacheprovider -q -rs -m "not sparse" "${INTEGRATION_TESTS[@]}" "$@"
 INSTRUMENTED_CONVS_EXPECT_INTEGRATIONS=1 PYTHONPATH="$integrations:$PYTHONPATH" "$main/bin/python" \
   -m pytest -p no:cacheprovider -q -rs tests/test_layering.py -k "integration or lightning or notebook"
+unset INSTRUMENTED_CONVS_SKIPS
 
 MATRIX_TESTS=(tests/test_pyg.py tests/test_guard.py tests/test_generic.py tests/test_all_convs.py)
 matrix() {  # the PyG matrix, the tests selected by the marker expression $1
@@ -44,8 +47,9 @@ matrix() {  # the PyG matrix, the tests selected by the marker expression $1
     v=$(PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -c 'import torch_geometric as g; print(g.__version__)')
     [ "torch-geometric==$v" = "$spec" ] || { echo "expected $spec, imported $v" >&2; exit 1; }
     echo "-- torch-geometric $v"
-    INSTRUMENTED_CONVS_PYG_MATRIX=$v PYTHONPATH="$dir:$PYTHONPATH" "$main/bin/python" -m pytest \
-      -p no:cacheprovider -q -W ignore::DeprecationWarning -m "$1" "${MATRIX_TESTS[@]}" \
+    INSTRUMENTED_CONVS_PYG_MATRIX=$v INSTRUMENTED_CONVS_SKIPS=pyg-matrix PYTHONPATH="$dir:$PYTHONPATH" \
+      "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning \
+      -m "$1" "${MATRIX_TESTS[@]}" \
       -k "not dgl" "${@:2}"
   done
 }
@@ -128,7 +132,8 @@ echo "== newest-DGL environment: $dgl2"; stamp
 "$dgl2/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch", "dgl", "nvtx")))'
 # Every test file, so a new one runs here too: this environment has no PyG, and the files
 # that need it skip themselves (their module-level importorskip), as -rs lists.
-INSTRUMENTED_CONVS_EXPECT=C "$dgl2/bin/python" -m pytest -p no:cacheprovider -q -rs tests "$@"
+INSTRUMENTED_CONVS_EXPECT=C INSTRUMENTED_CONVS_SKIPS=dgl2 "$dgl2/bin/python" -m pytest \
+  -p no:cacheprovider -q -rs tests "$@"
 
 echo "== Nsight Systems: our ranges in real nsys reports"; stamp
 if ! command -v nsys >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -172,9 +177,10 @@ export PYTHONPATH="$base_path:$sparse"
 export INSTRUMENTED_CONVS_EXPECT=C INSTRUMENTED_CONVS_EXPECT_SPARSE=1
 echo "== the sparse-marked tests, with $sparse"; stamp
 "$main/bin/python" -c 'from importlib.metadata import version as v; print(" | ".join(f"{p} {v(p)}" for p in ("torch-sparse", "torch-scatter")))'
-"$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m sparse tests "$@"
-INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python "$main/bin/python" -m pytest \
-  -p no:cacheprovider -q -m sparse "${TWIN_TESTS[@]}" "$@"
+INSTRUMENTED_CONVS_SKIPS=sparse "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m sparse \
+  tests "$@"
+INSTRUMENTED_CONVS_PURE_PYTHON=1 INSTRUMENTED_CONVS_EXPECT=Python INSTRUMENTED_CONVS_SKIPS=sparse \
+  "$main/bin/python" -m pytest -p no:cacheprovider -q -rs -m sparse "${TWIN_TESTS[@]}" "$@"
 echo "== PyG version matrix, the sparse-marked tests"; stamp
 matrix sparse "$@"
 echo "== smoke runs of the benchmarks that need torch-sparse"; stamp

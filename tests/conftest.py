@@ -7,6 +7,7 @@ Tests that need torch-sparse (a ``torch_sparse.SparseTensor`` input, PyG's sampl
 that builds one) carry the ``sparse`` mark: where torch_sparse does not import they are
 skipped, each with the reason in ``-rs``, unless ``INSTRUMENTED_CONVS_EXPECT_SPARSE=1`` says it
 must import (scripts/test.sh runs them so, once its compile is done), which makes the run fail.
+Any other skip fails a CI run unless tests/expected_skips.py lists it (tests/skips.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ import instrumented_convs as ic
 from instrumented_convs.core.compiler import dynamo
 from instrumented_convs.testing import FakeClock, cpu_clock, depth, open_steps
 
+from .fakes import fake_cuda  # noqa: F401  (a fixture for every test)
 from .helpers import outcome, train_losses  # noqa: F401  (re-exported)
+from .skips import (  # noqa: F401  (hooks: CI's skips checked, tests/skips.py)
+    pytest_collectreport,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
 
 def _torch_sparse_error() -> Optional[str]:

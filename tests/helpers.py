@@ -65,6 +65,12 @@ def python_path() -> str:
     return str(ROOT) + (os.pathsep + rest if rest else "")
 
 
+def child_env(**more: str) -> Dict[str, str]:
+    """The environment of a child interpreter the tests start: this one's, with
+    :func:`python_path` and ``DGLBACKEND=pytorch``, then ``more``."""
+    return dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **more)
+
+
 def run_script(
     *args: str,
     expect: int = 0,
@@ -84,7 +90,7 @@ def run_script(
     """
     from . import forkserver
 
-    full_env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", **(env or {}))
+    full_env = child_env(**(env or {}))
     flags = ["-W", warnings] if warnings else []
     # forked from a server that has imported torch where that is the same (tests/forkserver.py)
     proc = forkserver.run([*flags, *args], full_env, str(cwd or ROOT), timeout)
@@ -152,7 +158,7 @@ def _family(pid: int) -> List[Tuple[int, bytes]]:
     return found
 
 
-def _stop(proc: "subprocess.Popen[str]") -> None:
+def stop_process(proc: "subprocess.Popen[str]") -> None:
     """End torchrun and its workers. The workers run in sessions of their own, so a signal to
     torchrun's process group misses them: SIGTERM torchrun (it stops its workers), then
     SIGKILL whatever of the family is left (same pid and command line as before)."""
@@ -189,22 +195,56 @@ def run_torchrun(
         str(nproc),
         *args,
     ]
-    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     proc = subprocess.Popen(
         cmd, cwd=cwd or ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _stop(proc)
+        stop_process(proc)
         out, err = proc.communicate()
         pytest.fail(f"torchrun did not finish in {timeout} s:\n{out}\n{err}")
     finally:
         if proc.poll() is None:
-            _stop(proc)
+            stop_process(proc)
             proc.communicate()
     assert proc.returncode == 0, out + err
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def counts(rows: Any) -> Dict[Tuple[str, str], int]:
+    """Each row's count by ``(name, phase)``: a summary's, or any rows'."""
+    return {(r.name, r.phase): r.count for r in rows}
+
+
+def random_graph(
+    n: int,
+    e: int,
+    features: int = 16,
+    *,
+    seed: int = 0,
+    self_loops: str = "some",
+    coalesced: bool = False,
+    classes: int = 0,
+) -> Tuple[torch.Tensor, ...]:
+    """A generated graph, the tests' one maker: ``x`` (``n`` by ``features``), an
+    ``edge_index`` of ``e`` random edges (``coalesced``: repeated ones merged, sorted by
+    source then target) and, where ``classes``, labels ``y``; all drawn from one generator
+    seeded ``seed``. ``self_loops``: ``some`` (as drawn), ``none`` (removed) or ``all``
+    (removed, then one on every node, last)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    if coalesced:
+        key = torch.unique(ei[0] * n + ei[1])
+        ei = torch.stack([key // n, key % n])
+    if self_loops != "some":
+        ei = ei[:, ei[0] != ei[1]]
+    if self_loops == "all":
+        ei = torch.cat([ei, torch.arange(n).repeat(2, 1)], dim=1)
+    labels = (torch.randint(0, classes, (n,), generator=g),) if classes else ()
+    return (x, ei, *labels)
 
 
 def outcome(fn: Callable[[], Any]) -> Tuple[Any, Optional[BaseException]]:

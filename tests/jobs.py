@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from . import forkserver
-from .helpers import ROOT, python_path
+from .helpers import ROOT, child_env
 
 SCRIPT = str(ROOT / "tests" / "scripts" / "long_pyg.py")
 
@@ -23,7 +23,7 @@ class Job:
     tests/forkserver.py), its output in files; ``session``: its own process group."""
 
     def __init__(self, tmp: Path, *argv: str, session: bool = False) -> None:
-        env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch")
+        env = child_env()
         argv = ("-W", "ignore::UserWarning", *argv)
         self.done: Optional[subprocess.CompletedProcess[str]] = None
         self.child = forkserver.start(argv, env, str(tmp), session=session)
@@ -71,6 +71,12 @@ class Job:
 _JOBS: List[Job] = []
 
 
+def track(job: Job) -> Job:
+    """Kill ``job`` at the test's end (:func:`end_jobs`) if it is still under way."""
+    _JOBS.append(job)
+    return job
+
+
 def end_jobs() -> None:
     """Kill (SIGKILL) and reap every job still under way."""
     while _JOBS:
@@ -89,5 +95,4 @@ def run_job(
     """``run FLAGS -o OUT`` of tests/scripts/long_pyg.py ``ARGS`` in ``tmp``, under way."""
     job = Job(tmp, "-m", "instrumented_convs", "run", *flags, "-o", out, SCRIPT, *args,
               session=session)  # fmt: skip
-    _JOBS.append(job)
-    return job
+    return track(job)

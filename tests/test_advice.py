@@ -14,6 +14,8 @@ import instrumented_convs as ic
 from instrumented_convs.core.meters import signals
 from instrumented_convs.report.rules import Record, decide, lines
 
+from .helpers import random_graph
+
 #: The tests of PyG's layers and of ``run`` (its scripts are PyG's); the others run anywhere.
 needs_pyg = pytest.mark.skipif(
     importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
@@ -21,12 +23,8 @@ needs_pyg = pytest.mark.skipif(
 
 
 def _graph(n: int = 300, e: int = 1500, loops: bool = False, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    ei = torch.randint(0, n, (2, e), generator=g)
-    ei = ei[:, ei[0] != ei[1]]
-    if loops:
-        ei = torch.cat([ei, torch.arange(n).repeat(2, 1)], dim=1)
-    return torch.randn(n, 16, generator=g), ei
+    """No self-loop, or (``loops``) one on every node."""
+    return random_graph(n, e, seed=seed, self_loops="all" if loops else "none")
 
 
 def _share_of(summary, scope, steps):

@@ -18,7 +18,7 @@ import pytest
 from instrumented_convs.commands.launch.autosave import Autosave
 from instrumented_convs.commands.launch.runs import load, saved_summary
 
-from .helpers import run_script
+from .helpers import counts, run_script
 from .jobs import end_jobs, run_job
 
 pytest.importorskip("torch_geometric")
@@ -41,10 +41,6 @@ def _autosaved(path: Path, number: int = 1, steps: int = 0) -> dict:
     return saved if auto.get("number", 0) >= number and auto.get("steps", 0) >= steps else {}
 
 
-def _counts(saved: dict) -> dict:
-    return {(r.name, r.phase): r.count for r in saved_summary(saved)}
-
-
 def test_a_killed_job_keeps_its_last_autosave_and_view_says_it_did_not_finish(tmp_path):
     job = run_job(tmp_path, flags=("--autosave", "0.5"))
     record = tmp_path / "run" / "run.json"
@@ -60,10 +56,10 @@ def test_a_killed_job_keeps_its_last_autosave_and_view_says_it_did_not_finish(tm
     assert saved["title"].endswith(", not finished (autosaved)")
     # its counts are one moment's: every optimizer step of it, forward and backward, and no
     # more epochs than the script printed by then (one more: its step was taken, not printed)
-    counts = _counts(saved)
-    trained = counts[("forward/GCNConv", "forward")]
+    moment = counts(saved_summary(saved))
+    trained = moment[("forward/GCNConv", "forward")]
     assert 3 <= trained <= job.epochs() + 1
-    assert trained - 1 <= counts[("backward/GCNConv", "backward")] <= trained
+    assert trained - 1 <= moment[("backward/GCNConv", "backward")] <= trained
     assert not (tmp_path / "run" / "page.html").exists()  # (the page: at the end only)
     view = run_script("-m", "instrumented_convs", "view", "run", cwd=tmp_path)
     first = view.stdout.splitlines()[0]
@@ -141,7 +137,7 @@ def test_a_full_disk_and_a_read_only_one_are_said_once_and_the_training_goes_on(
     assert proc.stderr.count("written again") == 2 and "Traceback" not in proc.stderr
     saved = load(disk / "run")
     assert saved["ended_by"] == "returned" and saved["autosave"]["saves"] > number
-    assert _counts(saved)[("forward/GCNConv", "forward")] == job.epochs()
+    assert counts(saved_summary(saved))[("forward/GCNConv", "forward")] == job.epochs()
     assert not [p.name for p in (disk / "run").iterdir() if p.name.endswith(".tmp")]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .helpers import ROOT, python_path, run_script
+from .helpers import ROOT, child_env, run_script
 
 
 def test_step_cost_reports_every_variant(tmp_path):
@@ -259,7 +259,7 @@ def test_instructions_counts_every_variant_and_orders_them():
 def _gpu_script(tmp_path: Path, *flags: str) -> Path:
     """Run ``scripts/gpu.sh --device cpu --quick [flags]``, check it exits 0; its $OUT."""
     out = tmp_path / "out"
-    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, PYTHONPATH=python_path())
+    env = child_env(OUT=str(out), PYTHON=sys.executable)
     proc = subprocess.run(
         ["bash", "scripts/gpu.sh", "--device", "cpu", "--quick", *flags],
         cwd=ROOT,

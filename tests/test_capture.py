@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +24,7 @@ import pytest
 from instrumented_convs.commands.cli import main as cli_main
 from instrumented_convs.report import Summary
 
-from .helpers import ROOT, _stop, python_path
+from .helpers import ROOT, child_env, counts, stop_process
 
 pytest.importorskip("torch_geometric")
 
@@ -33,13 +33,7 @@ DDP = str(ROOT / "tests" / "scripts" / "plain_ddp.py")
 
 
 def _env(**more: str) -> Dict[str, str]:
-    return dict(
-        os.environ,
-        PYTHONPATH=python_path(),
-        DGLBACKEND="pytorch",
-        OMP_NUM_THREADS="1",
-        **more,
-    )
+    return child_env(OMP_NUM_THREADS="1", **more)
 
 
 class Job:
@@ -86,7 +80,7 @@ class Job:
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(self.proc)
+            stop_process(self.proc)
             pytest.fail(f"the job did not end in {timeout} s:\n{self.text()}")
         for reader in self._readers:
             reader.join(timeout=10)
@@ -94,7 +88,7 @@ class Job:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            _stop(self.proc)
+            stop_process(self.proc)
 
 
 @pytest.fixture
@@ -123,13 +117,46 @@ def capture(cwd: Path, *args: str, expect: int = 0) -> subprocess.CompletedProce
     return proc
 
 
-def counts(summary: Summary) -> dict:
-    return {(r.name, r.phase): r.count for r in summary}
-
-
 def listening(folder: Path, ranks: int = 0):
     names = ["listen.json"] if not ranks else [f"listen.rank{r}.json" for r in range(ranks)]
     return lambda: all((folder / n).exists() for n in names)
+
+
+#: seconds in each unit the diff's table may use
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+
+
+def _same_step(shown: str, step: str) -> bool:
+    """A step as the table shows it: whole, or cut with an ellipsis."""
+    return shown == step or (shown.endswith("…") and step.startswith(shown[:-1]))
+
+
+def _check_diff_table(text: str, a: Path, b: Path) -> None:
+    """``diff A B``'s table: a row per step of the two captures (by its path, read from the
+    tree's indentation), each with both means as the captures hold them (to the table's 3
+    decimals) and the verdict the summaries' own diff gives."""
+    unit = re.search(r"mean per call \(times in (\w+)\)", text).group(1)
+    rows = list(Summary.load(a).diff(Summary.load(b)))
+    shown, path = [], []
+    for line in [line for line in text.splitlines() if line.count(" | ") == 6][1:]:
+        cells = [c.strip() for c in line.split(" | ")]
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        step = cells[0][2:]
+        phase = "backward" if step.endswith(" [backward]") else "forward"
+        path[depth:] = [step.removesuffix(" [backward]")]
+        shown.append((list(path), phase, cells))
+    assert len(shown) == len(rows) > 10, text
+    for steps, phase, cells in shown:
+        (row,) = [
+            r for r in rows if r.phase == phase and len(r.name.split("/")) == len(steps)
+            and all(map(_same_step, steps, r.name.split("/")))
+        ]  # fmt: skip
+        for cell, side in zip(cells[1:3], (row.a, row.b)):
+            if side is None:  # a step of one capture alone (an evaluation's)
+                assert cell == "-", cells
+            else:
+                assert float(cell) == pytest.approx(side.mean * UNITS[unit], abs=6e-4), cells
+        assert cells[-1] == row.verdict, (cells, row.verdict)
 
 
 def test_a_job_is_captured_twice_while_it_runs_and_trains_as_without(tmp_path, jobs):
@@ -166,7 +193,8 @@ def test_a_job_is_captured_twice_while_it_runs_and_trains_as_without(tmp_path, j
         text=True,
         timeout=120,
     )
-    assert diff.returncode == 0 and "forward/GCNConv" in diff.stdout.replace("  - ", "forward/")
+    assert diff.returncode == 0, diff.stderr
+    _check_diff_table(diff.stdout, *folders)
     job.proc.send_signal(signal.SIGINT)  # Ctrl-C
     assert job.end() == 130, job.text()
     saved = json.loads((run / "run.json").read_text())

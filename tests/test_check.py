@@ -31,8 +31,8 @@ from instrumented_convs.commands.check._cases import Case, cases
 from instrumented_convs.commands.check._profile import Event, label_times, read
 from instrumented_convs.core.native.versions import key
 
+from .fakes import FakeEvent
 from .helpers import ROOT, failing_lines, run_script
-from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")

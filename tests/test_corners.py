@@ -17,8 +17,8 @@ from instrumented_convs.commands.launch.runs import write_run
 from instrumented_convs.core.compiler import dynamo, eager
 from instrumented_convs.report import Summary
 
+from .fakes import row as _row
 from .helpers import run_script, train_losses
-from .test_diff import row as _row
 
 # -- the eager breakdown ----------------------------------------------------------------------
 

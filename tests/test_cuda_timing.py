@@ -14,56 +14,8 @@ from instrumented_convs.core.clocks.pending import PendingTimes
 from instrumented_convs.layers import step
 from instrumented_convs.testing import cuda_event_factory, depth
 
+from .fakes import FakeEvent
 from .helpers import gpu
-
-
-class FakeEvent:
-    """Stands in for ``torch.cuda.Event``: the test decides when it completes and its time."""
-
-    timeline = 0  # ms, advanced by the test between records
-
-    def __init__(self):
-        self.at = None
-        self.done = False
-        self.synchronized = False
-
-    def record(self, stream=None):
-        self.at = FakeEvent.timeline
-        self.done = False
-
-    def query(self):
-        return self.done
-
-    def synchronize(self):
-        self.synchronized = True
-        self.done = True
-
-    def elapsed_time(self, end):
-        assert self.done or end.done, "elapsed_time read before the end event completed"
-        return end.at - self.at
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    """Route the CUDA clock to FakeEvents and forbid any device-wide synchronize."""
-    created = []
-
-    def factory():
-        ev = FakeEvent()
-        created.append(ev)
-        return ev
-
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: f"stream-{device}")
-
-    def no_sync(*a, **k):
-        raise AssertionError("torch.cuda.synchronize() called")
-
-    monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
-    FakeEvent.timeline = 0
-    with cuda_event_factory(factory):
-        yield created
 
 
 def test_cuda_steps_record_event_pairs_and_resolve_only_at_summary(fake_cuda):

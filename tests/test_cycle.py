@@ -18,17 +18,13 @@ from instrumented_convs.core.dutycycle.cycle import FIRST, cycle, gap, schedule
 from instrumented_convs.core.settings import switches
 from instrumented_convs.report import Summary
 
-from .helpers import ROOT, run_script, run_torchrun
+from .helpers import ROOT, random_graph, run_script, run_torchrun
 
 pytest.importorskip("torch_geometric")  # the models here are PyG's (DGL's beside them)
 
 
 def _graph(n: int = 40, e: int = 160, seed: int = 0) -> tuple:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 8, generator=g)
-    ei = torch.randint(0, n, (2, e), generator=g)
-    y = torch.randint(0, 3, (n,), generator=g)
-    return x, ei, y
+    return random_graph(n, e, 8, seed=seed, classes=3)
 
 
 class Net(torch.nn.Module):

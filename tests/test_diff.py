@@ -13,29 +13,9 @@ import pytest
 import instrumented_convs as ic
 from instrumented_convs.commands.cli import main as cli_main
 from instrumented_convs.commands.launch.runs import write_run
-from instrumented_convs.report import Row, Summary, SummaryDiff
+from instrumented_convs.report import Summary, SummaryDiff
 
-
-def row(name, mean, std=0.0, count=100, phase="forward", estimated=0, scope=None):
-    depth = name.count("/")
-    return Row(
-        name=name,
-        step=name.rsplit("/", 1)[-1],
-        depth=depth,
-        scope=scope,
-        kind="step",
-        count=count,
-        total=mean * count,
-        self_time=mean * count,
-        mean=mean,
-        min=mean,
-        max=mean,
-        std=std,
-        fraction=0.0,
-        self_fraction=0.0,
-        phase=phase,
-        estimated=estimated,
-    )
+from .fakes import row
 
 
 def verdicts(a, b, **kw):

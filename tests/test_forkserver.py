@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from . import forkserver
-from .helpers import ROOT, python_path
+from .helpers import ROOT, child_env
 
 PROBE = """
 import atexit, json, os, sys, threading, time, warnings
@@ -37,7 +37,7 @@ if how == "interrupt":
 
 
 def _both(tmp_path, argv, var="x"):
-    env = dict(os.environ, PYTHONPATH=python_path(), INSTRUMENTED_CONVS_PROBE=var)
+    env = child_env(INSTRUMENTED_CONVS_PROBE=var)
     real = subprocess.run(
         [sys.executable, *argv], env=env, cwd=tmp_path, capture_output=True, text=True
     )
@@ -71,7 +71,7 @@ def test_a_forked_module_and_code_get_their_argv_path_and_directory(tmp_path):
 
 
 def test_the_server_declines_what_a_fork_could_change(tmp_path, monkeypatch):
-    env = dict(os.environ, PYTHONPATH=python_path())
+    env = child_env()
     assert forkserver.run(["-X", "importtime", "-c", "pass"], env, str(tmp_path), 60) is None
     threads = dict(env, OMP_NUM_THREADS=str(int(env.get("OMP_NUM_THREADS", "1")) + 1))
     assert forkserver.run(["-c", "pass"], threads, str(tmp_path), 60) is None
@@ -83,7 +83,7 @@ def test_the_server_declines_what_a_fork_could_change(tmp_path, monkeypatch):
 
 
 def test_a_forked_child_out_of_time_is_killed_as_subprocess_run_does(tmp_path):
-    env = dict(os.environ, PYTHONPATH=python_path())
+    env = child_env()
     with pytest.raises(subprocess.TimeoutExpired):
         forkserver.run(["-c", "import time; time.sleep(60)"], env, str(tmp_path), 0.5)
     again = forkserver.run(["-c", "print('next')"], env, str(tmp_path), 60)
@@ -93,12 +93,12 @@ def test_a_forked_child_out_of_time_is_killed_as_subprocess_run_does(tmp_path):
 def test_the_server_starts_anew_where_pytests_environment_changed(tmp_path, monkeypatch):
     """A test that sets a variable in pytest's own environment (Lightning's seed_everything
     does) would otherwise have every later child declined."""
-    env = dict(os.environ, PYTHONPATH=python_path())
+    env = child_env()
     assert forkserver.run(["-c", "pass"], env, str(tmp_path), 60) is not None
     monkeypatch.setenv("INSTRUMENTED_CONVS_TESTS_OTHER", "1")  # free: the same server
     before = forkserver._server()
     monkeypatch.setenv("SOME_SETTING_OF_A_TEST", "1")
-    env = dict(os.environ, PYTHONPATH=python_path())
+    env = child_env()
     code = "import os; print(os.environ['SOME_SETTING_OF_A_TEST'])"
     forked = forkserver.run(["-c", code], env, str(tmp_path), 60)
     assert forked is not None and forked.stdout == "1\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import instrumented_convs as ic
 from instrumented_convs import registry
 from instrumented_convs.testing import depth
 
-from .helpers import outcome, python_path
+from .helpers import child_env, outcome, random_graph
 
 pyg = pytest.importorskip("torch_geometric")
 import torch_geometric.nn as gnn  # noqa: E402
@@ -26,8 +25,7 @@ from instrumented_convs import pyg as P  # noqa: E402
 
 
 def _graph(n=10, e=30, f=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, f, generator=g), torch.randint(0, n, (2, e), generator=g)
+    return random_graph(n, e, f, seed=seed)
 
 
 def _pair(name, *args, **kwargs):
@@ -258,7 +256,7 @@ def test_torch_jit_script_in_a_fresh_process_where_no_stock_layer_was_built():
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, PYTHONPATH=python_path()),
+        env=child_env(),
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 

@@ -333,3 +333,81 @@ def test_steps_by_relation_are_named_with_their_relation():
     names = {p.name for p in hostdevice.parts(summarize(snap, by="relation"))["steps"]}
     assert names == {"forward/SAGEConv (a)", "forward/SAGEConv (b)"}
     assert {p.name for p in hostdevice.parts(summarize(snap))["steps"]} == {"forward/SAGEConv"}
+    assert hostdevice.parts(summarize(snap, by="relation"))["layers"] == []  # (by layer only)
+
+
+def test_the_json_of_the_three_regimes_by_layer_field_by_field():
+    """Every part's fields as plain data, exactly (the verdict's inputs and what it derives),
+    and the thresholds; a layer's part is its outermost rows of its scope."""
+    s = summarize(_both(LAUNCH, DEVICE, MIXED), by="layer")
+    got = s.host_device()
+
+    def part(name, what, host, device, lag, caught, verdict):
+        return {
+            "name": name,
+            "what": what,
+            "host": pytest.approx(host),
+            "device": pytest.approx(device),
+            "calls": 10,
+            "lag": pytest.approx(lag),
+            "caught": caught,
+            "count": 10,
+            "verdict": verdict,
+            "share": pytest.approx(host / device),
+            "caught_share": caught / 10,
+            "mean_lag": pytest.approx(lag / 10),
+        }
+
+    assert got["regions"] == [
+        part("forward", "region", 0.019, 0.020, 0.0, 10, "launch-bound"),
+        part("backward", "region", 0.002, 0.040, 0.030, 0, "device-bound"),
+        part("loss", "region", 0.001, 0.004, 0.004, 5, "mixed"),
+    ]
+    assert got["layers"] == [
+        part("convs.0", "layer", 0.017, 0.018, 0.0, 10, "launch-bound"),
+        part("convs.1", "layer", 0.001, 0.038, 0.030, 0, "device-bound"),
+    ]
+    assert got["steps"] == [
+        part("forward/GCNConv (convs.0)", "step", 0.017, 0.018, 0.0, 10, "launch-bound"),
+        part("forward/GCNConv/lin (convs.0)", "step", 0.005, 0.006, 1e-4, 10, "launch-bound"),
+    ]
+    assert got["thresholds"] == {"launch_bound": 0.8, "device_bound": 0.2, "host_heavy": 0.5}
+
+
+def test_a_backward_step_is_marked_and_rows_without_regions_are_the_parts():
+    """No region: the top-level rows are the parts; a backward row is named with its mark;
+    a mixed part whose lags were read for some calls says so."""
+    snap = [
+        _entry("GCNConv", "GCNConv", "conv", 0, -1, 40, 8 * MS, phase="backward",
+               **_device(10, 7 * MS, 100_000, 5)),
+        _entry("lin", "GCNConv/lin", "conv", 1, 0, 40, 4 * MS, phase="backward",
+               **_device(10, 3 * MS, 0, 10)),
+    ]  # fmt: skip
+    s = summarize(snap)
+    found = hostdevice.parts(s)
+    assert [(p.name, p.what) for p in found["regions"]] == [("GCNConv [backward]", "step")]
+    assert [p.name for p in found["steps"]] == ["GCNConv [backward]", "GCNConv/lin [backward]"]
+    assert found["layers"] == []
+    assert _section(str(s)) == [
+        "Host and device (calls timed with CUDA events; docs/host_device.md):",
+        "  GCNConv [backward]: mixed: 50% of 10 calls caught up, host 100 us ahead on average "
+        "(lags read for 10 of 40 calls)",
+        "  host time most of the device time: GCNConv [backward] 350%, GCNConv/lin [backward] 300%",
+    ]
+
+
+def test_regions_are_the_parts_beside_a_top_level_step_and_the_thresholds_are_inclusive():
+    """A step outside any region is not a region's part; a step whose host time is exactly
+    half its device time is named; 7 of 10 calls caught up reads 70%."""
+    snap = [
+        _entry("epoch", "epoch", None, 0, -1, 10, 10 * MS, "region", **_device(10, MS, 0, 7)),
+        _entry("lin", "lin", None, 0, -1, 10, 4 * MS, **_device(10, 2 * MS, 0, 10)),
+    ]
+    s = summarize(snap)
+    found = hostdevice.parts(s)
+    assert [p.name for p in found["regions"]] == ["epoch"]
+    assert [(p.name, p.share) for p in found["steps"]] == [("lin", 0.5)]
+    assert (
+        _section(str(s))[1]
+        == "  epoch: mixed: 70% of 10 calls caught up, host 0 ns ahead on average"
+    )

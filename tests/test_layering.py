@@ -36,7 +36,7 @@ from typing import Dict, List, Set
 
 import pytest
 
-from .helpers import ROOT, python_path
+from .helpers import ROOT, child_env
 
 PACKAGE = ROOT / "instrumented_convs"
 PKG = "instrumented_convs"
@@ -377,7 +377,7 @@ def fresh_imports() -> Dict[str, str]:
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, PYTHONPATH=python_path()),
+        env=child_env(),
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -427,5 +427,5 @@ def _python(code: str) -> "subprocess.CompletedProcess[str]":
         capture_output=True,
         text=True,
         timeout=300,
-        env=dict(os.environ, PYTHONPATH=python_path()),
+        env=child_env(),
     )

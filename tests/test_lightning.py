@@ -14,7 +14,7 @@ import instrumented_convs as ic
 from instrumented_convs.core.frames.stack import open_steps
 from instrumented_convs.report import Summary
 
-from .helpers import ROOT, integration, run_script
+from .helpers import ROOT, counts, integration, run_script
 
 L = integration("lightning")
 torchmetrics = integration("torchmetrics")
@@ -23,10 +23,6 @@ lightning_ic = integration("instrumented_convs.lightning")  # (ours: an ImportEr
 ConvProfiler = lightning_ic.ConvProfiler
 
 BATCHES, EPOCHS, LAYERS = 3, 2, 2  # training batches an epoch, epochs, conv layers
-
-
-def counts(summary):
-    return {(r.name, r.phase): r.count for r in summary}
 
 
 class GCN(L.LightningModule):

@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from .helpers import ROOT, python_path
+from .helpers import ROOT, child_env
 
 IMPORTER = "/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter"
 if shutil.which("nsys") is None and os.environ.get("INSTRUMENTED_CONVS_EXPECT_NSYS") == "1":
@@ -81,7 +81,7 @@ RANGE_NS = 3_000
 def profiled(tmp: Path, *run_args: str, argv: Tuple[str, ...] = ()) -> Tuple[Path, Path]:
     """``python -m instrumented_convs run -o tmp/run RUN_ARGS`` (or ``python ARGV``) under
     ``nsys profile -t nvtx``: the report (.nsys-rep) and the run folder."""
-    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     out = tmp / "report"
     locked = str(ROOT / "scripts" / "nsys_locked.sh")  # one session at a time, bounded
     cmd = ["bash", locked, "300", "profile", "-t", "nvtx", "--sample=none"]
@@ -101,7 +101,7 @@ def profiled(tmp: Path, *run_args: str, argv: Tuple[str, ...] = ()) -> Tuple[Pat
 
 
 def view(*args: str) -> "subprocess.CompletedProcess[str]":
-    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch")
+    env = child_env()
     proc = subprocess.run(
         [sys.executable, "-m", "instrumented_convs", "view", *args],
         capture_output=True,

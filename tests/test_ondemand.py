@@ -29,14 +29,14 @@ from instrumented_convs.core.dutycycle.demand import NEVER, Busy, Demand
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 
-from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (a fixture)
+from .fakes import FakeEvent
+from .helpers import counts, random_graph
 
 pyg = pytest.importorskip("torch_geometric")
 
 
 def _graph(n=60, e=300):
-    torch.manual_seed(0)
-    return torch.randn(n, 8), torch.randint(0, n, (2, e)), torch.randint(0, 3, (n,))
+    return random_graph(n, e, 8, classes=3)
 
 
 class Net(torch.nn.Module):
@@ -107,10 +107,6 @@ class Asked:
             else:
                 time.sleep(0.01)
         return self.code, self.out.getvalue().strip(), self.err.getvalue()
-
-
-def counts(summary):
-    return {(r.name, r.phase): r.count for r in summary}
 
 
 def test_idle_records_nothing_and_trains_bit_for_bit_as_stock(tmp_path):

@@ -17,7 +17,7 @@ from instrumented_convs.core.backward import anchor, sampling
 from instrumented_convs.layers import step
 from instrumented_convs.report import Summary
 
-from .test_backward import Advance
+from .fakes import Advance
 
 SEC = 1e-9
 

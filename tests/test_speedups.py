@@ -28,7 +28,7 @@ from instrumented_convs.core.storage import entry
 from instrumented_convs.layers import step
 from instrumented_convs.testing import depth
 
-from .helpers import ROOT, python_path
+from .helpers import ROOT, child_env
 
 
 def test_the_implementation_in_use_is_the_one_expected():
@@ -97,7 +97,7 @@ def test_pure_python_can_be_forced_and_records_the_same_steps():
     )
     out = {}
     for pure in ("0", "1"):
-        env = dict(os.environ, PYTHONPATH=python_path(), INSTRUMENTED_CONVS_PURE_PYTHON=pure)
+        env = child_env(INSTRUMENTED_CONVS_PURE_PYTHON=pure)
         proc = subprocess.run(
             [sys.executable, "-c", code],
             cwd=ROOT,

@@ -18,8 +18,8 @@ import pytest
 from instrumented_convs.commands.launch.runs import load, saved_summary
 from instrumented_convs.report.timeline import read_trace
 
-from .helpers import ROOT, _stop, python_path
-from .jobs import _JOBS, Job, end_jobs, run_job
+from .helpers import ROOT, child_env, stop_process
+from .jobs import Job, end_jobs, run_job, track
 
 pytest.importorskip("torch_geometric")
 
@@ -184,7 +184,7 @@ def test_sigterm_to_torchruns_agent_saves_the_ranks_and_rank_0_merges_in_the_gra
         cmd += ["--stop-file", str(tmp_path / "no"), "--sleep", "0.02"]
     else:  # (rank 0 held in gloo, as where its peer left a collective)
         cmd += ["--steps", "3", "--hold", str(hold)]
-    env = dict(os.environ, PYTHONPATH=python_path(), DGLBACKEND="pytorch", OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen(
             cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, start_new_session=True
@@ -201,7 +201,7 @@ def test_sigterm_to_torchruns_agent_saves_the_ranks_and_rank_0_merges_in_the_gra
         proc.wait(120)
     finally:
         if proc.poll() is None:
-            _stop(proc)  # (torchrun's workers are in sessions of their own)
+            stop_process(proc)  # (torchrun's workers are in sessions of their own)
     err = (tmp_path / "err").read_text()
     if hold is not None:  # (rank 0 runs again once rank 1 has left: it may merge again)
         assert "run: rank 0 merged nothing after SIGTERM (held?): rank 1 merges" in err, err
@@ -243,7 +243,7 @@ def test_a_signal_whose_exception_the_script_swallowed_is_sent_again(tmp_path):
         "        print('swallowed', flush=True)\n"
     )
     job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "swallows.py")
-    _JOBS.append(job)
+    track(job)
     job.until(lambda out: "tick" in out, "a tick")
     os.kill(job.pid, signal.SIGTERM)
     proc = job.end()
@@ -272,7 +272,7 @@ def test_sigterm_inside_a_finalizer_prints_nothing_and_ends_the_job_at_once(tmp_
         "    time.sleep(0.01)\n"
     )
     job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "finalizer.py")
-    _JOBS.append(job)
+    track(job)
     proc = job.end()
     assert proc.returncode == -signal.SIGTERM, proc.stderr
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
@@ -291,7 +291,7 @@ def test_another_exception_in_a_finalizer_is_printed_as_without_run(tmp_path):
         "print('went on', flush=True)\n"
     )
     job = Job(tmp_path, "-m", "instrumented_convs", "run", "-o", "run", "raises.py")
-    _JOBS.append(job)
+    track(job)
     proc = job.end()
     assert proc.returncode == 0, proc.stderr
     assert "went on" in proc.stdout

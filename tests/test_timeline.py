@@ -16,8 +16,8 @@ from instrumented_convs.report import Timeline
 from instrumented_convs.report.timeline import merge_traces, read_trace
 from instrumented_convs.testing import FakeClock, cpu_clock, cuda_event_factory, depth
 
+from .fakes import FakeEvent
 from .helpers import assert_nested, spans
-from .test_cuda_timing import FakeEvent, fake_cuda  # noqa: F401  (the fixture)
 
 
 def test_off_by_default_and_records_nothing():

@@ -17,19 +17,16 @@ from instrumented_convs.layers import trials
 from instrumented_convs.report import rules
 from instrumented_convs.report.rules import Record, decide, lines
 
+from .helpers import random_graph
+
 needs_pyg = pytest.mark.skipif(
     importlib.util.find_spec("torch_geometric") is None, reason="needs torch_geometric"
 )
 
 
 def _graph(n=400, e=3000, loops=False, seed=0):
-    from torch_geometric.utils import coalesce, remove_self_loops
-
-    g = torch.Generator().manual_seed(seed)
-    ei = coalesce(torch.randint(0, n, (2, e), generator=g), num_nodes=n)
-    if not loops:
-        ei = remove_self_loops(ei)[0]
-    return torch.randn(n, 16, generator=g), ei
+    """Coalesced; the self-loops drawn kept where ``loops``, else none."""
+    return random_graph(n, e, seed=seed, self_loops="some" if loops else "none", coalesced=True)
 
 
 @pytest.fixture
@@ -616,6 +613,33 @@ def test_bfloat16_is_timed_against_its_tolerance(advising):
     assert t["tolerance"] == TOLERANCE and 0 < t["difference"] <= TOLERANCE and t["equal"]
     assert "torch.autocast('cpu', dtype=torch.bfloat16)" in t["change"]
     assert model.sage.lin_l.weight.dtype == torch.float32
+
+
+@needs_pyg
+def test_a_layer_no_graph_rule_names_is_timed_in_bfloat16_and_given_no_graph_advice(advising):
+    """GATConv (no fused product, no cached normalisation): its inputs held, bfloat16 timed;
+    its self-loops, on every node and with edge features it replaces, advise nothing."""
+    from instrumented_convs.pyg import GATConv
+
+    x, ei = _graph()
+    ei = torch.cat([ei, torch.arange(400).repeat(2, 1)], dim=1)  # a loop on every node
+    attr = torch.randn(ei.size(1), 4, generator=torch.Generator().manual_seed(5))
+    model = torch.nn.Sequential()
+    model.gat = GATConv(16, 8, heads=2, edge_dim=4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model.gat(x, ei, attr).relu().sum().backward()
+        opt.step()
+    items = ic.advise(seconds=3.0, min_share=0.0)
+    t = _trial(model.gat, "lower-precision")
+    assert t["rounds"] >= 3 and t["difference"] is not None, t
+    assert _trial(model.gat, "fused-sparse") is None
+    (rec,) = signals.describe()["layers"]
+    assert rec["options"] == {} and rec["self_loop_nodes"] == rec["nodes"] == 400
+    # (its add_self_loops step is timed: the rule would advise, were the options read)
+    assert ic.registry.summary()["GATConv/add_self_loops"].total > 0
+    assert [i["rule"] for i in items if i["rule"] == "self-loops-present"] == []
 
 
 def test_the_rules_of_a_projection_first_and_of_bfloat16_read_what_was_timed():
