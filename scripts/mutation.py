@@ -38,9 +38,11 @@ TARGETS: Dict[str, List[str]] = {
                         "tests/test_counters.py", "tests/test_sampling.py"],
     # (not test_loader_shares.py: its waits add up within 20 us a reading, which coverage's
     # tracing of every line exceeds)
-    "report/loaders.py": ["tests/test_workers.py"],
+    "report/loaders.py": ["tests/test_loader_report.py", "tests/test_workers.py"],
     "report/hostdevice.py": ["tests/test_host_device_report.py"],
-    "report/rules.py": ["tests/test_advice.py", "tests/test_trials.py"],
+    # (the rules read in this process: not the tests of `run --advise` in a child)
+    "report/rules.py": ["tests/test_advice.py", "tests/test_trials.py", "-k",
+                        "not run_advise and not torchrun"],
 }  # fmt: skip
 #: The least share of a module's mutants its tests must kill.
 FLOOR = 0.85
