@@ -25,16 +25,19 @@ def _worker(label, rank, index, pid, batches, spans):
 SECTION = {
     "loaders": [
         dict(label=TRAIN, rank=0, workers=2, consumed=20, wait=30, span=100, own={"collate": 10},
-             copy=5, first=50, batches=20, loaders=3),
+             copy=5, first=50, batches=25, loaders=3),
         dict(label=VAL, rank=0, workers=0, consumed=5, wait=10, span=40, own={}, copy=0),
         # rank 1's, its shares past what they can be: clamped
         dict(label=TRAIN, rank=1, workers=1, consumed=10, wait=80, span=100,
              own={"collate": 50}, copy=30),
         dict(label="never iterated", rank=0, workers=0, consumed=0, wait=0, span=10),
+        dict(label="one batch", rank=0, workers=0, consumed=1, wait=150, span=100, own={},
+             copy=0),  # waited longer than its pass: clamped
         dict(label="no pass timed", rank=0, workers=0, consumed=3, wait=0, span=0),
     ],
     "workers": [
-        _worker(TRAIN, 0, 1, 12, 8, [[0, 0, 60, 70, True], [1, 0, 40, 45, True]]),  # 2nd: early
+        _worker(TRAIN, 0, 1, 12, 8, [[0, 0, 60, 70, True], [1, 0, 40, 45, True],
+                                     [2, 0, 47, 50, True]]),  # 2nd: early, 3rd: ends at first
         _worker(TRAIN, 0, 0, 11, 6, [[0, 0, 50, 80, True]]),
         _worker(TRAIN, 0, 0, 13, 6, [[0, 0, 90, 100, True]]),  # index 0's second process
         _worker(TRAIN, 1, 0, 21, 10, [[0, 0, 0, 200, True]]),  # busier than the span
@@ -45,13 +48,14 @@ SECTION = {
 
 def test_each_loader_gets_its_own_workers_split_and_verdict():
     got = pipeline(SECTION)
-    assert [(p["label"], p["rank"]) for p in got] == [(TRAIN, 0), (VAL, 0), (TRAIN, 1)]
-    train, val, train1 = got
+    labels = [(p["label"], p["rank"]) for p in got]
+    assert labels == [(TRAIN, 0), (VAL, 0), (TRAIN, 1), ("one batch", 0)]
+    train, val, train1, one = got
     assert train == {
         "label": TRAIN, "loaders": 3, "rank": 0, "workers": 2, "processes": 3, "consumed": 20,
         "made": 20, "wait": 0.3, "copy": 0.05, "compute": pytest.approx(0.65),
-        "busy": [0.4, 0.1], "own": {"collate": 0.1}, "iteration_ms": 5e-6,
-        "verdict": "data-bound: the trainer waits 30% of each iteration; 2 workers busy 25%"
+        "busy": [0.4, 0.13], "own": {"collate": 0.1}, "iteration_ms": 4e-6,
+        "verdict": "data-bound: the trainer waits 30% of each iteration; 2 workers busy 26%"
         + IDLE_TEXT,
     }  # fmt: skip
     assert val == {
@@ -67,29 +71,38 @@ def test_each_loader_gets_its_own_workers_split_and_verdict():
         "verdict": "data-bound: the trainer waits 80% of each iteration; 1 worker busy 100%: "
         "most of the wait is the loader's work in this process (collate 50%)",
     }  # fmt: skip
+    assert (one["wait"], one["copy"], one["compute"], one["iteration_ms"]) == (1.0, 0.0, 0.0, 1e-4)
     assert pipeline({"loaders": [], "workers": []}) == [] and pipeline({}) == []
 
 
 def test_a_record_from_before_loaders_kept_their_work_reads_it_from_the_summary():
     """The loader that handed out the most batches is given the steps directly inside the
-    ``data`` regions, and the ``copy`` regions outside them; any other loader nothing."""
+    ``data`` regions (a step's rows added up), and the ``copy`` regions outside them; any
+    other loader nothing."""
     section = {
         "loaders": [
             dict(label="a", rank=None, workers=0, consumed=30, wait=20, span=100),
             dict(label="b", rank=None, workers=0, consumed=10, wait=5, span=50),
         ]
     }
-    rows = [("data", 9e-8), ("data/collate", 1e-8), ("epoch/data/sample", 5e-9),
-            ("x/collate", 7e-9), ("epoch/copy", 3e-9), ("data/copy", 2e-9)]  # fmt: skip
+    rows = [("data", 9e-8), ("data/collate", 1e-8), ("epoch/data/collate", 3e-9),
+            ("epoch/data/sample", 5e-9), ("x/collate", 7e-9), ("epoch/copy", 3e-9),
+            ("x/epoch/copy", 1e-9), ("data/copy", 2e-9), ("epoch/data/copy", 4e-9)]  # fmt: skip
     summary = SimpleNamespace(rows=[SimpleNamespace(name=n, total=t) for n, t in rows])
     a, b = pipeline(section, summary)
-    assert a["own"] == {"collate": pytest.approx(0.1), "copy": pytest.approx(0.02),
-                        "sample": pytest.approx(0.05)}  # fmt: skip
-    assert (a["wait"], a["copy"], a["compute"]) == (0.2, pytest.approx(0.03), pytest.approx(0.77))
+
+    def exact(x):
+        return pytest.approx(x, rel=1e-12)
+
+    assert a["own"] == {"collate": exact(0.13), "copy": exact(0.06), "sample": exact(0.05)}
+    assert (a["wait"], a["copy"], a["compute"]) == (0.2, exact(0.04), exact(0.76))
     assert (b["own"], b["copy"], b["wait"], b["compute"]) == ({}, 0.0, 0.1, 0.9)
     assert a["verdict"] == "data-bound: the trainer waits 20% of each iteration" + NO_WORKERS
     assert b["verdict"] == "balanced: the trainer waits 10% of each iteration" + NO_WORKERS
     assert pipeline(section)[0]["own"] == {} and pipeline(section)[0]["copy"] == 0.0
+    # copies longer than the pass but its wait: the rest of the pass
+    copies = SimpleNamespace(rows=[SimpleNamespace(name="copy", total=9e-8)])
+    assert pipeline(section, copies)[0]["copy"] == pytest.approx(0.8)
 
 
 @pytest.mark.parametrize(
