@@ -213,6 +213,29 @@ def run_torchrun(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+def entry_stats(
+    name: str, path: str, scope: Optional[str], depth: int, parent: int, *times: int, **more: Any
+) -> Any:
+    """A registry snapshot's entry (``EntryStats``) of plain data timed at ``times`` (ns):
+    a ``step`` unless ``kind`` is in ``more``, its other fields."""
+    from instrumented_convs.core.storage.entry import EntryStats
+
+    return EntryStats(
+        name=name,
+        path=path,
+        scope=scope,
+        kind=more.pop("kind", "step"),
+        depth=depth,
+        parent=parent,
+        count=len(times),
+        total=sum(times),
+        sumsq=sum(t * t for t in times),
+        min=min(times, default=0),
+        max=max(times, default=0),
+        **{"errors": 0, "untimed": 0, **more},
+    )
+
+
 def counts(rows: Any) -> Dict[Tuple[str, str], int]:
     """Each row's count by ``(name, phase)``: a summary's, or any rows'."""
     return {(r.name, r.phase): r.count for r in rows}

@@ -9,33 +9,16 @@ from operator import attrgetter
 import pytest
 
 from instrumented_convs.report import Summary, columns, stats
-from instrumented_convs.report.stats import EntryStats, merge_ranks, summarize
+from instrumented_convs.report.stats import merge_ranks, summarize
 
-
-def _entry(name, path, scope, depth, parent, *times, **more):
-    """An EntryStats of plain data: ``times`` in ns, ``more`` its other fields."""
-    return EntryStats(
-        name=name,
-        path=path,
-        scope=scope,
-        kind="step",
-        depth=depth,
-        parent=parent,
-        count=len(times),
-        total=sum(times),
-        sumsq=sum(t * t for t in times),
-        min=min(times, default=0),
-        max=max(times, default=0),
-        **{"errors": 0, "untimed": 0, **more},
-    )
-
+from .helpers import entry_stats
 
 SNAPSHOT = [
-    _entry("fwd", "fwd", None, 0, -1, 100, 300),
-    _entry("conv", "fwd/conv", "c0", 1, 0, 50, 70),
-    _entry("lin", "fwd/conv/lin", "c0", 2, 1, 20, 40, 10),
-    _entry("conv", "fwd/conv", "c1", 1, 0, 30),
-    _entry("loss", "loss", None, 0, -1, 100),
+    entry_stats("fwd", "fwd", None, 0, -1, 100, 300),
+    entry_stats("conv", "fwd/conv", "c0", 1, 0, 50, 70),
+    entry_stats("lin", "fwd/conv/lin", "c0", 2, 1, 20, 40, 10),
+    entry_stats("conv", "fwd/conv", "c1", 1, 0, 30),
+    entry_stats("loss", "loss", None, 0, -1, 100),
 ]
 
 
@@ -99,10 +82,12 @@ def test_a_statistic_taken_out_is_no_longer_in_the_rows(calls_in):
 def test_a_statistic_named_twice_or_that_summarize_could_not_apply_is_refused():
     with pytest.raises(ValueError, match="total"):
         stats.add(stats.Statistic("total", attrgetter("total")))
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="nothing"):
         stats.remove("nothing")
-    with pytest.raises(ValueError, match="children"):
+    with pytest.raises(ValueError, match="x: children is '', 'add' or 'less'"):
         stats.Statistic("x", attrgetter("total"), "most")
+    for children in ("", "add", "less"):  # each taken
+        assert stats.Statistic("x", attrgetter("total"), children).children == children
     with pytest.raises(ValueError, match="share"):
         stats.Statistic("x")
 
@@ -112,8 +97,8 @@ def test_a_statistic_merges_layer_instances_and_strata_as_it_says():
     stats.add(stats.Statistic("most_errors", attrgetter("errors"), merge=max))
     try:
         snapshot = [
-            _entry("a", "a", "x", 0, -1, 5, errors=2, weight=3.0),
-            _entry("a", "a", "y", 0, -1, 5, errors=7),
+            entry_stats("a", "a", "x", 0, -1, 5, errors=2, weight=3.0),
+            entry_stats("a", "a", "y", 0, -1, 5, errors=7),
         ]
         row = summarize(snapshot)["a"]
         assert (row.most_errors, row.errors, row.count) == (7, 9, 4)

@@ -402,7 +402,7 @@ def merge_ranks(
     """
     parts = []
     for rank, stats in enumerate(snapshots):
-        own = summarize(stats, by=by, unit=unit, sampling=sampling)
+        own = summarize(stats, by=by, sampling=sampling)
         parts.append(
             Summary(
                 [dataclasses.replace(r, rank=rank) for r in own.rows],
@@ -416,7 +416,7 @@ def merge_ranks(
     for stats in snapshots:
         offset = len(combined)
         combined.extend(s._replace(parent=s.parent + offset) if s.parent >= 0 else s for s in stats)
-    merged = summarize(combined, by=by, unit=unit, sampling=sampling)
+    merged = summarize(combined, by=by, sampling=sampling)
 
     seen: Dict[Tuple[str, str, Optional[str], Optional[str]], List[Tuple[float, int]]] = {}
     for rank, part in enumerate(parts):
@@ -425,7 +425,7 @@ def merge_ranks(
                 seen.setdefault(r.key, []).append((r.total, rank))
     rows = []
     for r in merged.rows:
-        totals = seen.get(r.key, [])
+        totals = seen.get(r.key)
         if totals:
             slow, slow_rank = max(totals, key=lambda t: (t[0], -t[1]))  # a tie: the lowest rank
             r = dataclasses.replace(
