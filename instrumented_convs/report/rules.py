@@ -8,6 +8,7 @@ gives each rule's evidence, condition and number.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import hostdevice
@@ -17,15 +18,25 @@ __all__ = ["MIN_SHARE", "Record", "Rule", "RULES", "decide", "lines"]
 #: An item is given when what it puts at stake is at least this share of the recorded time.
 MIN_SHARE = 0.05
 
-#: The constructor's positional arguments as the advice writes them, per class.
+#: The constructor's positional arguments as the advice writes them, per class (another
+#: PyG class: PyG's ``in_channels, out_channels``).
 _POSITIONAL = {
     "GCNConv": ("in_channels", "out_channels"),
     "APPNP": ("K", "alpha"),
     "GCN2Conv": ("channels", "alpha"),
     "GraphConv": ("in_feats", "out_feats"),
 }
-#: Options whose value other than this default the advice writes out too.
-_DEFAULTS = {"improved": False, "add_self_loops": True, "normalize": True, "norm": "both"}
+_PYG_POSITIONAL = ("in_channels", "out_channels")
+#: Options the advice leaves out where they have this default (the others noted are
+#: written as they were).
+_DEFAULTS = {
+    "improved": False,
+    "add_self_loops": True,
+    "normalize": True,
+    "norm": "both",
+    "cached": False,
+    "allow_zero_in_degree": False,
+}
 
 
 @dataclass
@@ -73,11 +84,12 @@ def _time_in(summary: Any, scope: Optional[str], steps: Sequence[str]) -> float:
 
 
 def _ctor(item: Dict[str, Any], **change: Any) -> str:
-    """The layer's constructor call with ``change``: its positional arguments and the options
-    it has away from their defaults, as it was built."""
-    options = item.get("options", {})
-    args = [repr(options[k]) for k in _POSITIONAL.get(item["class"], ()) if k in options]
-    kept = {k: v for k, v in options.items() if k in _DEFAULTS and v != _DEFAULTS[k]}
+    """The layer's constructor call with ``change``: its positional arguments (up to the
+    first not noted) and the options it has away from their defaults, as it was built."""
+    rest = dict(item["options"])
+    given = takewhile(rest.__contains__, _POSITIONAL.get(item["class"], _PYG_POSITIONAL))
+    args = [repr(rest.pop(k)) for k in list(given)]
+    kept = {k: v for k, v in rest.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
     kept.update(change)
     args += [f"{k}={v!r}" for k, v in kept.items()]
     return f"{item['class']}({', '.join(args)})"
@@ -195,7 +207,7 @@ def loader_workers(record: Record) -> List[Dict[str, Any]]:
         wait = loader.get("wait", 0) * 1e-9
         if wait <= 0:
             continue
-        n = loader.get("workers", 0)
+        n = loader.get("workers")
         if n:
             change = (
                 f"more workers than {n} (num_workers), persistent_workers=True, "
@@ -275,11 +287,9 @@ def _timed(
             continue
         seconds = _time_in(record.summary, x["path"], (x["class"],))
         seconds *= 1.0 if paying is None else paying(x)
-        if seconds <= 0:
-            continue
         convert = t["convert_s"] * (1 if x["same_graph"] or t.get("convert_once") else x["calls"])
         saving = seconds * (t["stock_s"] - t["changed_s"]) / t["stock_s"] - convert
-        if saving <= 0:  # the conversion costs the run what the change saves it
+        if saving <= 0:  # nothing recorded, or the conversion costs what the change saves
             continue
         item = _item(
             rule,
