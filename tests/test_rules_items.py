@@ -1,6 +1,8 @@
 """The advice's items and text, whole (report/rules.py): a record with every rule's pattern,
 each at or beside its threshold, gives exactly the items and lines in tests/golden/advice
-(read when they were written: what they say is what docs/advice.md says each rule gives)."""
+(read when they were written: what they say is what docs/advice.md says each rule gives).
+After a change meant to alter them, ``python -m tests.test_rules_items`` writes them anew:
+read their diff before committing it."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _trial(stock: float, changed: float, aa: float, **more: Any) -> Dict[str, An
 
 
 def record() -> Record:
-    """2.8 ms recorded: PyG's and DGL's layers and a launch-bound region; a loader's wait;
+    """2.8 ms recorded: PyG's and DGL's layers and launch-bound regions; loaders' waits;
     four iterations."""
     summary = summarize(
         [
@@ -193,6 +195,12 @@ def _golden(name: str) -> str:
     return (GOLDEN / name).read_text()
 
 
+def _write_golden() -> None:
+    items = decide(record(), min_share=0.0)
+    (GOLDEN / "items.json").write_text(json.dumps(items, indent=1) + "\n")
+    (GOLDEN / "lines.txt").write_text("\n".join(lines(items, min_share=0.0)) + "\n")
+
+
 def test_every_rules_items_and_lines_are_what_was_read_and_written():
     items = decide(record(), min_share=0.0)
     assert items == json.loads(_golden("items.json"))
@@ -265,3 +273,7 @@ def test_ranks_layers_and_no_measured_saving_in_a_line():
         "What to change",
         "  nothing worth 10% or more of the recorded time",
     ]
+
+
+if __name__ == "__main__":
+    _write_golden()
