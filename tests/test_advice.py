@@ -139,6 +139,38 @@ def test_self_loops_on_every_node_advise_add_self_loops_false(advising):
 
 
 @needs_pyg
+def test_the_change_of_a_class_the_rules_know_no_order_for_builds_pygs_layer_as_it_was(
+    advising,
+):
+    """SGConv, SSGConv and ClusterGCNConv under self-loops-present: the change, evaluated
+    against torch_geometric.nn and given our layer's weights, gives our layer's outputs."""
+    import torch_geometric.nn as pyg_nn
+
+    from instrumented_convs.pyg import ClusterGCNConv, SGConv, SSGConv
+
+    x, ei = _graph(loops=True)
+    layers = {"sg": SGConv(16, 16, K=2), "ss": SSGConv(16, 16, alpha=0.1, K=2),
+              "cl": ClusterGCNConv(16, 16)}  # fmt: skip
+    ic.name_layers(torch.nn.ModuleDict(layers))
+    _train(list(layers.values()), x, lambda i: ei)
+    changes = {
+        i["layers"][0]["path"]: i["change"]
+        for i in ic.advise(min_share=0.0)
+        if i["rule"] == "self-loops-present"
+    }
+    assert changes == {
+        "sg": "SGConv(16, 16, K=2, add_self_loops=False)",
+        "ss": "SSGConv(16, 16, K=2, alpha=0.1, add_self_loops=False)",
+        "cl": "ClusterGCNConv(16, 16, add_self_loops=False)",
+    }
+    for path, change in changes.items():
+        stock = eval(change, vars(pyg_nn))  # (the advice's own text, as a user pastes it)
+        stock.load_state_dict(layers[path].state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(stock(x, ei), layers[path](x, ei))
+
+
+@needs_pyg
 def test_a_generic_layer_that_caches_its_normalised_graph_is_advised_too(advising):
     from instrumented_convs.pyg import APPNP, SGConv
 
